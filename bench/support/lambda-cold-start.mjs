@@ -1,0 +1,47 @@
+/**
+ * One Lambda cold start, as the Node runtime does it: load the bundle (ESM, every
+ * module it holds is evaluated here), then invoke its `handler` once with a recorded
+ * event. Plain JavaScript, run by plain `node` (no tsx, no loader hooks), so nothing
+ * but Node and the bundle is loaded.
+ *
+ *   node bench/support/lambda-cold-start.mjs <bundle.mjs> <event.json>
+ *
+ * Prints one line `MAM_COLD_START {...}` with the response and the child's own
+ * clock (performance.now(), milliseconds since the process started): when this
+ * script began, when the import finished, when the handler answered. Then exits at
+ * once: a Lambda container is frozen after the answer, so open sockets (the SDK's
+ * keep-alive to DynamoDB) must not keep this process alive.
+ */
+import { readFileSync, writeSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+
+const started = performance.now();
+const [bundle, eventFile] = process.argv.slice(2);
+if (bundle === undefined || eventFile === undefined) {
+  process.stderr.write("usage: lambda-cold-start.mjs <bundle.mjs> <event.json>\n");
+  process.exit(2);
+}
+const event = JSON.parse(readFileSync(eventFile, "utf8"));
+const deadline = Date.now() + 30_000;
+const context = {
+  callbackWaitsForEmptyEventLoop: true,
+  functionName: "mam-bench-http",
+  functionVersion: "$LATEST",
+  invokedFunctionArn: "arn:aws:lambda:us-east-1:123456789012:function:mam-bench-http",
+  memoryLimitInMB: "1024",
+  awsRequestId: "bench-cold-start",
+  logGroupName: "/aws/lambda/mam-bench-http",
+  logStreamName: "bench",
+  getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+  done: () => undefined,
+  fail: () => undefined,
+  succeed: () => undefined,
+};
+
+const { handler } = await import(pathToFileURL(bundle).href);
+const imported = performance.now();
+const response = await handler(event, context);
+const answered = performance.now();
+// writeSync: the line is out before process.exit, whatever stdout is.
+writeSync(1, `MAM_COLD_START ${JSON.stringify({ started, imported, answered, response })}\n`);
+process.exit(0);

@@ -1,0 +1,311 @@
+/**
+ * The one composition root of the Lambda functions: configuration parsed once from
+ * the environment (core's `parseConfig`), the AWS adapters built from it, and one
+ * handler factory per function. The entry points (`http.ts`, `stream-publisher.ts`,
+ * `recovery-sweep.ts`) are one line each: `createXHandler(process.env)`.
+ *
+ * Everything is built on the first invocation, not at import, and once per
+ * container: a memoized promise. A failed build (SSM throttled, a bad variable) is
+ * forgotten, so the next invocation tries again instead of the container staying
+ * broken until it is recycled.
+ *
+ *   import ........ first invocation ............... later invocations
+ *   (nothing)       parse env, clients, [SSM read]   reuse
+ *
+ * Tests build handlers from the factories with their own env (local peers via
+ * MAM_DYNAMODB_ENDPOINT / MAM_S3_ENDPOINT / MAM_IOT_ENDPOINT) and overrides, so no
+ * module state is shared between them.
+ */
+
+import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
+import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
+import { GetParameterCommand, SSMClient } from "@aws-sdk/client-ssm";
+import { type AppEnv, createApp, createTokenService } from "@mam/api";
+import { createS3Client, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import {
+  type Clock,
+  type Config,
+  type Deps,
+  ERROR_TABLE,
+  type Ids,
+  MamError,
+  parseConfig,
+  problemType,
+  type ReportStore,
+  randomIds,
+  recoverNotifications,
+  systemClock,
+} from "@mam/core";
+import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
+import type { Hono } from "hono";
+import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
+import { flushStreamRecord } from "./job-stream.ts";
+import { type LogSink, logJson, stdoutLines } from "./log.ts";
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+/** What a test (or another runtime) may swap; every field has a real default. */
+export interface Overrides {
+  /** Credentials for every client; default: the SDK's chain (the Lambda role). */
+  readonly credentials?: { readonly accessKeyId: string; readonly secretAccessKey: string; readonly sessionToken?: string };
+  /** Where the signing key is read from when only its parameter name is configured. */
+  readonly ssm?: Pick<SSMClient, "send">;
+  readonly clock?: Clock;
+  readonly ids?: Ids;
+  readonly log?: LogSink;
+}
+
+/** What the stream publisher and the sweep need: no report store, no tokens. */
+export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids">;
+
+/** A build that runs once; a failure is not remembered, so the next call retries. */
+export function once<T>(build: () => Promise<T>): () => Promise<T> {
+  let pending: Promise<T> | undefined;
+  return () => {
+    pending ??= build().catch((err: unknown) => {
+      pending = undefined;
+      throw err;
+    });
+    return pending;
+  };
+}
+
+/** The AWS settings a function needs, each named by its variable; one error names every one missing. */
+const AWS_VARIABLES = {
+  region: "AWS_REGION",
+  tableName: "MAM_TABLE_NAME",
+  bucketName: "MAM_BUCKET_NAME",
+  iotEndpoint: "MAM_IOT_ENDPOINT",
+} as const;
+type AwsSetting = keyof typeof AWS_VARIABLES;
+
+function awsSettings<K extends AwsSetting>(config: Config, wanted: readonly K[]): Record<K, string> {
+  const missing = wanted.filter((k) => config.aws[k] === undefined).map((k) => AWS_VARIABLES[k]);
+  if (missing.length > 0) {
+    throw new MamError("config.invalid", `invalid configuration: ${missing.join(", ")} required on AWS`, {
+      issues: missing.map((variable) => ({ path: variable, message: "required on AWS" })),
+    });
+  }
+  return Object.fromEntries(wanted.map((k) => [k, config.aws[k]])) as Record<K, string>;
+}
+
+/** The IoT data endpoint may be configured as a bare host name, as the console shows it. */
+function iotEndpointUrl(endpoint: string): string {
+  return /^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint) ? endpoint : `https://${endpoint}`;
+}
+
+function credentialsOf(overrides: Overrides): { credentials?: NonNullable<Overrides["credentials"]> } {
+  return overrides.credentials === undefined ? {} : { credentials: overrides.credentials };
+}
+
+function notifierDeps(config: Config, overrides: Overrides): NotifierDeps {
+  const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
+  const dynamodb = new DynamoDBClient({
+    region,
+    ...(config.aws.dynamodbEndpoint === undefined ? {} : { endpoint: config.aws.dynamodbEndpoint }),
+    ...credentialsOf(overrides),
+  });
+  const iot = new IoTDataPlaneClient({
+    endpoint: iotEndpointUrl(iotEndpoint),
+    region,
+    maxAttempts: 3,
+    ...credentialsOf(overrides),
+  });
+  return {
+    jobs: new DynamoJobStore({ client: dynamodb, tableName }),
+    publisher: new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs }),
+    clock: overrides.clock ?? systemClock,
+    ids: overrides.ids ?? randomIds,
+  };
+}
+
+/**
+ * The S3 client is built on the first report operation, not at cold start: most
+ * requests (job reads, transitions, the gate's refusals) never touch S3.
+ */
+function lazyReportStore(build: () => ReportStore): ReportStore {
+  let store: ReportStore | undefined;
+  const get = (): ReportStore => {
+    store ??= build();
+    return store;
+  };
+  return {
+    put: (location, name, body) => get().put(location, name, body),
+    getBytes: (location, name) => get().getBytes(location, name),
+    read: (location, name) => get().read(location, name),
+    exists: (location, name) => get().exists(location, name),
+    promote: (location, from, to) => get().promote(location, from, to),
+    hash: (location, name) => get().hash(location, name),
+    describe: (location, name) => get().describe(location, name),
+  };
+}
+
+const SSM_CONFIGURATION_ERRORS = new Set([
+  "ParameterNotFound",
+  "ParameterVersionNotFound",
+  "AccessDeniedException",
+  "InvalidKeyId",
+  "ValidationException",
+]);
+
+/**
+ * The token signing key: MAM_TOKEN_SIGNING_KEY when set (tests, local runs);
+ * otherwise read once, at cold start, from the SSM SecureString whose name is
+ * MAM_TOKEN_SIGNING_KEY_PARAMETER. Packaging never reads it: the name is
+ * configuration, the value exists only in the account.
+ */
+export async function readSigningKey(config: Config, overrides: Overrides = {}): Promise<string> {
+  if (config.tokenSigningKey !== undefined) return config.tokenSigningKey;
+  const name = config.tokenSigningKeyParameter;
+  if (name === undefined) {
+    throw new MamError(
+      "config.invalid",
+      "invalid configuration: set MAM_TOKEN_SIGNING_KEY_PARAMETER (the SSM parameter's name) or MAM_TOKEN_SIGNING_KEY",
+      { issues: [{ path: "MAM_TOKEN_SIGNING_KEY_PARAMETER", message: "required on AWS" }] },
+    );
+  }
+  const ssm = overrides.ssm ?? new SSMClient({ ...awsSettings(config, ["region"]), ...credentialsOf(overrides) });
+  let value: string | undefined;
+  try {
+    const out = await ssm.send(new GetParameterCommand({ Name: name, WithDecryption: true }));
+    value = out.Parameter?.Value;
+  } catch (err) {
+    const failure = (err as { name?: unknown } | null)?.name;
+    const sdkError = typeof failure === "string" ? failure : "Error";
+    // Missing parameter or no right to it: an operator must act. Anything else
+    // (throttled, unreachable): retryable, and the next invocation tries again.
+    const code = SSM_CONFIGURATION_ERRORS.has(sdkError) ? "config.invalid" : "store.unavailable";
+    // The parameter's name is what an operator can act on; the SDK's message may quote the role.
+    throw new MamError(code, `could not read the token signing key from SSM parameter ${name}: ${sdkError}`, { cause: err });
+  }
+  if (value === undefined || value.length < 32) {
+    throw new MamError("config.invalid", `the SSM parameter ${name} must hold a signing key of at least 32 characters`);
+  }
+  return value;
+}
+
+/** The Hono app with the AWS adapters behind core's ports. */
+export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promise<Hono<AppEnv>> {
+  const config = parseConfig(env);
+  const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
+  const base = notifierDeps(config, overrides);
+  const reports = lazyReportStore(
+    () =>
+      new S3ReportStore({
+        bucket,
+        client: createS3Client({
+          region,
+          ...(config.aws.s3Endpoint === undefined ? {} : { endpoint: config.aws.s3Endpoint }),
+          ...credentialsOf(overrides),
+        }),
+        maxBodyBytes: config.reportBodyLimit,
+      }),
+  );
+  const deps: Deps = { ...base, reports, flags: config.flags };
+  const tokens = createTokenService({
+    signingKey: await readSigningKey(config, overrides),
+    clock: deps.clock,
+    agentTtlSeconds: config.agentTokenTtlSeconds,
+  });
+  return createApp({
+    deps,
+    tokens,
+    jsonBodyLimit: config.jsonBodyLimit,
+    reportBodyLimit: config.reportBodyLimit,
+    log: overrides.log ?? stdoutLines,
+  });
+}
+
+export async function composeNotifier(env: Env, overrides: Overrides = {}): Promise<NotifierDeps> {
+  return notifierDeps(parseConfig(env), overrides);
+}
+
+export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promise<APIGatewayProxyResult>;
+
+/**
+ * `handle(app)` from hono/aws-lambda over an app built on the first request. A
+ * request that finds the app cannot be built still gets a problem document (500 for
+ * bad configuration, 503 otherwise), not API Gateway's bare "Internal Server Error";
+ * the cause goes to the log, not to the caller.
+ */
+export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHandler {
+  const log = overrides.log ?? stdoutLines;
+  const lambda = once(async () => handle(await composeHttpApp(env, overrides)));
+  return async (event, context) => {
+    let run: Awaited<ReturnType<typeof lambda>>;
+    try {
+      run = await lambda();
+    } catch (err) {
+      const e = err instanceof MamError ? err : undefined;
+      logJson(log, { event: "http_start_failed", code: e?.code ?? "internal", message: err instanceof Error ? err.message : String(err) });
+      return startFailure(e?.code === "config.invalid" ? "config.invalid" : "store.unavailable", context?.awsRequestId);
+    }
+    return run(event, context);
+  };
+}
+
+function startFailure(code: "config.invalid" | "store.unavailable", requestId: string | undefined): APIGatewayProxyResult {
+  const { status, title } = ERROR_TABLE[code];
+  return {
+    statusCode: status,
+    headers: { "content-type": "application/problem+json", "cache-control": "no-store" },
+    isBase64Encoded: false,
+    body: JSON.stringify({
+      type: problemType(code),
+      title,
+      status,
+      detail: "the service could not start; the cause is in its log",
+      code,
+      request_id: requestId ?? "unknown",
+    }),
+  };
+}
+
+export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Context) => Promise<DynamoDBBatchResponse>;
+
+/**
+ * DynamoDB stream batch -> publish each intent a write committed -> report the
+ * records whose publish failed (`batchItemFailures`, by SequenceNumber), so Lambda
+ * retries from the first of them and not the whole batch. Records are handled in
+ * stream order, one at a time: two intents of one job go out in the order they
+ * were committed.
+ */
+export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
+  const log = overrides.log ?? stdoutLines;
+  const deps = once(() => composeNotifier(env, overrides));
+  // DynamoDBStreams, not SQS: the type decides which field names a failed record.
+  const processor = new BatchProcessor(EventType.DynamoDBStreams);
+  return async (event, context) => {
+    const d = await deps();
+    const recordHandler = (record: DynamoDBRecord): Promise<void> => flushStreamRecord(d, record, log);
+    return processPartialResponse(event, recordHandler, processor, {
+      ...(context === undefined ? {} : { context }),
+      processInParallel: false,
+    });
+  };
+}
+
+export interface SweepCounts {
+  readonly owed: number;
+  readonly sent: number;
+  readonly failed: number;
+}
+
+export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) => Promise<SweepCounts>;
+
+/**
+ * Scheduled: re-send every owed notification. A failed send is counted, not thrown:
+ * the intent stays owed and the next run retries it. Only a sweep that could not
+ * run at all (the store unreachable) fails the invocation.
+ */
+export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}): RecoverySweepHandler {
+  const log = overrides.log ?? stdoutLines;
+  const deps = once(() => composeNotifier(env, overrides));
+  return async () => {
+    const result = await recoverNotifications(await deps());
+    const counts: SweepCounts = { owed: result.owed, sent: result.sent, failed: result.failed };
+    logJson(log, { event: "recovery_sweep", ...counts });
+    return counts;
+  };
+}

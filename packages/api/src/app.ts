@@ -1,0 +1,495 @@
+import {
+  type Actor,
+  attemptReportLocation,
+  type Deps,
+  DispatchRequestSchema,
+  evaluateJob,
+  finalizeAttemptReport,
+  getJob,
+  type JobRecord,
+  MamError,
+  PublishEventRequestSchema,
+  publishAgentEvent,
+  RegisterJobSchema,
+  recordDispatch,
+  recoverNotifications,
+  registerJob,
+  stageAttemptReport,
+  TransitionRequestSchema,
+  transitionJob,
+  verifyAttemptReport,
+} from "@mam/core";
+import { type Context, Hono } from "hono";
+import { type Access, assertLatestAttempt, authorize, type PathParams, ROUTE_PERMISSIONS } from "./access.ts";
+import { checkDeclaredLength, limitedChunks, readJsonBody, tooLarge, validate } from "./body.ts";
+import { DASHBOARD_HTML } from "./dashboard.ts";
+import { DOCS_HTML, readDocsAsset } from "./docs.ts";
+import { buildOpenApi } from "./openapi.ts";
+import { type ProblemCode, problemBody, problemFor, problemResponse } from "./problem.ts";
+import { type OperationId, ROUTES, type RouteSpec, routeKey } from "./routes.ts";
+import type { Principal, TokenService } from "./tokens.ts";
+import {
+  type DispatchResponse,
+  EvaluationRequestSchema,
+  type EventLog,
+  type FinalizedBody,
+  FinalizeRequestSchema,
+  type GateResponse,
+  type JobPage,
+  ListEventsQuerySchema,
+  ListJobsQuerySchema,
+  PathParamsSchema,
+  type PublishEventResponse,
+  RecoverySweepRequestSchema,
+  type RecoverySweepResult,
+  type StagedReport,
+  type VerificationBody,
+  VerificationQuerySchema,
+} from "./wire.ts";
+
+export const DEFAULT_JSON_BODY_LIMIT = 1024 * 1024;
+export const DEFAULT_REPORT_BODY_LIMIT = 10 * 1024 * 1024;
+
+export interface AppOptions {
+  readonly deps: Deps;
+  readonly tokens: TokenService;
+  /** Bytes; 1 MiB by default. */
+  readonly jsonBodyLimit?: number;
+  /** Bytes; 10 MiB by default. */
+  readonly reportBodyLimit?: number;
+  /** One JSON line per request (and per unexpected error); console.log by default. */
+  readonly log?: (line: string) => void;
+}
+
+export type AppEnv = {
+  Variables: {
+    requestId: string;
+    principal: Principal | undefined;
+  };
+};
+
+/** What a handler gets: the request, its validated path parameters, and who is calling. */
+interface Call {
+  readonly c: Context<AppEnv>;
+  readonly params: PathParams;
+  readonly principal: Principal | undefined;
+}
+type Handler = (call: Call) => Promise<Response> | Response;
+
+const SANE_REQUEST_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/**
+ * The HTTP API over a ports bundle (DESIGN.md, "HTTP API"). Handlers are thin:
+ * parse and validate, authorize, call the one core function, shape the response.
+ * The same app runs under @hono/node-server (`mam serve`) and hono/aws-lambda.
+ */
+export function createApp(opts: AppOptions): Hono<AppEnv> {
+  const { deps, tokens } = opts;
+  const jsonLimit = opts.jsonBodyLimit ?? DEFAULT_JSON_BODY_LIMIT;
+  const reportLimit = opts.reportBodyLimit ?? DEFAULT_REPORT_BODY_LIMIT;
+  const log = opts.log ?? ((line: string) => console.log(line));
+  let openApi: string | undefined;
+
+  const app = new Hono<AppEnv>();
+
+  // Request id and the one log line per request. Errors are turned into problems by
+  // onError before this middleware sees the response, so every status is logged.
+  app.use("*", async (c, next) => {
+    const started = performance.now();
+    const incoming = c.req.header("x-request-id");
+    const requestId = incoming !== undefined && SANE_REQUEST_ID.test(incoming) ? incoming : globalThis.crypto.randomUUID();
+    c.set("requestId", requestId);
+    c.set("principal", undefined);
+    await next();
+    c.res.headers.set("x-request-id", requestId);
+    log(
+      JSON.stringify({
+        level: c.res.status >= 500 ? "error" : c.res.status >= 400 ? "warn" : "info",
+        msg: "request",
+        request_id: requestId,
+        method: c.req.method,
+        path: c.req.path,
+        status: c.res.status,
+        duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+        actor: actorLabel(c.get("principal")),
+      }),
+    );
+  });
+
+  app.onError((err, c) => {
+    const requestId = c.get("requestId");
+    const { problem, unexpected } = problemFor(err, { requestId, instance: c.req.path });
+    if (unexpected) {
+      log(
+        JSON.stringify({
+          level: "error",
+          msg: "unexpected error",
+          request_id: requestId,
+          method: c.req.method,
+          path: c.req.path,
+          error: err instanceof Error ? { name: err.name, message: err.message, stack: err.stack } : String(err),
+        }),
+      );
+    }
+    return problemResponse(problem);
+  });
+
+  app.notFound((c) => {
+    const allowed = ROUTES.filter((r) => pathPattern(r.path).test(c.req.path)).map((r) => r.method.toUpperCase());
+    const code: ProblemCode = allowed.length > 0 ? "route.methodNotAllowed" : "route.notFound";
+    const detail =
+      allowed.length > 0
+        ? `${c.req.method} is not served on ${c.req.path}; try ${allowed.join(", ")}`
+        : `no route ${c.req.method} ${c.req.path}`;
+    const problem = problemBody(code, detail, { requestId: c.get("requestId"), instance: c.req.path });
+    return problemResponse(problem, allowed.length > 0 ? { allow: allowed.join(", ") } : {});
+  });
+
+  const handlers = routeHandlers({
+    deps,
+    tokens,
+    jsonLimit,
+    reportLimit,
+    openApi: () => {
+      openApi ??= JSON.stringify(buildOpenApi({ jsonBodyLimit: jsonLimit, reportBodyLimit: reportLimit }));
+      return openApi;
+    },
+  });
+
+  for (const spec of ROUTES as readonly RouteSpec[]) {
+    const access: Access = ROUTE_PERMISSIONS[routeKey(spec)];
+    const handler = handlers[spec.operationId as OperationId];
+    app.on(spec.method.toUpperCase(), honoPath(spec.path), async (c) => {
+      // 401 first (who are you), then 400 on the path (before any store is asked),
+      // then 403 (may you), and for an agent, whether its attempt is still current.
+      const principal = access.kind === "protected" ? authenticate(c.req.header("authorization"), tokens) : undefined;
+      c.set("principal", principal);
+      const params = pathParams(c, spec);
+      if (principal !== undefined) {
+        authorize(principal, access, params);
+        if (principal.kind === "agent") {
+          const latest = await deps.jobs.latestDispatch(principal.jobId);
+          assertLatestAttempt(principal, latest?.attempt_id);
+        }
+      }
+      return handler({ c, params, principal });
+    });
+  }
+  return app;
+}
+
+interface HandlerDeps {
+  readonly deps: Deps;
+  readonly tokens: TokenService;
+  readonly jsonLimit: number;
+  readonly reportLimit: number;
+  readonly openApi: () => string;
+}
+
+function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: HandlerDeps): Record<OperationId, Handler> {
+  const json = async <S extends Parameters<typeof validate>[0]>(c: Context<AppEnv>, schema: S, optional = false) => {
+    const value = await readJsonBody(c.req.raw, jsonLimit, { optional });
+    // `undefined` only when an optional body is absent altogether: the empty object.
+    return validate(schema, value === undefined ? {} : value, "body");
+  };
+  const query = <S extends Parameters<typeof validate>[0]>(c: Context<AppEnv>, schema: S) =>
+    // An empty parameter (`?status=`) means absent, as a form sends it.
+    validate(schema, Object.fromEntries(Object.entries(c.req.query()).filter(([, v]) => v !== "")), "query");
+
+  return {
+    async registerJob({ c }) {
+      const body = await json(c, RegisterJobSchema);
+      const record = await registerJob(deps, body);
+      return recordResponse(c, record, 201, { location: `/v1/jobs/${record.job_id}` });
+    },
+
+    async listJobs({ c }) {
+      const q = await query(c, ListJobsQuerySchema);
+      const page = await deps.jobs.list({
+        limit: q.limit,
+        ...(q.status === undefined ? {} : { status: q.status }),
+        ...(q.cursor === undefined ? {} : { cursor: q.cursor }),
+      });
+      const body: JobPage = { items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) };
+      return c.json(body, 200);
+    },
+
+    async getJob({ c, params }) {
+      return recordResponse(c, await getJob(deps, params.jobId!), 200);
+    },
+
+    async transitionJob({ c, params, principal }) {
+      const jobId = params.jobId!;
+      const body = await json(c, TransitionRequestSchema);
+      let expectedSeq = body.expected_seq;
+      const ifMatch = c.req.header("if-match");
+      if (ifMatch !== undefined) {
+        const current = await getJob(deps, jobId);
+        const tags = parseIfMatch(ifMatch);
+        if (tags !== "*" && !tags.includes(current.transition_seq)) {
+          throw new MamError(
+            "job.preconditionFailed",
+            `If-Match ${ifMatch} does not match job ${jobId}'s transition_seq ${current.transition_seq}`,
+            { details: { current } },
+          );
+        }
+        // A client that states its seq in If-Match need not repeat it in the body:
+        // the compare-and-swap then runs on that seq, so a writer landing between
+        // this read and the write still loses with a 409.
+        if (expectedSeq === undefined && tags !== "*" && tags.length === 1) expectedSeq = tags[0];
+      }
+      const record = await withBodyPaths(() =>
+        transitionJob(
+          deps,
+          jobId,
+          { action: body.action, expectedSeq, fields: body.fields, notify: body.notify, reason: body.reason },
+          actorOf(principal),
+        ),
+      );
+      return recordResponse(c, record, 200);
+    },
+
+    async recordDispatch({ c, params }) {
+      const jobId = params.jobId!;
+      const body = await json(c, DispatchRequestSchema);
+      const dispatch = await withCurrentRecord(deps, jobId, () => recordDispatch(deps, jobId, body));
+      const minted = tokens.mintAgent(jobId, dispatch.attempt_id);
+      const res: DispatchResponse = { dispatch, agent_token: minted.token, expires_at: minted.expiresAt };
+      return c.json(res, 201);
+    },
+
+    async stageReport({ c, params }) {
+      checkDeclaredLength(c.req.header("content-length"), reportLimit, "report");
+      let exceeded = false;
+      const stream = limitedChunks(c.req.raw.body, reportLimit, "report", () => {
+        exceeded = true;
+      });
+      let staged: { sha256: string; bytes: number };
+      try {
+        staged = await stageAttemptReport(deps, params.jobId!, params.attempt!, c.req.raw.body === null ? new Uint8Array() : stream);
+      } catch (e) {
+        // The store may wrap the stream's error in its own; the limit is still the cause.
+        if (exceeded) throw tooLarge(reportLimit, "report");
+        throw e;
+      } finally {
+        await stream.return(undefined);
+      }
+      const body: StagedReport = { sha256: staged.sha256, bytes: staged.bytes };
+      return c.json(body, 201);
+    },
+
+    async finalizeReport({ c, params }) {
+      const body = await json(c, FinalizeRequestSchema);
+      const f = await finalizeAttemptReport(deps, params.jobId!, params.attempt!, body.side_effects);
+      const res: FinalizedBody = { manifest: f.manifest, manifest_sha256: f.manifestSha256 };
+      return c.json(res, 200);
+    },
+
+    async verifyReport({ c, params }) {
+      const q = await query(c, VerificationQuerySchema);
+      const v = await verifyAttemptReport(deps, params.jobId!, params.attempt!, q.expected_artifacts);
+      const res: VerificationBody = {
+        ok: v.ok,
+        reason: v.reason,
+        manifest: v.manifest ?? null,
+        ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
+      };
+      return c.json(res, 200);
+    },
+
+    async evaluateJob({ c, params }) {
+      const body = await json(c, EvaluationRequestSchema);
+      const r = await evaluateJob(deps, params.jobId!, body.scenario);
+      const res: GateResponse = {
+        committed: r.committed,
+        reason: r.reason,
+        decision: r.decision,
+        ...(r.record === undefined ? {} : { record: r.record }),
+      };
+      return c.json(res, 200);
+    },
+
+    async publishEvent({ c, params, principal }) {
+      const jobId = params.jobId!;
+      const body = await json(c, PublishEventRequestSchema);
+      const fin = body.finalize;
+      if (fin !== undefined) {
+        if (principal?.kind === "agent" && fin.attempt_id !== principal.attemptId) {
+          throw new MamError("auth.forbidden", `this agent token is bound to attempt ${principal.attemptId}, not ${fin.attempt_id}`);
+        }
+        // The service finalizes only where it keeps reports: under a recorded dispatch.
+        if (!(await deps.jobs.getDispatch(jobId, fin.attempt_id))) {
+          await getJob(deps, jobId);
+          throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${fin.attempt_id}`, {
+            issues: [{ path: "body.finalize.attempt_id", message: "not a recorded dispatch of this job" }],
+          });
+        }
+      }
+      const r = await withBodyPaths(() =>
+        publishAgentEvent(
+          deps,
+          jobId,
+          {
+            event: body.event,
+            expectedSeq: body.expected_seq,
+            finalize:
+              fin === undefined
+                ? undefined
+                : { location: attemptReportLocation(jobId, fin.attempt_id), attemptId: fin.attempt_id, sideEffects: fin.side_effects },
+            data: body.data,
+          },
+          actorOf(principal),
+        ),
+      );
+      // A publish that fails after the commit is not an error of this request: the
+      // transition and its intent are committed, and the intent stays owed until the
+      // recovery sweep (or the change relay) delivers it. Answering 5xx would invite
+      // the agent to retry a transition that already happened, so the answer is a 200
+      // that says so (`published: false` and why). `nothing_owed` means a peer (the
+      // change relay) already sent and settled it: published.
+      const res: PublishEventResponse = {
+        record: r.record,
+        published: r.flush.outcome !== "failed",
+        ...(r.finalized === undefined
+          ? {}
+          : { finalized: { manifest: r.finalized.manifest, manifest_sha256: r.finalized.manifestSha256 } }),
+        ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
+      };
+      return c.json(res, 200);
+    },
+
+    async listEvents({ c, params }) {
+      const jobId = params.jobId!;
+      const q = await query(c, ListEventsQuerySchema);
+      await getJob(deps, jobId);
+      const body: EventLog = { items: [...(await deps.jobs.listEvents(jobId, q.limit))] };
+      return c.json(body, 200);
+    },
+
+    async runRecoverySweep({ c }) {
+      await json(c, RecoverySweepRequestSchema, true);
+      const r = await recoverNotifications(deps);
+      const body: RecoverySweepResult = { owed: r.owed, sent: r.sent, failed: r.failed };
+      return c.json(body, 200);
+    },
+
+    getOpenApi({ c }) {
+      return c.body(openApi(), 200, { "content-type": "application/json; charset=utf-8", "cache-control": "no-cache" });
+    },
+
+    getDocs({ c }) {
+      return c.html(DOCS_HTML, 200);
+    },
+
+    async getDocsAsset({ c }) {
+      const name = c.req.param("file") ?? "";
+      const asset = await readDocsAsset(name);
+      if (asset === undefined) {
+        const problem = problemBody("route.notFound", `no docs asset ${JSON.stringify(name).slice(0, 80)} in this deployment`, {
+          requestId: c.get("requestId"),
+          instance: c.req.path,
+        });
+        return problemResponse(problem);
+      }
+      return c.body(asset.body, 200, {
+        "content-type": asset.contentType,
+        "cache-control": "public, max-age=86400",
+        "x-content-type-options": "nosniff",
+      });
+    },
+
+    getHealth({ c }) {
+      return c.json({ ok: true as const }, 200);
+    },
+
+    getDashboard({ c }) {
+      return c.html(DASHBOARD_HTML, 200, {
+        "content-security-policy":
+          "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+      });
+    },
+  };
+}
+
+// ---- helpers
+
+function authenticate(header: string | undefined, tokens: TokenService): Principal {
+  if (header === undefined || header.trim() === "") throw new MamError("auth.missing", "send Authorization: Bearer <token>");
+  const m = /^Bearer +([^\s]+)\s*$/i.exec(header);
+  if (!m) throw new MamError("auth.invalid", "the Authorization header is not a Bearer token");
+  return tokens.verify(m[1]!);
+}
+
+function actorOf(principal: Principal | undefined): Actor {
+  if (principal?.kind === "agent") return { kind: "agent", jobId: principal.jobId, attemptId: principal.attemptId };
+  return principal === undefined ? { kind: "operator" } : { kind: "operator", id: principal.tokenId };
+}
+
+function actorLabel(principal: Principal | undefined): string {
+  if (principal === undefined) return "anonymous";
+  if (principal.kind === "agent") return `agent:${principal.jobId}/${principal.attemptId}`;
+  return `operator:${principal.tokenId}`;
+}
+
+function pathParams(c: Context<AppEnv>, spec: RouteSpec): PathParams {
+  const raw: Record<string, string> = {};
+  for (const name of spec.params) if (name !== "file") raw[name] = c.req.param(name) ?? "";
+  if (Object.keys(raw).length === 0) return {};
+  const p = validate(PathParamsSchema, raw, "path");
+  return { ...(p.job_id === undefined ? {} : { jobId: p.job_id }), ...(p.attempt === undefined ? {} : { attempt: p.attempt }) };
+}
+
+function recordResponse(c: Context<AppEnv>, record: JobRecord, status: 200 | 201, headers: Record<string, string> = {}): Response {
+  return c.json(record, status, { etag: `"${record.transition_seq}"`, ...headers });
+}
+
+/** `*`, or the seqs named by strong entity tags (`"3"`; bare digits tolerated). Weak tags never match. */
+function parseIfMatch(header: string): "*" | number[] {
+  if (header.trim() === "*") return "*";
+  return header
+    .split(",")
+    .map((t) => t.trim())
+    .map((t) => /^"(\d{1,15})"$/.exec(t)?.[1] ?? /^(\d{1,15})$/.exec(t)?.[1])
+    .filter((t): t is string => t !== undefined)
+    .map(Number);
+}
+
+/** Core names fields relative to the request body (`fields.role`); the API names them from the request (`body.fields.role`). */
+async function withBodyPaths<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof MamError && e.issues.length > 0 && e.constructor === MamError && e.issues.some((i) => !i.path.startsWith("body"))) {
+      throw new MamError(e.code, e.message, {
+        issues: e.issues.map((i) => (i.path.startsWith("body") ? i : { path: `body.${i.path}`, message: i.message })),
+        details: { ...e.details },
+        cause: e,
+      });
+    }
+    throw e;
+  }
+}
+
+/**
+ * Every 409 about the job's status carries the record it is about (`current`).
+ * Core's recordDispatch refuses a terminal job with a bare `job.transitionRefused`
+ * (reported as a core gap); read the record on that error path only and attach it.
+ */
+async function withCurrentRecord<T>(deps: Deps, jobId: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof MamError && e.code === "job.transitionRefused" && e.details.current === undefined) {
+      const current = await deps.jobs.get(jobId);
+      if (current !== undefined) throw new MamError(e.code, e.message, { issues: e.issues, details: { ...e.details, current }, cause: e });
+    }
+    throw e;
+  }
+}
+
+const honoPath = (path: string): string => path.replace(/\{([a-z_]+)\}/g, ":$1");
+
+const pathPattern = (path: string): RegExp =>
+  new RegExp(`^${path.replace(/[.*+?^$()|[\]\\]/g, "\\$&").replace(/\\?\{[a-z_]+\\?\}/g, "[^/]+")}$`);

@@ -1,0 +1,172 @@
+import { createHmac, timingSafeEqual } from "node:crypto";
+import { AttemptId, type Clock, JobId, MamError } from "@mam/core";
+import * as z from "zod";
+
+/**
+ * Bearer tokens: compact JWTs (HS256) signed with one key from configuration.
+ * Hand-rolled on node:crypto rather than `hono/jwt` so that expiry is judged by the
+ * injected clock (tests pin time) and the signature check is an explicit
+ * constant-time comparison.
+ *
+ * Two kinds:
+ * - operator: carries scopes (a subset of `read`, `write`, `gate`, `ops`); expires
+ *   only if minted with a TTL (the embedded bootstrap token does not).
+ * - agent: minted at dispatch, bound to one job and one attempt, always expiring.
+ *   A newer dispatch of the same job retires it: the API checks, on every agent
+ *   request, that the token's attempt is still the job's latest dispatch.
+ */
+export const SCOPES = ["read", "write", "gate", "ops"] as const;
+export const ScopeSchema = z.enum(SCOPES);
+export type Scope = z.infer<typeof ScopeSchema>;
+
+export type Principal =
+  | {
+      readonly kind: "operator";
+      readonly tokenId: string;
+      readonly scopes: readonly Scope[];
+      readonly expiresAt?: string;
+    }
+  | {
+      readonly kind: "agent";
+      readonly tokenId: string;
+      readonly jobId: string;
+      readonly attemptId: number;
+      readonly expiresAt: string;
+    };
+
+export interface MintedAgentToken {
+  readonly token: string;
+  readonly tokenId: string;
+  /** ISO-8601. */
+  readonly expiresAt: string;
+}
+
+export interface TokenService {
+  /** An operator token with these scopes; without `ttlSeconds` it does not expire. */
+  mintOperator(scopes: readonly Scope[], opts?: { ttlSeconds?: number }): string;
+  /** An agent token bound to one job and one attempt, expiring after the agent TTL. */
+  mintAgent(jobId: string, attemptId: number): MintedAgentToken;
+  /** The principal a token names. Throws `auth.invalid` (malformed, bad signature, expired). */
+  verify(token: string): Principal;
+}
+
+export interface TokenServiceOptions {
+  /** At least 32 characters (the same rule as MAM_TOKEN_SIGNING_KEY). */
+  readonly signingKey: string;
+  readonly clock: Clock;
+  /** Agent token lifetime; 24 h by default. */
+  readonly agentTtlSeconds?: number;
+  /** Token ids; random UUIDs by default. */
+  readonly newTokenId?: () => string;
+}
+
+const ISSUER = "mam";
+const HEADER = base64url(Buffer.from(JSON.stringify({ alg: "HS256", typ: "JWT" })));
+const B64URL = /^[A-Za-z0-9_-]+$/;
+const MIN_KEY_LENGTH = 32;
+const MAX_TOKEN_LENGTH = 4096;
+
+const Common = {
+  iss: z.literal(ISSUER),
+  jti: z.string().min(1).max(128),
+  iat: z.number().int(),
+};
+const ClaimsSchema = z.discriminatedUnion("kind", [
+  z.strictObject({
+    ...Common,
+    kind: z.literal("operator"),
+    scopes: z.array(ScopeSchema).min(1),
+    exp: z.number().int().optional(),
+  }),
+  z.strictObject({ ...Common, kind: z.literal("agent"), job_id: JobId, attempt_id: AttemptId, exp: z.number().int() }),
+]);
+type Claims = z.infer<typeof ClaimsSchema>;
+
+export function createTokenService(opts: TokenServiceOptions): TokenService {
+  if (opts.signingKey.length < MIN_KEY_LENGTH) {
+    throw new MamError("config.invalid", `the token signing key must be at least ${MIN_KEY_LENGTH} characters`);
+  }
+  const key = Buffer.from(opts.signingKey, "utf8");
+  const agentTtl = opts.agentTtlSeconds ?? 86_400;
+  const newTokenId = opts.newTokenId ?? (() => globalThis.crypto.randomUUID());
+  const nowSeconds = () => Math.floor(opts.clock.now().getTime() / 1000);
+  const mac = (signingInput: string) => createHmac("sha256", key).update(signingInput).digest();
+
+  const sign = (claims: Claims): string => {
+    const body = `${HEADER}.${base64url(Buffer.from(JSON.stringify(claims)))}`;
+    return `${body}.${base64url(mac(body))}`;
+  };
+
+  return {
+    mintOperator(scopes, mintOpts = {}) {
+      const parsed = z.array(ScopeSchema).min(1).safeParse(scopes);
+      if (!parsed.success) {
+        throw new MamError("input.invalid", `operator scopes are a non-empty subset of ${SCOPES.join(", ")}`, {
+          issues: [{ path: "scopes", message: parsed.error.issues[0]?.message ?? "invalid" }],
+        });
+      }
+      const iat = nowSeconds();
+      return sign({
+        iss: ISSUER,
+        kind: "operator",
+        jti: newTokenId(),
+        iat,
+        scopes: [...new Set(parsed.data)],
+        ...(mintOpts.ttlSeconds === undefined ? {} : { exp: iat + mintOpts.ttlSeconds }),
+      });
+    },
+
+    mintAgent(jobId, attemptId) {
+      const iat = nowSeconds();
+      const exp = iat + agentTtl;
+      const tokenId = newTokenId();
+      const token = sign({ iss: ISSUER, kind: "agent", jti: tokenId, iat, exp, job_id: jobId, attempt_id: attemptId });
+      return { token, tokenId, expiresAt: new Date(exp * 1000).toISOString() };
+    },
+
+    verify(token) {
+      if (token.length > MAX_TOKEN_LENGTH) throw invalid("the token is too long");
+      const parts = token.split(".");
+      if (parts.length !== 3 || !parts.every((p) => B64URL.test(p))) throw invalid("the token is not a signed JWT");
+      const [header, payload, signature] = parts as [string, string, string];
+      // Only our own header is accepted: no `alg: none`, no algorithm switching.
+      if (header !== HEADER) throw invalid("the token's header is not HS256");
+      const expected = mac(`${header}.${payload}`);
+      const given = Buffer.from(signature, "base64url");
+      // Re-encoding refuses a second spelling of the same bytes (unused trailing bits).
+      const canonical = base64url(given) === signature;
+      if (!canonical || given.length !== expected.length || !timingSafeEqual(given, expected)) {
+        throw invalid("the token's signature does not verify");
+      }
+      let json: unknown;
+      try {
+        json = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
+      } catch {
+        throw invalid("the token's claims are not JSON");
+      }
+      const claims = ClaimsSchema.safeParse(json);
+      if (!claims.success) throw invalid("the token's claims are not ones this service issues");
+      const c = claims.data;
+      if (c.exp !== undefined && c.exp <= nowSeconds()) {
+        throw invalid(`the token expired at ${new Date(c.exp * 1000).toISOString()}`);
+      }
+      if (c.kind === "operator") {
+        return {
+          kind: "operator",
+          tokenId: c.jti,
+          scopes: c.scopes,
+          ...(c.exp === undefined ? {} : { expiresAt: new Date(c.exp * 1000).toISOString() }),
+        };
+      }
+      return { kind: "agent", tokenId: c.jti, jobId: c.job_id, attemptId: c.attempt_id, expiresAt: new Date(c.exp * 1000).toISOString() };
+    },
+  };
+}
+
+function invalid(detail: string): MamError {
+  return new MamError("auth.invalid", detail);
+}
+
+function base64url(bytes: Buffer): string {
+  return bytes.toString("base64url");
+}

@@ -1,0 +1,479 @@
+import type { AttributeValue, DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import {
+  DynamoDBDocumentClient,
+  GetCommand,
+  PutCommand,
+  type PutCommandInput,
+  QueryCommand,
+  type QueryCommandInput,
+  type QueryCommandOutput,
+  UpdateCommand,
+} from "@aws-sdk/lib-dynamodb";
+import { unmarshall } from "@aws-sdk/util-dynamodb";
+import {
+  conflictFor,
+  type DispatchRecord,
+  type EventLogEntry,
+  JOB_ID_PATTERN,
+  type JobChange,
+  type JobRecord,
+  type JobStore,
+  MamError,
+  type NotificationIntent,
+  type Page,
+  type Status,
+} from "@mam/core";
+import { JOB_TABLE_INDEX } from "./job-table.ts";
+import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
+
+export interface DynamoJobStoreOptions {
+  /** The low-level client; the store wraps it in a document client of its own. */
+  readonly client: DynamoDBClient;
+  readonly tableName: string;
+}
+
+/** Attributes that exist for the table's keys and indexes, never part of a record. */
+const KEY_ATTRIBUTES = ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "owed_pk", "owed_at"] as const;
+
+const RECORD_SK = "JOB";
+const ALL_JOBS = "JOBS";
+const OWED = "OWED";
+
+const jobPk = (jobId: string): string => `JOB#${jobId}`;
+const dispatchSk = (attemptId: number): string => `DISPATCH#${String(attemptId).padStart(7, "0")}`;
+const statusPk = (status: Status): string => `STATUS#${status}`;
+
+/** A time as it sorts in a key: UTC, fixed width (`toISOString`). */
+function sortableTime(iso: string): string {
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? iso : new Date(t).toISOString();
+}
+const recencyKey = (updatedAt: string, jobId: string): string => `${sortableTime(updatedAt)}#${jobId}`;
+const owedKey = (intent: NotificationIntent, jobId: string): string => `${sortableTime(intent.created_at)}#${jobId}`;
+const eventSk = (entry: EventLogEntry): string => `EVENT#${sortableTime(entry.at)}#${entry.id}`;
+
+function stripKeys<T>(item: Record<string, unknown>): T {
+  const out: Record<string, unknown> = { ...item };
+  for (const k of KEY_ATTRIBUTES) delete out[k];
+  return out as T;
+}
+
+const isConditionalFailure = (err: unknown): boolean => (err as { name?: string } | null)?.name === "ConditionalCheckFailedException";
+
+/** Cursor: the index it pages and the key of the last item returned. */
+interface Cursor {
+  readonly i: string;
+  readonly k: Record<string, string>;
+}
+
+function encodeCursor(c: Cursor): string {
+  return Buffer.from(JSON.stringify(c), "utf8").toString("base64url");
+}
+
+function decodeCursor(raw: string, index: string, hashKey: string, hashValue: string): Record<string, string> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(raw, "base64url").toString("utf8"));
+  } catch {
+    parsed = undefined;
+  }
+  const c = parsed as Partial<Cursor> | undefined;
+  const keyValid =
+    c !== undefined &&
+    c !== null &&
+    c.i === index &&
+    typeof c.k === "object" &&
+    c.k !== null &&
+    Object.values(c.k).every((v) => typeof v === "string") &&
+    c.k[hashKey] === hashValue;
+  if (!keyValid) {
+    throw new MamError("input.invalid", "the cursor is not one this listing handed out", {
+      issues: [{ path: "cursor", message: "not a cursor of this listing" }],
+    });
+  }
+  return c.k as Record<string, string>;
+}
+
+/**
+ * The job store on DynamoDB (see `job-table.ts` for the layout).
+ *
+ * Every state change is one `UpdateItem` whose `ConditionExpression` carries the
+ * compare-and-swap (`transition_seq` and status); the owed notification lives in the
+ * job item, so a transition and its intent commit together without transactions.
+ * A lost race is turned into core's `TransitionConflict` carrying the record it lost
+ * to: DynamoDB returns that record with the failure (`ReturnValuesOnConditionCheckFailure`);
+ * a peer that does not (dynalite) costs one consistent read after the failure.
+ */
+export class DynamoJobStore implements JobStore {
+  readonly tableName: string;
+  readonly #doc: DynamoDBDocumentClient;
+
+  /**
+   * The document client shares the low-level client's config object, translation
+   * options included (lib-dynamodb stores them there): do not build a differently
+   * configured document client from the same low-level client.
+   */
+  constructor(opts: DynamoJobStoreOptions) {
+    this.tableName = opts.tableName;
+    this.#doc = DynamoDBDocumentClient.from(opts.client, {
+      // progress is free-form JSON: numbers keep JSON's (double) meaning both ways.
+      marshallOptions: { removeUndefinedValues: true, allowImpreciseNumbers: true },
+      unmarshallOptions: { wrapNumbers: (v: string) => Number(v) },
+    });
+  }
+
+  async create(record: JobRecord): Promise<void> {
+    if (!JOB_ID_PATTERN.test(record.job_id)) {
+      throw new MamError("input.jobId", `not a valid job id: ${JSON.stringify(record.job_id)}`);
+    }
+    const item: Record<string, unknown> = {
+      ...record,
+      pk: jobPk(record.job_id),
+      sk: RECORD_SK,
+      gsi1pk: statusPk(record.status),
+      gsi1sk: recencyKey(record.updated_at, record.job_id),
+      gsi2pk: ALL_JOBS,
+      gsi2sk: recencyKey(record.updated_at, record.job_id),
+    };
+    if (record.pending_notification !== undefined) {
+      item.owed_pk = OWED;
+      item.owed_at = owedKey(record.pending_notification, record.job_id);
+    }
+    await this.#putOnce(item, () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
+  }
+
+  async get(jobId: string): Promise<JobRecord | undefined> {
+    if (!JOB_ID_PATTERN.test(jobId)) return undefined;
+    return this.#read(jobId);
+  }
+
+  async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    if (!JOB_ID_PATTERN.test(jobId)) throw notFound(jobId);
+    if (change.from.length === 0) {
+      // No status allows it: nothing to write; say why against the current record.
+      const current = await this.#read(jobId);
+      if (current === undefined) throw notFound(jobId);
+      throw conflictFor(current, expectedSeq, change.from);
+    }
+
+    const names: Record<string, string> = { "#status": "status" };
+    const values: Record<string, unknown> = { ":one": 1 };
+    const sets: string[] = ["transition_seq = transition_seq + :one"];
+    const removes: string[] = [];
+    const unset = new Set<string>(change.unset ?? []);
+
+    let n = 0;
+    for (const [field, value] of Object.entries(change.set)) {
+      if (value === undefined) continue;
+      if (field === "job_id" || field === "transition_seq" || field === "created_at") {
+        throw new MamError("internal", `a transition may not set ${field}`);
+      }
+      if (unset.has(field)) throw new MamError("internal", `a transition may not both set and unset ${field}`);
+      names[`#f${n}`] = field;
+      values[`:v${n}`] = value;
+      sets.push(`#f${n} = :v${n}`);
+      n += 1;
+    }
+    for (const field of unset) {
+      names[`#f${n}`] = field;
+      removes.push(`#f${n}`);
+      n += 1;
+    }
+
+    // Keep the index attributes in step with the fields they are derived from.
+    const set = change.set;
+    if (set.status !== undefined) {
+      values[":gsi1pk"] = statusPk(set.status);
+      sets.push("gsi1pk = :gsi1pk");
+    }
+    if (set.updated_at !== undefined) {
+      values[":recency"] = recencyKey(set.updated_at, jobId);
+      sets.push("gsi1sk = :recency", "gsi2sk = :recency");
+    }
+    if (set.pending_notification !== undefined) {
+      values[":owed"] = OWED;
+      values[":owedAt"] = owedKey(set.pending_notification, jobId);
+      sets.push("owed_pk = :owed", "owed_at = :owedAt");
+    } else if (unset.has("pending_notification")) {
+      removes.push("owed_pk", "owed_at");
+    }
+
+    const conditions = ["attribute_exists(pk)"];
+    if (expectedSeq !== null) {
+      values[":expected"] = expectedSeq;
+      conditions.push("transition_seq = :expected");
+    }
+    const fromKeys = change.from.map((s, i) => {
+      values[`:s${i}`] = s;
+      return `:s${i}`;
+    });
+    conditions.push(`#status IN (${fromKeys.join(", ")})`);
+
+    let updateExpression = `SET ${sets.join(", ")}`;
+    if (removes.length > 0) updateExpression += ` REMOVE ${removes.join(", ")}`;
+
+    try {
+      const out = await this.#doc.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          UpdateExpression: updateExpression,
+          ConditionExpression: conditions.join(" AND "),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: values,
+          ReturnValues: "ALL_NEW",
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+        }),
+      );
+      return stripKeys<JobRecord>(out.Attributes ?? {});
+    } catch (err) {
+      if (!isConditionalFailure(err)) throw storeFailure(err, `transition job ${jobId}`);
+      // DynamoDB hands back the record the write lost to (low-level shape: the
+      // document client does not translate error payloads). dynalite does not, so
+      // read it: the record as it stands now, which is what a caller retries from.
+      const current = recordFromConditionFailure(err) ?? (await this.#read(jobId));
+      if (current === undefined) throw notFound(jobId);
+      throw conflictFor(current, expectedSeq, change.from);
+    }
+  }
+
+  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+    if (!JOB_ID_PATTERN.test(jobId)) throw notFound(jobId);
+    try {
+      await this.#doc.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
+          ConditionExpression: "attribute_exists(pk)",
+          ExpressionAttributeValues: { ":intent": intent, ":owed": OWED, ":owedAt": owedKey(intent, jobId) },
+        }),
+      );
+    } catch (err) {
+      if (isConditionalFailure(err)) throw notFound(jobId);
+      throw storeFailure(err, `replace the notification of job ${jobId}`);
+    }
+  }
+
+  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
+    if (!JOB_ID_PATTERN.test(jobId)) return false;
+    try {
+      await this.#doc.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          UpdateExpression: "REMOVE pending_notification, owed_pk, owed_at",
+          // Only the intent that was sent: a newer one written meanwhile stays owed.
+          ConditionExpression: "pending_notification.id = :id",
+          ExpressionAttributeValues: { ":id": intentId },
+        }),
+      );
+      return true;
+    } catch (err) {
+      if (isConditionalFailure(err)) return false;
+      throw storeFailure(err, `settle the notification of job ${jobId}`);
+    }
+  }
+
+  async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    const limit = positiveLimit(query.limit);
+    const byStatus = query.status !== undefined;
+    const index = byStatus ? JOB_TABLE_INDEX.byStatus : JOB_TABLE_INDEX.all;
+    const [hashKey, rangeKey] = byStatus ? ["gsi1pk", "gsi1sk"] : ["gsi2pk", "gsi2sk"];
+    const hashValue = query.status !== undefined ? statusPk(query.status) : ALL_JOBS;
+    const startKey = query.cursor !== undefined ? decodeCursor(query.cursor, index, hashKey, hashValue) : undefined;
+
+    // Ask for one more than a page: the cursor is then exact (absent on the last page)
+    // instead of DynamoDB's "maybe more" LastEvaluatedKey.
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: index,
+        KeyConditionExpression: "#h = :h",
+        ExpressionAttributeNames: { "#h": hashKey },
+        ExpressionAttributeValues: { ":h": hashValue },
+        ScanIndexForward: false,
+        ...(startKey !== undefined ? { ExclusiveStartKey: startKey } : {}),
+      },
+      limit + 1,
+      "list jobs",
+    );
+    const page = items.slice(0, limit);
+    const last = page[page.length - 1];
+    if (items.length <= limit || last === undefined) return { items: page.map((i) => stripKeys<JobRecord>(i)) };
+    const key: Record<string, string> = {
+      pk: String(last.pk),
+      sk: String(last.sk),
+      [hashKey]: String(last[hashKey]),
+      [rangeKey]: String(last[rangeKey]),
+    };
+    return { items: page.map((i) => stripKeys<JobRecord>(i)), cursor: encodeCursor({ i: index, k: key }) };
+  }
+
+  async listOwed(limit: number): Promise<readonly JobRecord[]> {
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: JOB_TABLE_INDEX.owed,
+        KeyConditionExpression: "owed_pk = :owed",
+        ExpressionAttributeValues: { ":owed": OWED },
+        ScanIndexForward: true,
+      },
+      positiveLimit(limit),
+      "list owed notifications",
+    );
+    return items.map((i) => stripKeys<JobRecord>(i));
+  }
+
+  async recordDispatch(dispatch: DispatchRecord): Promise<void> {
+    if (!JOB_ID_PATTERN.test(dispatch.job_id)) throw notFound(dispatch.job_id);
+    await this.#putOnce(
+      { ...dispatch, pk: jobPk(dispatch.job_id), sk: dispatchSk(dispatch.attempt_id) },
+      () => new MamError("dispatch.exists", `attempt ${dispatch.attempt_id} of job ${dispatch.job_id} was already dispatched`),
+      "record dispatch",
+    );
+  }
+
+  async getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
+    if (!JOB_ID_PATTERN.test(jobId) || !Number.isInteger(attemptId) || attemptId < 0) return undefined;
+    try {
+      const out = await this.#doc.send(
+        new GetCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: dispatchSk(attemptId) },
+          ConsistentRead: true,
+        }),
+      );
+      return out.Item === undefined ? undefined : stripKeys<DispatchRecord>(out.Item);
+    } catch (err) {
+      throw storeFailure(err, `get dispatch ${attemptId} of job ${jobId}`);
+    }
+  }
+
+  async latestDispatch(jobId: string): Promise<DispatchRecord | undefined> {
+    if (!JOB_ID_PATTERN.test(jobId)) return undefined;
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
+        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":prefix": "DISPATCH#" },
+        ScanIndexForward: false,
+        ConsistentRead: true,
+      },
+      1,
+      `latest dispatch of job ${jobId}`,
+    );
+    const first = items[0];
+    return first === undefined ? undefined : stripKeys<DispatchRecord>(first);
+  }
+
+  async appendEvent(entry: EventLogEntry): Promise<void> {
+    if (!JOB_ID_PATTERN.test(entry.job_id)) throw notFound(entry.job_id);
+    // Write-once per (time, id): appending the same entry twice (a retried request,
+    // a replayed stream record) leaves one line, and never rewrites the first.
+    await this.#putOnce({ ...entry, pk: jobPk(entry.job_id), sk: eventSk(entry) }, () => undefined, "append event");
+  }
+
+  async listEvents(jobId: string, limit: number): Promise<readonly EventLogEntry[]> {
+    if (!JOB_ID_PATTERN.test(jobId)) return [];
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
+        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":prefix": "EVENT#" },
+        ScanIndexForward: true,
+        ConsistentRead: true,
+      },
+      positiveLimit(limit),
+      `list events of job ${jobId}`,
+    );
+    return items.map((i) => stripKeys<EventLogEntry>(i));
+  }
+
+  async #read(jobId: string): Promise<JobRecord | undefined> {
+    try {
+      const out = await this.#doc.send(
+        new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: RECORD_SK }, ConsistentRead: true }),
+      );
+      return out.Item === undefined ? undefined : stripKeys<JobRecord>(out.Item);
+    } catch (err) {
+      throw storeFailure(err, `get job ${jobId}`);
+    }
+  }
+
+  /** A conditional put that never overwrites; `taken` says what an existing item means. */
+  async #putOnce(item: Record<string, unknown>, taken: () => MamError | undefined, what: string): Promise<void> {
+    const input: PutCommandInput = {
+      TableName: this.tableName,
+      Item: item,
+      ConditionExpression: "attribute_not_exists(pk)",
+    };
+    try {
+      await this.#doc.send(new PutCommand(input));
+    } catch (err) {
+      if (isConditionalFailure(err)) {
+        const e = taken();
+        if (e !== undefined) throw e;
+        return;
+      }
+      throw storeFailure(err, what);
+    }
+  }
+
+  /**
+   * Query until `want` items are in hand or the partition is exhausted: a single
+   * Query stops at 1 MB, so `Limit` alone does not promise `want` items.
+   */
+  async #queryUpTo(input: QueryCommandInput, want: number, what: string): Promise<Record<string, unknown>[]> {
+    const items: Record<string, unknown>[] = [];
+    let startKey = input.ExclusiveStartKey;
+    do {
+      let out: QueryCommandOutput;
+      try {
+        out = await this.#doc.send(
+          new QueryCommand({
+            ...input,
+            Limit: want - items.length,
+            ...(startKey !== undefined ? { ExclusiveStartKey: startKey } : {}),
+          }),
+        );
+      } catch (err) {
+        if (readSdkFailure(err).name === "ValidationException" && input.ExclusiveStartKey !== undefined) {
+          throw new MamError("input.invalid", "the cursor is not one this listing handed out", {
+            cause: err,
+            issues: [{ path: "cursor", message: "not a cursor of this listing" }],
+          });
+        }
+        throw storeFailure(err, what);
+      }
+      items.push(...(out.Items ?? []));
+      startKey = out.LastEvaluatedKey;
+    } while (startKey !== undefined && items.length < want);
+    return items;
+  }
+}
+
+/**
+ * The job record DynamoDB returns with a failed condition
+ * (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), in the low-level attribute-value
+ * shape (the document client leaves error payloads untranslated); undefined when the
+ * failure carries none (the item does not exist, or the peer does not return it).
+ */
+export function recordFromConditionFailure(err: unknown): JobRecord | undefined {
+  const item = (err as { Item?: Record<string, AttributeValue> } | null)?.Item;
+  if (item === undefined || Object.keys(item).length === 0) return undefined;
+  return stripKeys<JobRecord>(unmarshall(item, { wrapNumbers: (v: string) => Number(v) }));
+}
+
+function notFound(jobId: string): MamError {
+  return new MamError("job.notFound", `no job ${jobId}`);
+}
+
+function positiveLimit(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1) {
+    throw new MamError("input.invalid", `limit must be a positive integer, got ${limit}`, {
+      issues: [{ path: "limit", message: "a positive integer" }],
+    });
+  }
+  return limit;
+}

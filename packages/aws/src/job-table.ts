@@ -1,0 +1,118 @@
+import { CreateTableCommand, type CreateTableCommandInput, DescribeTableCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import { storeFailure } from "./sdk-errors.ts";
+
+/**
+ * The job table, one table for everything a job owns:
+ *
+ * | item           | pk          | sk                         |
+ * |----------------|-------------|----------------------------|
+ * | job record     | `JOB#<id>`  | `JOB`                      |
+ * | dispatch       | `JOB#<id>`  | `DISPATCH#<attempt, 7 digits>` |
+ * | event log line | `JOB#<id>`  | `EVENT#<at>#<event id>`    |
+ *
+ * Indexes (all project ALL, so a listing is one Query and no follow-up reads):
+ * - `by-status` (`gsi1pk = STATUS#<status>`, `gsi1sk = <updated_at>#<job_id>`):
+ *   dashboards, newest first within a status.
+ * - `all` (`gsi2pk = JOBS`, `gsi2sk = <updated_at>#<job_id>`): the unfiltered
+ *   listing, newest first. One partition key for every job: simple and exactly
+ *   ordered; its cost is one GSI partition's write rate (about 1000 writes/s), far
+ *   above what a job registry sees. Only job records carry it, so dispatches and
+ *   events never appear in a listing.
+ * - `owed` (`owed_pk = OWED`, `owed_at = <intent created_at>#<job_id>`): sparse — the
+ *   two attributes exist only while `pending_notification` does, so the recovery
+ *   sweep reads the jobs owing a notification and nothing else, oldest intent first.
+ *
+ * Times in sort keys are normalised to UTC `toISOString()` form (fixed width), so the
+ * string order is the time order whatever offset the record was written with.
+ *
+ * The stream (new and old images) feeds the notifier. The shape below is what
+ * CloudFormation's `AWS::DynamoDB::Table` takes (its `StreamSpecification` has no
+ * `StreamEnabled`); `createJobTable` adds what the CreateTable API needs on top.
+ */
+export const JOB_TABLE_INDEX = { byStatus: "by-status", all: "all", owed: "owed" } as const;
+
+export const JOB_TABLE_DEFINITION = {
+  BillingMode: "PAY_PER_REQUEST",
+  AttributeDefinitions: [
+    { AttributeName: "pk", AttributeType: "S" },
+    { AttributeName: "sk", AttributeType: "S" },
+    { AttributeName: "gsi1pk", AttributeType: "S" },
+    { AttributeName: "gsi1sk", AttributeType: "S" },
+    { AttributeName: "gsi2pk", AttributeType: "S" },
+    { AttributeName: "gsi2sk", AttributeType: "S" },
+    { AttributeName: "owed_pk", AttributeType: "S" },
+    { AttributeName: "owed_at", AttributeType: "S" },
+  ],
+  KeySchema: [
+    { AttributeName: "pk", KeyType: "HASH" },
+    { AttributeName: "sk", KeyType: "RANGE" },
+  ],
+  GlobalSecondaryIndexes: [
+    {
+      IndexName: JOB_TABLE_INDEX.byStatus,
+      KeySchema: [
+        { AttributeName: "gsi1pk", KeyType: "HASH" },
+        { AttributeName: "gsi1sk", KeyType: "RANGE" },
+      ],
+      Projection: { ProjectionType: "ALL" },
+    },
+    {
+      IndexName: JOB_TABLE_INDEX.all,
+      KeySchema: [
+        { AttributeName: "gsi2pk", KeyType: "HASH" },
+        { AttributeName: "gsi2sk", KeyType: "RANGE" },
+      ],
+      Projection: { ProjectionType: "ALL" },
+    },
+    {
+      IndexName: JOB_TABLE_INDEX.owed,
+      KeySchema: [
+        { AttributeName: "owed_pk", KeyType: "HASH" },
+        { AttributeName: "owed_at", KeyType: "RANGE" },
+      ],
+      Projection: { ProjectionType: "ALL" },
+    },
+  ],
+  StreamSpecification: { StreamViewType: "NEW_AND_OLD_IMAGES" },
+} as const;
+
+/**
+ * Create the job table (PAY_PER_REQUEST, the keys and indexes above, a stream of new
+ * and old images) and wait until it and its indexes are ACTIVE. An existing table of
+ * that name is left as it is (idempotent start-up for local runs and tests).
+ *
+ * dynalite accepts the StreamSpecification but keeps no stream: locally the change
+ * relay stands in for it.
+ */
+export async function createJobTable(client: DynamoDBClient, tableName: string, opts: { timeoutMs?: number } = {}): Promise<void> {
+  const def = JOB_TABLE_DEFINITION;
+  const input: CreateTableCommandInput = {
+    TableName: tableName,
+    BillingMode: def.BillingMode,
+    AttributeDefinitions: def.AttributeDefinitions.map((a) => ({ ...a })),
+    KeySchema: def.KeySchema.map((k) => ({ ...k })),
+    GlobalSecondaryIndexes: def.GlobalSecondaryIndexes.map((g) => ({
+      IndexName: g.IndexName,
+      KeySchema: g.KeySchema.map((k) => ({ ...k })),
+      Projection: { ...g.Projection },
+    })),
+    StreamSpecification: { StreamEnabled: true, StreamViewType: def.StreamSpecification.StreamViewType },
+  };
+  try {
+    await client.send(new CreateTableCommand(input));
+  } catch (err) {
+    if ((err as { name?: string }).name !== "ResourceInUseException") throw storeFailure(err, `create table ${tableName}`);
+  }
+  const deadline = Date.now() + (opts.timeoutMs ?? 300_000);
+  for (;;) {
+    try {
+      const { Table } = await client.send(new DescribeTableCommand({ TableName: tableName }));
+      const indexesActive = (Table?.GlobalSecondaryIndexes ?? []).every((g) => g.IndexStatus === "ACTIVE");
+      if (Table?.TableStatus === "ACTIVE" && indexesActive) return;
+    } catch (err) {
+      if ((err as { name?: string }).name !== "ResourceNotFoundException") throw storeFailure(err, `describe table ${tableName}`);
+    }
+    if (Date.now() > deadline) throw storeFailure(new Error("table did not become ACTIVE in time"), `create table ${tableName}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

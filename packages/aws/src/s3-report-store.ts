@@ -1,0 +1,255 @@
+import { createHash } from "node:crypto";
+import {
+  CopyObjectCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  type GetObjectCommandOutput,
+  HeadObjectCommand,
+  PutObjectCommand,
+  S3Client,
+  type S3ClientConfig,
+} from "@aws-sdk/client-s3";
+import { MamError, type ReportStore } from "@mam/core";
+import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
+
+export interface S3ReportStoreOptions {
+  /** Build it with `s3ClientConfig()` (or the same checksum settings). */
+  readonly client: S3Client;
+  readonly bucket: string;
+  /** `put` collects the body to hash it first; refuse anything larger. Default 64 MiB. */
+  readonly maxBodyBytes?: number;
+}
+
+/**
+ * The client settings the store expects. Checksums are ours: `put` computes the
+ * SHA-256 itself and sends it; the SDK's automatic CRC (and its aws-chunked framing of
+ * stream bodies, which S3 stand-ins store verbatim) stays off unless an operation
+ * requires it.
+ */
+export function s3ClientConfig(config: S3ClientConfig = {}): S3ClientConfig {
+  return {
+    requestChecksumCalculation: "WHEN_REQUIRED",
+    responseChecksumValidation: "WHEN_REQUIRED",
+    ...config,
+  };
+}
+
+/** `S3Client` built with `s3ClientConfig`; `forcePathStyle` for a local peer by endpoint. */
+export function createS3Client(config: S3ClientConfig = {}): S3Client {
+  return new S3Client(s3ClientConfig({ ...(config.endpoint !== undefined ? { forcePathStyle: true } : {}), ...config }));
+}
+
+/** A location is relative: `reports/<job>/<attempt>`, or any `a/b/c` of safe segments. */
+const SEGMENT = /^[A-Za-z0-9_-]{1,128}$/;
+/** A plain file name: no separators, not `.` or `..`. */
+const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$/;
+const MAX_LOCATION_SEGMENTS = 16;
+
+function objectKey(location: string, name: string): string {
+  const segments = location.split("/");
+  if (location.length === 0 || segments.length > MAX_LOCATION_SEGMENTS || !segments.every((s) => SEGMENT.test(s))) {
+    throw new MamError(
+      "report.location",
+      `not a report location: ${JSON.stringify(location)} (relative segments of letters, digits, '_' and '-', e.g. reports/<job>/<attempt>)`,
+    );
+  }
+  if (!NAME.test(name)) throw new MamError("report.location", `not a plain file name: ${JSON.stringify(name)}`);
+  return `${location}/${name}`;
+}
+
+const isMissing = (err: unknown): boolean => {
+  const f = readSdkFailure(err);
+  return f.name === "NoSuchKey" || f.name === "NotFound" || f.code === "NoSuchKey" || f.status === 404;
+};
+
+type Body = NonNullable<GetObjectCommandOutput["Body"]>;
+
+function asByteStream(body: Body): AsyncIterable<Uint8Array> {
+  // On Node the SDK's body is an IncomingMessage (a Readable): async-iterable bytes.
+  if (typeof (body as Partial<AsyncIterable<Uint8Array>>)[Symbol.asyncIterator] === "function") {
+    return body as AsyncIterable<Uint8Array>;
+  }
+  const web = (body as { transformToWebStream?: () => ReadableStream<Uint8Array> }).transformToWebStream;
+  if (typeof web === "function") {
+    const stream = web.call(body);
+    return {
+      async *[Symbol.asyncIterator]() {
+        const reader = stream.getReader();
+        try {
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) return;
+            yield value;
+          }
+        } finally {
+          reader.releaseLock();
+        }
+      },
+    };
+  }
+  throw new MamError("internal", "the S3 response body is not a stream");
+}
+
+/**
+ * Reports on S3: `<location>/<name>`, e.g. `reports/<job>/<attempt>/report-final.md`.
+ *
+ * - `put` hashes the body in our own code first (it is bounded: an API request body),
+ *   then sends one PutObject with the digest as `ChecksumSHA256` (S3 refuses bytes
+ *   that do not match it) and as metadata `sha256` (hex). PutObject is atomic.
+ * - `promote` is CopyObject (atomic per object: a reader sees no `to`, or all of it)
+ *   then DeleteObject of `from`. If the delete fails, `to` is already complete and a
+ *   retried promote copies the same bytes again.
+ * - `hash` streams the stored bytes through SHA-256; it trusts neither the metadata
+ *   nor S3's checksum (a multipart object's is a checksum of part checksums).
+ *
+ * Locations and names are checked before any request; a bad one is `report.location`.
+ * The IAM role needs `s3:ListBucket` on the bucket, or S3 answers a missing key with
+ * 403 instead of 404.
+ */
+export class S3ReportStore implements ReportStore {
+  readonly bucket: string;
+  readonly #client: S3Client;
+  readonly #maxBodyBytes: number;
+
+  constructor(opts: S3ReportStoreOptions) {
+    this.#client = opts.client;
+    this.bucket = opts.bucket;
+    this.#maxBodyBytes = opts.maxBodyBytes ?? 64 * 1024 * 1024;
+  }
+
+  async put(location: string, name: string, body: Uint8Array | AsyncIterable<Uint8Array>): Promise<{ sha256: string; bytes: number }> {
+    const key = objectKey(location, name);
+    const hash = createHash("sha256");
+    let bytes: Uint8Array;
+    if (body instanceof Uint8Array) {
+      if (body.byteLength > this.#maxBodyBytes) throw this.#tooLarge(key);
+      hash.update(body);
+      bytes = body;
+    } else {
+      const chunks: Uint8Array[] = [];
+      let size = 0;
+      for await (const chunk of body) {
+        size += chunk.byteLength;
+        if (size > this.#maxBodyBytes) throw this.#tooLarge(key);
+        hash.update(chunk);
+        chunks.push(chunk);
+      }
+      bytes = Buffer.concat(chunks, size);
+    }
+    const digest = hash.digest();
+    const sha256 = digest.toString("hex");
+    try {
+      await this.#client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: key,
+          Body: bytes,
+          ContentLength: bytes.byteLength,
+          ChecksumSHA256: digest.toString("base64"),
+          Metadata: { sha256 },
+        }),
+      );
+    } catch (err) {
+      throw storeFailure(err, `put ${this.describe(location, name)}`);
+    }
+    return { sha256, bytes: bytes.byteLength };
+  }
+
+  async getBytes(location: string, name: string): Promise<Uint8Array | undefined> {
+    const key = objectKey(location, name);
+    try {
+      const out = await this.#client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }));
+      if (out.Body === undefined) return new Uint8Array(0);
+      return await out.Body.transformToByteArray();
+    } catch (err) {
+      if (isMissing(err)) return undefined;
+      throw storeFailure(err, `get ${this.describe(location, name)}`);
+    }
+  }
+
+  async read(location: string, name: string): Promise<AsyncIterable<Uint8Array> | undefined> {
+    const out = await this.#get(location, name);
+    if (out === undefined) return undefined;
+    return out.Body === undefined ? emptyStream() : asByteStream(out.Body);
+  }
+
+  async exists(location: string, name: string): Promise<boolean> {
+    const key = objectKey(location, name);
+    try {
+      await this.#client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key }));
+      return true;
+    } catch (err) {
+      if (isMissing(err)) return false;
+      throw storeFailure(err, `head ${this.describe(location, name)}`);
+    }
+  }
+
+  async promote(location: string, from: string, to: string): Promise<void> {
+    const source = objectKey(location, from);
+    const target = objectKey(location, to);
+    if (source === target) {
+      if (!(await this.exists(location, from))) throw this.#noSource(location, from);
+      return;
+    }
+    try {
+      await this.#client.send(
+        new CopyObjectCommand({
+          Bucket: this.bucket,
+          Key: target,
+          CopySource: `${this.bucket}/${source.split("/").map(encodeURIComponent).join("/")}`,
+          MetadataDirective: "COPY",
+        }),
+      );
+    } catch (err) {
+      if (isMissing(err)) throw this.#noSource(location, from);
+      throw storeFailure(err, `promote ${this.describe(location, from)} to ${to}`);
+    }
+    try {
+      await this.#client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: source }));
+    } catch (err) {
+      throw storeFailure(err, `remove ${this.describe(location, from)} after promoting it`);
+    }
+  }
+
+  async hash(location: string, name: string): Promise<{ sha256: string; bytes: number } | undefined> {
+    const out = await this.#get(location, name);
+    if (out === undefined) return undefined;
+    const hash = createHash("sha256");
+    let bytes = 0;
+    if (out.Body !== undefined) {
+      try {
+        for await (const chunk of asByteStream(out.Body)) {
+          hash.update(chunk);
+          bytes += chunk.byteLength;
+        }
+      } catch (err) {
+        throw storeFailure(err, `hash ${this.describe(location, name)}`);
+      }
+    }
+    return { sha256: hash.digest("hex"), bytes };
+  }
+
+  describe(location: string, name: string): string {
+    return `s3://${this.bucket}/${objectKey(location, name)}`;
+  }
+
+  async #get(location: string, name: string): Promise<GetObjectCommandOutput | undefined> {
+    const key = objectKey(location, name);
+    try {
+      return await this.#client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }));
+    } catch (err) {
+      if (isMissing(err)) return undefined;
+      throw storeFailure(err, `get ${this.describe(location, name)}`);
+    }
+  }
+
+  #noSource(location: string, name: string): MamError {
+    return new MamError("report.notFound", `nothing to promote: ${this.describe(location, name)} does not exist`);
+  }
+
+  #tooLarge(key: string): MamError {
+    return new MamError("input.tooLarge", `the body for s3://${this.bucket}/${key} is over ${this.#maxBodyBytes} bytes`);
+  }
+}
+
+async function* emptyStream(): AsyncIterable<Uint8Array> {}

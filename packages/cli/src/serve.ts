@@ -1,0 +1,217 @@
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { chmod, mkdir, open } from "node:fs/promises";
+import type { AddressInfo } from "node:net";
+import { serve as serveHttp } from "@hono/node-server";
+import { createApp, createTokenService, type TokenService } from "@mam/api";
+import {
+  type Config,
+  type Deps,
+  flushNotification,
+  isMamError,
+  parseConfig,
+  randomIds,
+  recoverNotifications,
+  systemClock,
+} from "@mam/core";
+import {
+  ChangeRelay,
+  type Credentials,
+  dataDirPaths,
+  type EmbeddedBroker,
+  MqttPublisher,
+  openDataDir,
+  readCredentials,
+  SerialQueue,
+  startEmbeddedBroker,
+} from "@mam/local";
+import type { CliIo } from "./cli.ts";
+
+/** Write `credentials.json` once (mode 0600, never over an existing file); return what is there. */
+async function ensureCredentials(dir: string): Promise<{ credentials: Credentials; created: boolean }> {
+  const existing = await readCredentials(dir);
+  if (existing) return { credentials: existing, created: false };
+  const signingKey = randomBytes(32).toString("base64url");
+  const tokens = createTokenService({ signingKey, clock: systemClock });
+  const credentials: Credentials = {
+    operator_token: tokens.mintOperator(["read", "write", "gate", "ops"]),
+    signing_key: signingKey,
+    mqtt: { username: "mam-service", password: randomBytes(24).toString("base64url") },
+  };
+  const path = dataDirPaths(dir).credentials;
+  const fh = await open(path, "wx", 0o600);
+  try {
+    await fh.writeFile(`${JSON.stringify(credentials, null, 2)}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await chmod(path, 0o600);
+  return { credentials, created: true };
+}
+
+/** MAM_OPERATOR_TOKEN, when set, is accepted as an operator token with every scope. */
+function withStaticOperator(tokens: TokenService, staticToken: string | undefined): TokenService {
+  if (staticToken === undefined) return tokens;
+  const expected = Buffer.from(staticToken);
+  return {
+    ...tokens,
+    verify(token) {
+      const given = Buffer.from(token);
+      if (given.length === expected.length && timingSafeEqual(given, expected)) {
+        return { kind: "operator", tokenId: "MAM_OPERATOR_TOKEN", scopes: ["read", "write", "gate", "ops"] };
+      }
+      return tokens.verify(token);
+    },
+  };
+}
+
+export interface RunningService {
+  readonly url: string;
+  readonly mqttUrl: string;
+  readonly credentialsPath: string;
+  readonly operatorToken: string;
+  /** Stop accepting, drain the relay, close everything. Nothing owed is lost: intents are durable. */
+  stop(): Promise<void>;
+}
+
+/**
+ * The composition root of `mam serve`: the API over SQLite and files under the
+ * data dir, an embedded MQTT broker (or MAM_MQTT_URL), the change relay that
+ * publishes each committed intent right after its commit, and a sweep timer for
+ * whatever the relay missed.
+ */
+export async function startService(
+  config: Config,
+  log: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
+): Promise<RunningService> {
+  const paths = dataDirPaths(config.dataDir);
+  await mkdir(paths.root, { recursive: true, mode: 0o700 });
+  const { credentials } = await ensureCredentials(paths.root);
+
+  let broker: EmbeddedBroker | undefined;
+  let mqttUrl = config.mqttUrl;
+  if (mqttUrl === undefined) {
+    broker = await startEmbeddedBroker({ port: config.mqttPort, host: "127.0.0.1", publisherCredentials: credentials.mqtt });
+    mqttUrl = broker.url;
+  }
+  const publisher = new MqttPublisher({
+    url: mqttUrl,
+    publishTimeoutMs: config.publishTimeoutMs,
+    ...(config.mqttUrl === undefined ? { username: credentials.mqtt.username, password: credentials.mqtt.password } : {}),
+  });
+
+  const store = openDataDir(paths.root, { allowAbsolute: false });
+  const queue = new SerialQueue();
+  const relayLog = (jobId: string, outcome: string, detail?: string) =>
+    log(
+      JSON.stringify({
+        level: outcome === "failed" ? "warn" : "info",
+        msg: "relay",
+        job_id: jobId,
+        outcome,
+        ...(detail ? { detail } : {}),
+      }),
+    );
+  // The relay's deps publish through the same stores; its own settles are bookkeeping and owe nothing.
+  let deps: Deps;
+  const jobs = new ChangeRelay(store.jobs, (record) => {
+    queue.push(async () => {
+      try {
+        const r = await flushNotification(deps, record.job_id);
+        relayLog(record.job_id, r.outcome, r.outcome === "failed" ? r.error.message : undefined);
+      } catch (e) {
+        relayLog(record.job_id, "failed", e instanceof Error ? e.message : String(e));
+      }
+    });
+  });
+  deps = { jobs, reports: store.reports, publisher, clock: systemClock, ids: randomIds, flags: config.flags };
+
+  const tokens = withStaticOperator(
+    createTokenService({
+      signingKey: config.tokenSigningKey ?? credentials.signing_key,
+      clock: systemClock,
+      agentTtlSeconds: config.agentTokenTtlSeconds,
+    }),
+    config.operatorToken,
+  );
+  const app = createApp({ deps, tokens, jsonBodyLimit: config.jsonBodyLimit, reportBodyLimit: config.reportBodyLimit, log });
+
+  const sweep = async () => {
+    try {
+      const r = await recoverNotifications(deps);
+      if (r.owed > 0) log(JSON.stringify({ level: "info", msg: "sweep", owed: r.owed, sent: r.sent, failed: r.failed }));
+    } catch (e) {
+      log(JSON.stringify({ level: "warn", msg: "sweep failed", detail: isMamError(e) ? e.message : String(e) }));
+    }
+  };
+  let sweeping: Promise<void> = sweep();
+  const timer = setInterval(() => {
+    sweeping = sweeping.then(sweep);
+  }, config.sweepIntervalSeconds * 1000);
+
+  const server = await new Promise<ReturnType<typeof serveHttp>>((resolveServer) => {
+    const s = serveHttp({ fetch: app.fetch, hostname: config.host, port: config.port }, () => resolveServer(s));
+  });
+  const address = server.address() as AddressInfo;
+  const url = `http://${config.host}:${address.port}`;
+
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    mqttUrl,
+    credentialsPath: paths.credentials,
+    operatorToken: config.operatorToken ?? credentials.operator_token,
+    stop() {
+      stopping ??= (async () => {
+        clearInterval(timer);
+        await new Promise<void>((r) => server.close(() => r()));
+        await queue.drain();
+        await sweeping;
+        await publisher.close();
+        await broker?.close();
+        store.close();
+      })();
+      return stopping;
+    },
+  };
+}
+
+export async function serveCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  if (argv.includes("--help") || argv.includes("-h")) {
+    io.stdout(`mam serve — the API on the embedded default (what npm start runs)
+
+Usage: mam serve
+
+Serves the HTTP API on MAM_HOST:MAM_PORT (127.0.0.1:8787) over SQLite and files
+under MAM_DATA_DIR (./.mam), with an embedded MQTT broker on MAM_MQTT_PORT (1883)
+unless MAM_MQTT_URL names one. The operator token is written to
+<data dir>/credentials.json (mode 0600) on first start. Stops cleanly on SIGINT or
+SIGTERM. Every variable: docs/configuration.md.
+`);
+    return 0;
+  }
+  if (argv.length > 0) {
+    io.stderr(`mam serve: takes no arguments (configure it with environment variables; see --help), got ${argv.join(" ")}\n`);
+    return 1;
+  }
+  let service: RunningService;
+  try {
+    service = await startService(parseConfig(io.env), (l) => io.stdout(`${l}\n`));
+  } catch (e) {
+    io.stderr(`mam serve: ${e instanceof Error ? e.message : String(e)}\n`);
+    return isMamError(e) ? e.exitCode : 1;
+  }
+  io.stderr(`mam serving on ${service.url}\n`);
+  io.stderr(`  MQTT broker: ${service.mqttUrl} (subscribe to mam/events or mam/jobs/<job_id>/events)\n`);
+  io.stderr(`  operator token: in ${service.credentialsPath} (operator_token)\n`);
+  await new Promise<void>((resolveStop) => {
+    const onSignal = (sig: string) => {
+      io.stderr(`mam serve: ${sig}, stopping\n`);
+      service.stop().then(resolveStop, resolveStop);
+    };
+    process.once("SIGINT", () => onSignal("SIGINT"));
+    process.once("SIGTERM", () => onSignal("SIGTERM"));
+  });
+  io.stderr("mam serve: stopped; nothing owed was lost (owed notifications stay in the store for the next sweep)\n");
+  return 0;
+}

@@ -1,0 +1,22 @@
+import type { Flags } from "./config.ts";
+import type { Clock, Ids, JobStore, Publisher, ReportStore } from "./ports.ts";
+
+/**
+ * Everything core's services need, passed in by each composition root (the
+ * Lambda handlers, `mam serve`, the CLI, tests). No module reaches for a global.
+ */
+export interface Deps {
+  readonly jobs: JobStore;
+  readonly reports: ReportStore;
+  readonly publisher: Publisher;
+  readonly clock: Clock;
+  readonly ids: Ids;
+  readonly flags: Flags;
+}
+
+/** Who is asking. The engine's table says which actor may do what. */
+export type Actor =
+  | { readonly kind: "operator"; readonly id?: string }
+  | { readonly kind: "agent"; readonly jobId: string; readonly attemptId: number };
+
+export const OPERATOR: Actor = { kind: "operator" };

@@ -1,0 +1,114 @@
+/**
+ * The closed set of error codes. Each is mapped once, here, to an HTTP status, a
+ * problem `type`, a CLI exit code and whether retrying may help. Codes are dotted
+ * (`job.transitionConflict`) so callers can match a family by prefix.
+ */
+export const ERROR_TABLE = {
+  "input.invalid": { status: 400, exit: 1, retryable: false, title: "The request is not valid" },
+  "input.jobId": { status: 400, exit: 1, retryable: false, title: "Not a valid job id" },
+  "input.sideEffect": { status: 400, exit: 1, retryable: false, title: "A side effect is malformed" },
+  "input.tooLarge": { status: 413, exit: 1, retryable: false, title: "The body is too large" },
+  "input.unsupportedMediaType": { status: 415, exit: 1, retryable: false, title: "Unsupported media type" },
+  "job.notFound": { status: 404, exit: 1, retryable: false, title: "No such job" },
+  "job.exists": { status: 409, exit: 1, retryable: false, title: "The job already exists" },
+  "job.transitionConflict": { status: 409, exit: 1, retryable: false, title: "The job moved on: stale transition_seq" },
+  "job.transitionRefused": { status: 409, exit: 1, retryable: false, title: "The job's status does not allow this transition" },
+  "job.preconditionFailed": { status: 412, exit: 1, retryable: false, title: "If-Match does not match the job's transition_seq" },
+  "job.fieldNotAllowed": { status: 403, exit: 1, retryable: false, title: "This actor may not write that field" },
+  "job.actionForbidden": { status: 403, exit: 1, retryable: false, title: "This actor may not take that action" },
+  "bookkeeping.fieldRefused": { status: 400, exit: 1, retryable: false, title: "Bookkeeping may only write pending_notification" },
+  "dispatch.exists": { status: 409, exit: 1, retryable: false, title: "That attempt was already dispatched" },
+  "dispatch.notFound": { status: 404, exit: 1, retryable: false, title: "No such dispatch" },
+  "report.notFound": { status: 404, exit: 1, retryable: false, title: "No report to finalize" },
+  "report.frozen": { status: 409, exit: 1, retryable: false, title: "The job is terminal; its report tree is frozen" },
+  "report.location": { status: 400, exit: 1, retryable: false, title: "Not a valid report location" },
+  "auth.missing": { status: 401, exit: 1, retryable: false, title: "A bearer token is required" },
+  "auth.invalid": { status: 401, exit: 1, retryable: false, title: "The token is not valid" },
+  "auth.forbidden": { status: 403, exit: 1, retryable: false, title: "The token does not grant this" },
+  "publish.unreachable": { status: 503, exit: 2, retryable: true, title: "The broker could not be reached" },
+  "publish.refused": { status: 502, exit: 2, retryable: true, title: "The broker refused the publish" },
+  "publish.tooLarge": { status: 500, exit: 2, retryable: false, title: "The notification payload is too large for the broker" },
+  "store.unavailable": { status: 503, exit: 2, retryable: true, title: "The store could not be reached or throttled the request" },
+  "service.unreachable": { status: 503, exit: 2, retryable: true, title: "The mam service could not be reached" },
+  "config.invalid": { status: 500, exit: 1, retryable: false, title: "The configuration is not valid" },
+  internal: { status: 500, exit: 1, retryable: false, title: "Internal error" },
+} as const satisfies Record<string, { status: number; exit: 0 | 1 | 2; retryable: boolean; title: string }>;
+
+export type ErrorCode = keyof typeof ERROR_TABLE;
+
+export interface FieldIssue {
+  /** Dotted path of the bad field, e.g. `body.fields.role`. */
+  readonly path: string;
+  readonly message: string;
+}
+
+export class MamError extends Error {
+  override readonly name = "MamError";
+  readonly code: ErrorCode;
+  /** Bad fields, for validation errors. */
+  readonly issues: readonly FieldIssue[];
+  /** Extra data a caller may show, e.g. `current` (the record a stale writer lost to). */
+  readonly details: Readonly<Record<string, unknown>>;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    opts: { issues?: readonly FieldIssue[]; details?: Record<string, unknown>; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.code = code;
+    this.issues = opts.issues ?? [];
+    this.details = opts.details ?? {};
+  }
+
+  get status(): number {
+    return ERROR_TABLE[this.code].status;
+  }
+  get exitCode(): 0 | 1 | 2 {
+    return ERROR_TABLE[this.code].exit;
+  }
+  get retryable(): boolean {
+    return ERROR_TABLE[this.code].retryable;
+  }
+}
+
+/** `isMamError(e, "job.")` matches every code of the `job` family. */
+export function isMamError(e: unknown, prefix = ""): e is MamError {
+  return e instanceof MamError && e.code.startsWith(prefix);
+}
+
+export function problemType(code: ErrorCode): string {
+  return `https://mam.dev/problems/${code}`;
+}
+
+/**
+ * A compare-and-swap lost: the stored record no longer has the expected
+ * `transition_seq`, or its status does not allow the change. Carries the record it
+ * lost to, so a caller can show it (HTTP 409) or retry from it.
+ */
+export class TransitionConflict extends MamError {
+  readonly current: import("./schemas.ts").JobRecord;
+  constructor(message: string, current: import("./schemas.ts").JobRecord, stale: boolean) {
+    super(stale ? "job.transitionConflict" : "job.transitionRefused", message, { details: { current } });
+    this.current = current;
+  }
+}
+
+/**
+ * The one way an adapter turns a failed conditional write into a conflict: given
+ * the record as it now stands, say why the write could not commit.
+ */
+export function conflictFor(
+  current: import("./schemas.ts").JobRecord,
+  expectedSeq: number | null,
+  from: readonly string[],
+): TransitionConflict {
+  if (expectedSeq !== null && current.transition_seq !== expectedSeq) {
+    return new TransitionConflict(
+      `stale transition_seq: you expected ${expectedSeq}, but job ${current.job_id} is at ${current.transition_seq} (status ${current.status}); re-read it and decide again`,
+      current,
+      true,
+    );
+  }
+  return new TransitionConflict(`job ${current.job_id} is ${current.status}; this transition needs ${from.join(" or ")}`, current, false);
+}

@@ -1,0 +1,145 @@
+import type { Deps } from "./deps.ts";
+import { newIntent } from "./engine.ts";
+import { isMamError } from "./errors.ts";
+import { REPORT_NAME, verifyManifest } from "./finalize.ts";
+import { decide as defaultDecide } from "./policy.ts";
+import type { ReportStore } from "./ports.ts";
+import type { Decision, DispatchRecord, JobRecord } from "./schemas.ts";
+
+export interface GateResult {
+  readonly committed: boolean;
+  readonly reason: string;
+  /** The policy's decision, when the gate got that far. */
+  readonly decision: Decision | null;
+  /** The committed record, when it committed. */
+  readonly record?: JobRecord;
+}
+
+export interface EvaluateInput {
+  readonly jobId: string;
+  /** The scenario as the watcher sent it: read raw, validated by the policy. */
+  readonly scenario: unknown;
+  /**
+   * Where the attempt's report tree is; absent means the gate cannot verify, so it
+   * refuses. The service passes a function of the latest dispatch (it derives the
+   * location, never takes one from a caller).
+   */
+  readonly reportLocation?: string | ((dispatch: DispatchRecord) => string) | undefined;
+}
+
+export interface GateDeps extends Pick<Deps, "jobs" | "reports" | "clock" | "ids" | "flags"> {
+  /** The policy; replaceable so a test can make it throw (B-24). */
+  readonly decide?: typeof defaultDecide;
+}
+
+const refuse = (reason: string, decision: Decision | null = null): GateResult => ({ committed: false, reason, decision });
+
+const VERDICT = /\[VERDICT: (PASS|FAIL)\]/;
+
+/** Scan a report for a reviewer's verdict token by streaming it (a token may straddle chunks). */
+async function hasVerdictToken(reports: ReportStore, location: string): Promise<boolean> {
+  const stream = await reports.read(location, REPORT_NAME);
+  if (!stream) return false;
+  const decoder = new TextDecoder();
+  let carry = "";
+  for await (const chunk of stream) {
+    const text = carry + decoder.decode(chunk, { stream: true });
+    if (VERDICT.test(text)) return true;
+    carry = text.slice(-32);
+  }
+  return VERDICT.test(carry + decoder.decode());
+}
+
+/**
+ * The auto-completion gate. Commits only if every condition holds, checked in
+ * DESIGN.md's order; returns the first that fails and writes nothing. A refusal is
+ * an answer, not an error. The commit is one conditional write against the
+ * `transition_seq` the gate read: if the agent reported meanwhile, the gate loses.
+ */
+export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promise<GateResult> {
+  const { flags } = deps;
+  if (!flags.autoComplete) return refuse("auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)");
+  if (!flags.engineCas) return refuse("auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)");
+
+  const job = await deps.jobs.get(input.jobId);
+  if (!job) return refuse(`job ${input.jobId} does not exist`);
+  if (job.status !== "running") return refuse(`job ${job.job_id} is ${job.status}, not running`);
+  if (job.auto_complete !== true) return refuse(`job ${job.job_id} did not opt in to auto-completion (auto_complete is not true)`);
+  if (!flags.allowedBackends.includes(job.agent)) {
+    return refuse(
+      `backend ${JSON.stringify(job.agent)} has no quiescent-state evidence in the allowlist (allowed: ${flags.allowedBackends.join(", ") || "none"})`,
+    );
+  }
+  if (input.reportLocation === undefined) {
+    return refuse("no report location was given, so the gate cannot independently verify the report");
+  }
+  const dispatch = await deps.jobs.latestDispatch(job.job_id);
+  if (!dispatch) return refuse(`job ${job.job_id} has no recorded dispatch`);
+
+  // Bind the evidence to the target before anything else reads the scenario:
+  // raw values, so a mismatch of value or of type is refused naming the field.
+  const scenario = input.scenario as { dispatch_context?: unknown } | null;
+  const ctx = typeof scenario === "object" && scenario !== null ? scenario.dispatch_context : undefined;
+  if (typeof ctx !== "object" || ctx === null) return refuse("invalid scenario: dispatch_context is missing or not an object");
+  const raw = ctx as Record<string, unknown>;
+  if (raw.job_id !== job.job_id) {
+    return refuse(`the scenario's dispatch context names job ${JSON.stringify(raw.job_id)}, which does not match job ${job.job_id}`);
+  }
+  // The settle window the policy applies is the scenario's backend's: it must be the job's own.
+  if (raw.backend !== job.agent) {
+    return refuse(
+      `dispatch_context.backend is ${JSON.stringify(raw.backend)}, which does not match the job's backend ${JSON.stringify(job.agent)}`,
+    );
+  }
+  for (const field of ["attempt_id", "agent_session_uuid", "pane_process_generation"] as const) {
+    if (raw[field] !== dispatch[field]) {
+      return refuse(
+        `dispatch_context.${field} is ${JSON.stringify(raw[field])}, which does not match the latest recorded dispatch (${JSON.stringify(dispatch[field])})`,
+      );
+    }
+  }
+
+  const location = typeof input.reportLocation === "function" ? input.reportLocation(dispatch) : input.reportLocation;
+  const verification = await verifyManifest(deps.reports, {
+    location,
+    jobId: job.job_id,
+    attemptId: dispatch.attempt_id,
+    expectedArtifacts: job.expected_artifacts,
+  });
+  if (!verification.ok) return refuse(verification.reason);
+  if (job.role === "Reviewer" && !(await hasVerdictToken(deps.reports, location))) {
+    return refuse("the reviewer's report has no verdict token ([VERDICT: PASS] or [VERDICT: FAIL])");
+  }
+
+  let decision: Decision;
+  try {
+    decision = (deps.decide ?? defaultDecide)(input.scenario, { notBefore: dispatch.anchor.started_at });
+  } catch (e) {
+    return refuse(`policy error: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (decision.decision !== "candidate_approved") return refuse(`the policy holds: ${decision.reason}`, decision);
+
+  const now = deps.clock.now().toISOString();
+  try {
+    const record = await deps.jobs.transition(job.job_id, job.transition_seq, {
+      from: ["running"],
+      set: {
+        status: "completed",
+        completed_by: "auto_complete",
+        completed_evidence: {
+          attempt_id: dispatch.attempt_id,
+          report_sha256: verification.manifest.sha256,
+          manifest_sha256: verification.manifestSha256,
+          report_location: verification.manifest.report_location,
+          verified_at: now,
+        },
+        updated_at: now,
+        pending_notification: newIntent(deps, "completed", job.transition_seq + 1, "auto_complete"),
+      },
+    });
+    return { committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record };
+  } catch (e) {
+    if (isMamError(e, "job.transition")) return refuse(`the job moved while the gate was deciding: ${e.message}`, decision);
+    throw e;
+  }
+}

@@ -1,0 +1,13 @@
+export * from "./allowlist.ts";
+export * from "./config.ts";
+export * from "./deps.ts";
+export * from "./engine.ts";
+export * from "./errors.ts";
+export * from "./finalize.ts";
+export * from "./gate.ts";
+export * from "./notifier.ts";
+export * as policy from "./policy.ts";
+export { type Scenario, ScenarioSchema } from "./policy.ts";
+export * from "./ports.ts";
+export * from "./schemas.ts";
+export * from "./services.ts";

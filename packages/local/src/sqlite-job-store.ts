@@ -1,0 +1,329 @@
+import {
+  conflictFor,
+  type DispatchRecord,
+  type EventLogEntry,
+  type JobChange,
+  type JobRecord,
+  JobRecordSchema,
+  type JobStore,
+  MamError,
+  type NotificationIntent,
+  type Page,
+  type Status,
+  zodIssues,
+} from "@mam/core";
+import Database from "better-sqlite3";
+
+/**
+ * The embedded JobStore: one SQLite file in WAL mode, so readers never block the
+ * writer and several processes (`mam serve`, the CLI) can share it.
+ *
+ * The record is kept whole as JSON in `doc`; `status`, `transition_seq`,
+ * `updated_at` and the owed intent are mirrored in columns so the conditions and the
+ * indexes can see them. Every state change is ONE `UPDATE ... WHERE ... RETURNING`
+ * statement, the SQLite form of a conditional write: there is no read-then-write,
+ * so two processes racing from the same seq cannot both commit.
+ */
+export class SqliteJobStore implements JobStore {
+  /**
+   * Job rows materialized by reads (`get`, `list`, `listOwed`, and the read-back
+   * after a failed transition). A committed transition reads none: its RETURNING
+   * row is the write's own result. Tests assert the cost of an operation with it.
+   */
+  rowsRead = 0;
+
+  readonly #db: Database.Database;
+  readonly #statements = new Map<string, Database.Statement>();
+
+  constructor(path: string) {
+    this.#db = new Database(path);
+    this.#db.pragma("busy_timeout = 5000");
+    if (path !== ":memory:" && path !== "") this.#db.pragma("journal_mode = WAL");
+    this.#db.exec(SCHEMA);
+  }
+
+  async create(record: JobRecord): Promise<void> {
+    // A malformed record would poison every later reader; creation is once per job,
+    // so checking it here is cheap and lets reads skip the schema.
+    const parsed = JobRecordSchema.safeParse(record);
+    if (!parsed.success) {
+      throw new MamError("input.invalid", `job record ${String(record.job_id)} is not valid`, {
+        issues: zodIssues(parsed.error, "record"),
+      });
+    }
+    const owed = record.pending_notification;
+    const result = this.#run(
+      `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, doc)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+      [
+        record.job_id,
+        record.status,
+        record.transition_seq,
+        record.created_at,
+        record.updated_at,
+        owed?.id ?? null,
+        owed?.created_at ?? null,
+        JSON.stringify(record),
+      ],
+    );
+    if (result.changes === 0) throw new MamError("job.exists", `job ${record.job_id} already exists`);
+  }
+
+  async get(jobId: string): Promise<JobRecord | undefined> {
+    return this.#read(jobId);
+  }
+
+  async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    const setPairs: [string, unknown][] = [];
+    for (const [key, value] of Object.entries(change.set)) {
+      if (value === undefined) continue;
+      if (!SETTABLE.has(key)) throw new MamError("internal", `a transition may not set ${key}`);
+      setPairs.push([key, value]);
+    }
+    const unset = (change.unset ?? []).filter((k) => !setPairs.some(([s]) => s === k));
+    for (const key of unset) {
+      if (!SETTABLE.has(key)) throw new MamError("internal", `a transition may not unset ${key}`);
+    }
+
+    const params: unknown[] = [];
+    // unset first, then set, so a field named in both ends up set.
+    let doc = "doc";
+    if (unset.length > 0) {
+      doc = `json_remove(doc${", ?".repeat(unset.length)})`;
+      params.push(...unset.map((k) => `$.${k}`));
+    }
+    doc = `json_set(${doc}${", ?, json(?)".repeat(setPairs.length)}, '$.transition_seq', transition_seq + 1)`;
+    for (const [key, value] of setPairs) params.push(`$.${key}`, JSON.stringify(value));
+
+    const assignments = [`doc = ${doc}`, "transition_seq = transition_seq + 1"];
+    const set = change.set;
+    if (set.status !== undefined) {
+      assignments.push("status = ?");
+      params.push(set.status);
+    }
+    if (set.updated_at !== undefined) {
+      assignments.push("updated_at = ?");
+      params.push(set.updated_at);
+    }
+    if (set.pending_notification !== undefined) {
+      assignments.push("owed_intent_id = ?", "owed_at = ?");
+      params.push(set.pending_notification.id, set.pending_notification.created_at);
+    } else if (unset.includes("pending_notification")) {
+      assignments.push("owed_intent_id = NULL", "owed_at = NULL");
+    }
+
+    let where = "job_id = ?";
+    params.push(jobId);
+    if (expectedSeq !== null) {
+      where += " AND transition_seq = ?";
+      params.push(expectedSeq);
+    }
+    where += ` AND status IN (${change.from.map(() => "?").join(", ")})`;
+    params.push(...change.from);
+
+    const row = this.#get<{ doc: string }>(`UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`, params);
+    if (row !== undefined) return JSON.parse(row.doc) as JobRecord;
+
+    // Nothing committed. Read what stands now only to say why; the write is over.
+    const current = this.#read(jobId);
+    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+    throw conflictFor(current, expectedSeq, change.from);
+  }
+
+  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+    const result = this.#run(
+      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?
+       WHERE job_id = ?`,
+      [JSON.stringify(intent), intent.id, intent.created_at, jobId],
+    );
+    if (result.changes === 0) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+  }
+
+  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
+    const result = this.#run(
+      `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL
+       WHERE job_id = ? AND owed_intent_id = ?`,
+      [jobId, intentId],
+    );
+    return result.changes === 1;
+  }
+
+  async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    const limit = checkLimit(query.limit);
+    const conditions: string[] = [];
+    const params: unknown[] = [];
+    if (query.status !== undefined) {
+      conditions.push("status = ?");
+      params.push(query.status);
+    }
+    if (query.cursor !== undefined) {
+      const [updatedAt, jobId] = decodeCursor(query.cursor);
+      conditions.push("(updated_at, job_id) < (?, ?)");
+      params.push(updatedAt, jobId);
+    }
+    const where = conditions.length > 0 ? `WHERE ${conditions.join(" AND ")}` : "";
+    // One row more than asked tells whether another page exists, so the last page
+    // carries no cursor.
+    params.push(limit + 1);
+    const rows = this.#all<{ doc: string; updated_at: string; job_id: string }>(
+      `SELECT doc, updated_at, job_id FROM jobs ${where} ORDER BY updated_at DESC, job_id DESC LIMIT ?`,
+      params,
+    );
+    this.rowsRead += rows.length;
+    const items = rows.slice(0, limit).map((r) => JSON.parse(r.doc) as JobRecord);
+    const last = rows[limit - 1];
+    if (rows.length > limit && last !== undefined) return { items, cursor: encodeCursor(last.updated_at, last.job_id) };
+    return { items };
+  }
+
+  async listOwed(limit: number): Promise<readonly JobRecord[]> {
+    // Served by the partial index jobs_owed: the cost is the number owed.
+    const rows = this.#all<{ doc: string }>("SELECT doc FROM jobs WHERE owed_intent_id IS NOT NULL ORDER BY owed_at LIMIT ?", [
+      checkLimit(limit),
+    ]);
+    this.rowsRead += rows.length;
+    return rows.map((r) => JSON.parse(r.doc) as JobRecord);
+  }
+
+  async recordDispatch(dispatch: DispatchRecord): Promise<void> {
+    const result = this.#run(
+      "INSERT INTO dispatches (job_id, attempt_id, doc) VALUES (?, ?, ?) ON CONFLICT (job_id, attempt_id) DO NOTHING",
+      [dispatch.job_id, dispatch.attempt_id, JSON.stringify(dispatch)],
+    );
+    if (result.changes === 0) {
+      throw new MamError("dispatch.exists", `attempt ${dispatch.attempt_id} of job ${dispatch.job_id} was already dispatched`);
+    }
+  }
+
+  async getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
+    const row = this.#get<{ doc: string }>("SELECT doc FROM dispatches WHERE job_id = ? AND attempt_id = ?", [jobId, attemptId]);
+    return row === undefined ? undefined : (JSON.parse(row.doc) as DispatchRecord);
+  }
+
+  async latestDispatch(jobId: string): Promise<DispatchRecord | undefined> {
+    const row = this.#get<{ doc: string }>("SELECT doc FROM dispatches WHERE job_id = ? ORDER BY attempt_id DESC LIMIT 1", [jobId]);
+    return row === undefined ? undefined : (JSON.parse(row.doc) as DispatchRecord);
+  }
+
+  /**
+   * Appending an entry whose id the job already has is a no-op: a retried append
+   * (the CLI after a lost reply) does no harm, and the first entry stays.
+   */
+  async appendEvent(entry: EventLogEntry): Promise<void> {
+    this.#run("INSERT INTO events (job_id, id, at, doc) VALUES (?, ?, ?, ?) ON CONFLICT (job_id, id) DO NOTHING", [
+      entry.job_id,
+      entry.id,
+      entry.at,
+      JSON.stringify(entry),
+    ]);
+  }
+
+  async listEvents(jobId: string, limit: number): Promise<readonly EventLogEntry[]> {
+    const rows = this.#all<{ doc: string }>("SELECT doc FROM events WHERE job_id = ? ORDER BY at, id LIMIT ?", [jobId, checkLimit(limit)]);
+    return rows.map((r) => JSON.parse(r.doc) as EventLogEntry);
+  }
+
+  async close(): Promise<void> {
+    if (this.#db.open) this.#db.close();
+  }
+
+  #read(jobId: string): JobRecord | undefined {
+    const row = this.#get<{ doc: string }>("SELECT doc FROM jobs WHERE job_id = ?", [jobId]);
+    if (row === undefined) return undefined;
+    this.rowsRead += 1;
+    return JSON.parse(row.doc) as JobRecord;
+  }
+
+  #statement(sql: string): Database.Statement {
+    let statement = this.#statements.get(sql);
+    if (statement === undefined) {
+      statement = this.#db.prepare(sql);
+      this.#statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  #run(sql: string, params: unknown[]): Database.RunResult {
+    return storeCall(() => this.#statement(sql).run(...params));
+  }
+
+  #get<T>(sql: string, params: unknown[]): T | undefined {
+    return storeCall(() => this.#statement(sql).get(...params) as T | undefined);
+  }
+
+  #all<T>(sql: string, params: unknown[]): T[] {
+    return storeCall(() => this.#statement(sql).all(...params) as T[]);
+  }
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  transition_seq INTEGER NOT NULL,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  owed_intent_id TEXT NULL,
+  owed_at TEXT NULL,
+  doc TEXT NOT NULL CHECK (json_valid(doc))
+);
+CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, updated_at, job_id);
+CREATE INDEX IF NOT EXISTS jobs_by_updated ON jobs (updated_at, job_id);
+CREATE INDEX IF NOT EXISTS jobs_owed ON jobs (owed_at) WHERE owed_intent_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS dispatches (
+  job_id TEXT NOT NULL,
+  attempt_id INTEGER NOT NULL,
+  doc TEXT NOT NULL CHECK (json_valid(doc)),
+  PRIMARY KEY (job_id, attempt_id)
+);
+CREATE TABLE IF NOT EXISTS events (
+  rowid INTEGER PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  at TEXT NOT NULL,
+  doc TEXT NOT NULL CHECK (json_valid(doc)),
+  UNIQUE (job_id, id)
+);
+CREATE INDEX IF NOT EXISTS events_by_time ON events (job_id, at, id);
+`;
+
+/** Top-level fields a transition may write; the key also becomes a JSON path. */
+const SETTABLE: ReadonlySet<string> = new Set(
+  Object.keys(JobRecordSchema.shape).filter((k) => k !== "job_id" && k !== "transition_seq" && k !== "created_at"),
+);
+
+function checkLimit(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1) throw new MamError("input.invalid", `limit must be a positive integer, not ${limit}`);
+  return limit;
+}
+
+function encodeCursor(updatedAt: string, jobId: string): string {
+  return Buffer.from(JSON.stringify([updatedAt, jobId])).toString("base64url");
+}
+
+function decodeCursor(cursor: string): [string, string] {
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
+    if (Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string") {
+      return [value[0], value[1]];
+    }
+  } catch {
+    // fall through to the refusal below
+  }
+  throw new MamError("input.invalid", "the cursor is not one this service issued", {
+    issues: [{ path: "query.cursor", message: "not a valid cursor" }],
+  });
+}
+
+/** SQLite's "try again" answers become the port's retryable store.unavailable. */
+function storeCall<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))) {
+      throw new MamError("store.unavailable", `the job database is busy: ${(e as Error).message}`, { cause: e });
+    }
+    throw e;
+  }
+}

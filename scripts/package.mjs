@@ -1,0 +1,127 @@
+#!/usr/bin/env node
+/**
+ * `npm run package [-- <osls package options>]`: bundle each Lambda entry point with
+ * esbuild into `.build/<function>/`, then let osls package serverless.yml into
+ * `.serverless/` (or `--package <dir>`): one zip per function holding only its
+ * bundle, and the CloudFormation template. Offline and without credentials: osls's
+ * `package` calls no AWS API, and nothing here asks for an account.
+ *
+ * Bundles: ESM (`.mjs`), node20, minified, with linked source maps (the functions
+ * run with NODE_OPTIONS=--enable-source-maps). Nothing is external: the AWS SDK v3
+ * clients are bundled (tree-shaken) at the versions the lockfile pins and the tests
+ * ran against, rather than whatever SDK the Lambda runtime ships — the adapters rely
+ * on recent client features (S3 checksum settings, ReturnValuesOnConditionCheckFailure).
+ *
+ * Extra arguments go to osls, e.g. `npm run package -- --stage prod --param iotEndpoint=...`.
+ */
+import { spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const require = createRequire(join(root, "package.json"));
+const outRoot = join(root, ".build");
+
+/** Function name (as in serverless.yml, kebab-cased for the folder) -> entry point. */
+const ENTRIES = {
+  http: "functions/http.ts",
+  "stream-publisher": "functions/stream-publisher.ts",
+  "recovery-sweep": "functions/recovery-sweep.ts",
+};
+
+/**
+ * The docs page's assets (packages/api DOCS_ASSETS), served by the http function
+ * from `swagger-ui-dist` found next to its bundle: no CDN is reachable from a closed
+ * network. tests/packaging checks this list against DOCS_ASSETS.
+ */
+const DOCS_ASSET_FILES = [
+  "swagger-ui.css",
+  "index.css",
+  "swagger-ui-bundle.js",
+  "swagger-ui-standalone-preset.js",
+  "favicon-32x32.png",
+  "favicon-16x16.png",
+];
+
+// ESM bundles of CommonJS dependencies still call `require` for Node built-ins.
+const banner = [
+  'import { createRequire as __mamCreateRequire } from "node:module";',
+  "const require = __mamCreateRequire(import.meta.url);",
+].join("\n");
+
+async function bundle() {
+  rmSync(outRoot, { recursive: true, force: true });
+  const sizes = {};
+  for (const [name, entry] of Object.entries(ENTRIES)) {
+    const outdir = join(outRoot, name);
+    const result = await build({
+      absWorkingDir: root,
+      entryPoints: { [name]: entry },
+      outdir,
+      outExtension: { ".js": ".mjs" },
+      bundle: true,
+      platform: "node",
+      target: "node20",
+      format: "esm",
+      mainFields: ["module", "main"],
+      minify: true,
+      sourcemap: "linked",
+      sourcesContent: false,
+      legalComments: "none",
+      banner: { js: banner },
+      metafile: true,
+      logLevel: "warning",
+    });
+    writeFileSync(join(outRoot, `${name}.meta.json`), JSON.stringify(result.metafile));
+    sizes[name] = Object.entries(result.metafile.outputs)
+      .filter(([file]) => file.endsWith(".mjs"))
+      .reduce((n, [, o]) => n + o.bytes, 0);
+  }
+  copyDocsAssets(join(outRoot, "http", "node_modules", "swagger-ui-dist"));
+  return sizes;
+}
+
+function copyDocsAssets(target) {
+  const source = dirname(require.resolve("swagger-ui-dist/package.json"));
+  mkdirSync(target, { recursive: true });
+  for (const file of ["package.json", ...DOCS_ASSET_FILES]) cpSync(join(source, file), join(target, file));
+}
+
+function packageWithOsls(args) {
+  const cli = join(dirname(require.resolve("osls/package.json")), "bin", "serverless.js");
+  const env = {
+    ...process.env,
+    // No telemetry, update checks, prompts or deprecation noise; nothing to reach.
+    SLS_TELEMETRY_DISABLED: "1",
+    SLS_TRACKING_DISABLED: "1",
+    SLS_NOTIFICATIONS_MODE: "off",
+    SLS_DEPRECATION_DISABLE: "*",
+    SLS_INTERACTIVE_SETUP_DISABLE: "1",
+    CI: process.env.CI ?? "1",
+  };
+  const run = spawnSync(process.execPath, [cli, "package", ...args], { cwd: root, env, stdio: "inherit" });
+  if (run.error) throw run.error;
+  return run.status ?? 1;
+}
+
+/** The SSM parameter's ARN is `...:parameter` + its name: only a hierarchical name ("/a/b") makes a valid one. */
+function checkParams(args) {
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] === "--param" ? args[i + 1] : args[i]?.startsWith("--param=") ? args[i].slice("--param=".length) : undefined;
+    const match = /^signingKeyParameter=(.*)$/.exec(arg ?? "");
+    if (match && !match[1].startsWith("/")) {
+      process.stderr.write(`signingKeyParameter must be a hierarchical SSM name starting with "/", got ${JSON.stringify(match[1])}\n`);
+      process.exit(1);
+    }
+  }
+}
+
+checkParams(process.argv.slice(2));
+const sizes = await bundle();
+for (const [name, bytes] of Object.entries(sizes)) {
+  process.stderr.write(`bundled ${name}: ${(bytes / 1024).toFixed(0)} KiB\n`);
+}
+process.exitCode = packageWithOsls(process.argv.slice(2));

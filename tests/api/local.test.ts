@@ -1,0 +1,40 @@
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { apiRoutesSuite } from "./routes.suite.ts";
+
+/** A loopback port nobody listens on (it was free a moment ago). */
+async function deadPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", async ({ publisher }) => {
+  const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));
+  const jobs = new SqliteJobStore(path.join(dir, "mam.db"));
+  // The service derives every location (reports/<job>/<attempt>) and refuses absolute ones.
+  const reports = new FileReportStore(dir, { allowAbsolute: false });
+  const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  const pub =
+    publisher === "working"
+      ? new MqttPublisher({ url: broker.url, ...credentials })
+      : new MqttPublisher({ url: `mqtt://127.0.0.1:${await deadPort()}`, ...credentials, connectTimeoutMs: 500 });
+  return {
+    jobs,
+    reports,
+    publisher: pub,
+    async close() {
+      await pub.close();
+      await broker.close();
+      await jobs.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+});

@@ -1,0 +1,981 @@
+import { randomUUID } from "node:crypto";
+import { createTokenService, ROUTE_PERMISSIONS, ROUTES, type RouteKey, SCOPES, type Scope } from "@mam/api";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  CANDIDATE_DISPATCH,
+  candidateScenario,
+  type Harness,
+  type HarnessOptions,
+  lazyBytes,
+  makeHarness,
+  type PortsFactory,
+  type Res,
+} from "./harness.ts";
+
+export type { ApiPorts, PortsFactory, PortsOptions } from "./harness.ts";
+
+const PROBLEM = /^application\/problem\+json/;
+const REPORT = "# Report\n\nAll tests pass.\n";
+
+/**
+ * The HTTP API, end to end through `app.request()` (no server), over one family of
+ * adapters. Each test builds its own ports through `factory`.
+ */
+export function apiRoutesSuite(name: string, factory: PortsFactory): void {
+  describe(`HTTP API over ${name}`, () => {
+    const cleanup: (() => Promise<unknown>)[] = [];
+    afterEach(async () => {
+      for (const c of cleanup.splice(0).reverse()) await c();
+    });
+    const harness = (opts: HarnessOptions = {}) => makeHarness(factory, opts, cleanup);
+
+    const newId = () => `job-${randomUUID().slice(0, 12)}`;
+
+    async function register(h: Harness, over: Record<string, unknown> = {}): Promise<Record<string, unknown> & { job_id: string }> {
+      const res = await h.call("POST", "/v1/jobs", {
+        token: h.operator,
+        json: { job_id: newId(), prompt: "fix the bug", agent: "codex", ...over },
+      });
+      expect(res.status, res.text).toBe(201);
+      return res.body;
+    }
+
+    async function dispatch(h: Harness, jobId: string, attempt = 1, over: Record<string, unknown> = {}): Promise<string> {
+      const res = await h.call("POST", `/v1/jobs/${jobId}/dispatches`, {
+        token: h.operator,
+        json: { attempt_id: attempt, agent_session_uuid: randomUUID(), pane_process_generation: 1, ...over },
+      });
+      expect(res.status, res.text).toBe(201);
+      return res.body.agent_token;
+    }
+
+    async function transition(h: Harness, jobId: string, token: string, body: Record<string, unknown>): Promise<Res> {
+      return h.call("POST", `/v1/jobs/${jobId}/transitions`, { token, json: body });
+    }
+
+    async function stage(h: Harness, jobId: string, attempt: number, token: string, text = REPORT): Promise<Res> {
+      return h.call("PUT", `/v1/jobs/${jobId}/attempts/${attempt}/report`, {
+        token,
+        body: text,
+        headers: { "content-type": "text/markdown" },
+      });
+    }
+
+    function expectProblem(res: Res, status: number, code: string): void {
+      expect(res.status, res.text).toBe(status);
+      expect(res.headers.get("content-type")).toMatch(PROBLEM);
+      expect(res.body).toMatchObject({ status, code, type: `https://mam.dev/problems/${code}` });
+      expect(typeof res.body.title).toBe("string");
+      expect(typeof res.body.detail).toBe("string");
+      expect(res.body.request_id).toBe(res.headers.get("x-request-id"));
+    }
+
+    /** A concrete path for a route key, with its parameters filled in. */
+    function concrete(key: RouteKey, jobId: string, attempt = 1): { method: string; path: string } {
+      const [method, template] = key.split(" ") as [string, string];
+      return {
+        method,
+        path: template.replace("{job_id}", jobId).replace("{attempt}", String(attempt)).replace("{file}", "swagger-ui.css"),
+      };
+    }
+
+    /** A body that passes validation for each protected route, so only authorization decides. */
+    function validRequest(key: RouteKey, attempt = 1): { json?: unknown; body?: string } {
+      switch (key) {
+        case "POST /v1/jobs":
+          return { json: { prompt: "p", agent: "codex" } };
+        case "POST /v1/jobs/{job_id}/transitions":
+          return { json: { action: "progress", expected_seq: 1, fields: { progress: { step: 1 } } } };
+        case "POST /v1/jobs/{job_id}/dispatches":
+          return { json: { attempt_id: 7, agent_session_uuid: "s", pane_process_generation: 0 } };
+        case "PUT /v1/jobs/{job_id}/attempts/{attempt}/report":
+          return { body: REPORT };
+        case "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize":
+          return { json: { side_effects: [] } };
+        case "POST /v1/jobs/{job_id}/evaluations":
+          return { json: { scenario: {} } };
+        case "POST /v1/jobs/{job_id}/events":
+          return { json: { event: "progress", finalize: { attempt_id: attempt, side_effects: [] } } };
+        case "POST /v1/recovery-sweeps":
+          return { json: {} };
+        default:
+          return {};
+      }
+    }
+
+    const protectedKeys = (Object.keys(ROUTE_PERMISSIONS) as RouteKey[]).filter((k) => ROUTE_PERMISSIONS[k].kind === "protected");
+
+    // ------------------------------------------------------------------ happy paths
+
+    describe("routes", () => {
+      it("GET /healthz is alive without a token", async () => {
+        const h = await harness();
+        const res = await h.call("GET", "/healthz");
+        expect(res.status).toBe(200);
+        expect(res.body).toEqual({ ok: true });
+      });
+
+      it("POST /v1/jobs registers a pending job (201, Location, ETag) and GET /v1/jobs/{id} reads it with its ETag", async () => {
+        const h = await harness();
+        const jobId = newId();
+        const res = await h.call("POST", "/v1/jobs", {
+          token: h.operator,
+          json: {
+            job_id: jobId,
+            prompt: "fix it",
+            agent: "claude-code",
+            role: "Reviewer",
+            expected_artifacts: ["commit"],
+            auto_complete: true,
+          },
+        });
+        expect(res.status).toBe(201);
+        expect(res.body).toMatchObject({ job_id: jobId, status: "pending", transition_seq: 0, role: "Reviewer", auto_complete: true });
+        expect(res.headers.get("location")).toBe(`/v1/jobs/${jobId}`);
+        expect(res.headers.get("etag")).toBe('"0"');
+
+        const got = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
+        expect(got.status).toBe(200);
+        expect(got.body).toEqual(res.body);
+        expect(got.headers.get("etag")).toBe('"0"');
+        expect(got.headers.get("content-type")).toMatch(/^application\/json/);
+      });
+
+      it("POST /v1/jobs without a job_id generates a lowercase UUID", async () => {
+        const h = await harness();
+        const res = await h.call("POST", "/v1/jobs", { token: h.operator, json: { prompt: "p", agent: "codex" } });
+        expect(res.status).toBe(201);
+        expect(res.body.job_id).toMatch(/^[0-9a-f-]{36}$/);
+      });
+
+      it("GET /v1/jobs lists newest first, paged by cursor, filtered by status", async () => {
+        const h = await harness();
+        const ids: string[] = [];
+        for (let i = 0; i < 3; i++) {
+          ids.push((await register(h)).job_id);
+          h.clock.advance(1000);
+        }
+        await transition(h, ids[0]!, h.operator, { action: "claim", expected_seq: 0 });
+
+        const first = await h.call("GET", "/v1/jobs?limit=2", { token: h.operator });
+        expect(first.status).toBe(200);
+        // ids[0] was updated last, by its claim.
+        expect(first.body.items.map((j: { job_id: string }) => j.job_id)).toEqual([ids[0], ids[2]]);
+        expect(typeof first.body.next_cursor).toBe("string");
+        const second = await h.call("GET", `/v1/jobs?limit=2&cursor=${encodeURIComponent(first.body.next_cursor)}`, { token: h.operator });
+        expect(second.body.items.map((j: { job_id: string }) => j.job_id)).toEqual([ids[1]]);
+        expect(second.body.next_cursor).toBeUndefined();
+
+        const running = await h.call("GET", "/v1/jobs?status=running&status=", { token: h.operator });
+        expect(running.body.items.map((j: { job_id: string }) => j.job_id)).toEqual([ids[0]]);
+        const all = await h.call("GET", "/v1/jobs?status=", { token: h.operator });
+        expect(all.body.items).toHaveLength(3);
+      });
+
+      it("POST /v1/jobs/{id}/transitions commits a claim and answers the record with its new ETag", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const res = await transition(h, job.job_id, h.operator, { action: "claim", expected_seq: 0, fields: { agent_session: "sess-1" } });
+        expect(res.status).toBe(200);
+        expect(res.body).toMatchObject({ status: "running", transition_seq: 1, agent_session: "sess-1" });
+        expect(res.headers.get("etag")).toBe('"1"');
+      });
+
+      it("POST /v1/jobs/{id}/dispatches records the dispatch and mints a 24 h agent token (201)", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, {
+          token: h.operator,
+          json: { attempt_id: 1, agent_session_uuid: "uuid-1", pane_process_generation: 2, anchor: { workspace_revision: "abc123" } },
+        });
+        expect(res.status).toBe(201);
+        expect(res.body.dispatch).toMatchObject({
+          job_id: job.job_id,
+          attempt_id: 1,
+          agent_session_uuid: "uuid-1",
+          pane_process_generation: 2,
+          anchor: { started_at: "2026-11-20T10:10:00.000Z", workspace_revision: "abc123" },
+        });
+        expect(res.body.expires_at).toBe("2026-11-21T10:10:00.000Z");
+        const principal = h.tokens.verify(res.body.agent_token);
+        expect(principal).toMatchObject({ kind: "agent", jobId: job.job_id, attemptId: 1 });
+      });
+
+      it("an agent claims, stages, finalizes and publishes `completed`; the operator verifies; the event log shows it", async () => {
+        const h = await harness();
+        const job = await register(h, { expected_artifacts: ["commit"] });
+        const agent = await dispatch(h, job.job_id);
+
+        const claimed = await transition(h, job.job_id, agent, {
+          action: "claim",
+          expected_seq: 0,
+          fields: { progress: { step: "start" } },
+        });
+        expect(claimed.status, claimed.text).toBe(200);
+
+        const staged = await stage(h, job.job_id, 1, agent);
+        expect(staged.status, staged.text).toBe(201);
+        expect(staged.body).toEqual({
+          sha256: (await import("node:crypto")).createHash("sha256").update(REPORT).digest("hex"),
+          bytes: Buffer.byteLength(REPORT),
+        });
+
+        const fin = await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, {
+          token: agent,
+          json: { side_effects: [{ kind: "commit", reference: "abc123" }] },
+        });
+        expect(fin.status, fin.text).toBe(200);
+        expect(fin.body.manifest).toMatchObject({
+          job_id: job.job_id,
+          attempt_id: 1,
+          sha256: staged.body.sha256,
+          bytes: staged.body.bytes,
+        });
+        expect(fin.body.manifest_sha256).toMatch(/^[0-9a-f]{64}$/);
+
+        const verified = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification`, { token: h.operator });
+        expect(verified.status).toBe(200);
+        expect(verified.body).toMatchObject({ ok: true, manifest: fin.body.manifest, manifest_sha256: fin.body.manifest_sha256 });
+        const missing = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification?expected_artifacts=commit,pr`, {
+          token: h.operator,
+        });
+        expect(missing.body).toMatchObject({ ok: false, manifest: fin.body.manifest });
+        expect(missing.body.reason).toContain("pr");
+        const none = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/2/verification`, { token: h.operator });
+        expect(none.body).toMatchObject({ ok: false, manifest: null });
+
+        const published = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: {
+            event: "completed",
+            expected_seq: 1,
+            finalize: { attempt_id: 1, side_effects: [{ kind: "commit", reference: "abc123" }] },
+            data: { note: "done" },
+          },
+        });
+        expect(published.status, published.text).toBe(200);
+        expect(published.body.published).toBe(true);
+        expect(published.body.record).toMatchObject({ status: "completed", transition_seq: 2 });
+        expect(published.body.finalized.manifest).toMatchObject({ attempt_id: 1 });
+        expect(published.body.publish_error).toBeUndefined();
+
+        const log = await h.call("GET", `/v1/jobs/${job.job_id}/events`, { token: agent });
+        expect(log.status).toBe(200);
+        const events = log.body.items.map((e: { event: string }) => e.event);
+        expect(events).toContain("publish_event");
+        expect(events).toContain("published");
+        const limited = await h.call("GET", `/v1/jobs/${job.job_id}/events?limit=1`, { token: h.operator });
+        expect(limited.body.items).toHaveLength(1);
+
+        const after = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: agent });
+        expect(after.body.pending_notification).toBeUndefined();
+      });
+
+      it("POST /v1/jobs/{id}/evaluations commits on evidence (200) and a refusal is a 200 too", async () => {
+        const h = await harness({ env: { MAM_AUTO_COMPLETE: "1" } });
+        const job = await register(h, { agent: "claude-code", auto_complete: true });
+        await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, { token: h.operator, json: CANDIDATE_DISPATCH });
+        await transition(h, job.job_id, h.operator, { action: "claim", expected_seq: 0 });
+        expect((await stage(h, job.job_id, 1, h.operator)).status).toBe(201);
+        expect(
+          (await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, { token: h.operator, json: { side_effects: [] } })).status,
+        ).toBe(200);
+
+        const refused = await h.call("POST", `/v1/jobs/${job.job_id}/evaluations`, {
+          token: h.operator,
+          json: { scenario: "not a scenario" },
+        });
+        expect(refused.status).toBe(200);
+        expect(refused.body).toMatchObject({ committed: false, decision: null });
+        expect(refused.body.reason).toContain("dispatch_context");
+
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/evaluations`, {
+          token: h.operator,
+          json: { scenario: candidateScenario(job.job_id) },
+        });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body).toMatchObject({ committed: true, decision: { decision: "candidate_approved" } });
+        expect(res.body.record).toMatchObject({ status: "completed", completed_by: "auto_complete" });
+      });
+
+      it("the gate refuses with 200 while auto-completion is off", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/evaluations`, {
+          token: h.operator,
+          json: { scenario: candidateScenario(job.job_id) },
+        });
+        expect(res.status).toBe(200);
+        expect(res.body).toEqual({ committed: false, reason: expect.stringContaining("disabled"), decision: null });
+      });
+
+      it("POST /v1/recovery-sweeps sends every owed notification, with no body or with {}", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const t = await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        expect(t.body.pending_notification).toMatchObject({ event: "cancelled", seq: 1 });
+
+        const res = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body).toEqual({ owed: 1, sent: 1, failed: 0 });
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification).toBeUndefined();
+
+        const again = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator, json: {} });
+        expect(again.body).toEqual({ owed: 0, sent: 0, failed: 0 });
+      });
+
+      it("a publish that fails after the commit is a 200 with published: false; the intent stays owed", async () => {
+        const h = await harness({ publisher: "unreachable" });
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/events`, { token: agent, json: { event: "error" } });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body.published).toBe(false);
+        expect(res.body.publish_error).toMatchObject({ code: "publish.unreachable" });
+        expect(res.body.record).toMatchObject({ status: "error", transition_seq: 1 });
+        const got = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator });
+        expect(got.body.pending_notification).toMatchObject({ event: "error", seq: 1 });
+        const sweep = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
+        expect(sweep.body).toEqual({ owed: 1, sent: 0, failed: 1 });
+      });
+
+      it("GET /openapi.json is OpenAPI 3.1 covering every route, with bearer security and problem responses", async () => {
+        const h = await harness();
+        const res = await h.call("GET", "/openapi.json");
+        expect(res.status).toBe(200);
+        const doc = res.body;
+        expect(doc.openapi).toBe("3.1.0");
+        expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: "http", scheme: "bearer" });
+        for (const key of Object.keys(ROUTE_PERMISSIONS) as RouteKey[]) {
+          const [method, path] = key.split(" ") as [string, string];
+          const op = doc.paths[path]?.[method.toLowerCase()];
+          expect(op, key).toBeDefined();
+          const access = ROUTE_PERMISSIONS[key];
+          if (access.kind === "protected") {
+            expect(op.security, key).toEqual([{ bearerAuth: [access.scope] }]);
+            expect(op.responses["401"].content["application/problem+json"], key).toBeDefined();
+            expect(op.responses["403"], key).toBeDefined();
+          } else {
+            expect(op.security, key).toEqual([]);
+          }
+          for (const name of path.match(/\{([a-z_]+)\}/g) ?? []) {
+            expect(
+              op.parameters.some((p: { in: string; name: string }) => p.in === "path" && `{${p.name}}` === name),
+              `${key} ${name}`,
+            ).toBe(true);
+          }
+        }
+        // Exactly the table: no undocumented operation, no documented route missing.
+        const documented = Object.entries(doc.paths).flatMap(([p, ops]) =>
+          Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${p}`),
+        );
+        expect(documented.sort()).toEqual(Object.keys(ROUTE_PERMISSIONS).sort());
+        expect(ROUTES.map((r) => `${r.method.toUpperCase()} ${r.path}`).sort()).toEqual(Object.keys(ROUTE_PERMISSIONS).sort());
+
+        const register = doc.paths["/v1/jobs"].post;
+        expect(register.requestBody.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/RegisterJob" });
+        expect(doc.components.schemas.RegisterJob.additionalProperties).toBe(false);
+        expect(register.responses["415"]).toBeDefined();
+        expect(register.responses["413"]).toBeDefined();
+        expect(doc.paths["/v1/jobs/{job_id}/transitions"].post.responses["412"]).toBeDefined();
+        expect(doc.paths["/v1/jobs"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["status", "limit", "cursor"]);
+        expect(doc.paths["/v1/jobs/{job_id}/attempts/{attempt}/report"].put.requestBody.content["text/markdown"]).toBeDefined();
+
+        // Every reference resolves inside the document.
+        const refs: string[] = [];
+        const walk = (v: unknown): void => {
+          if (Array.isArray(v)) v.forEach(walk);
+          else if (v !== null && typeof v === "object") {
+            for (const [k, x] of Object.entries(v)) {
+              if (k === "$ref" && typeof x === "string") refs.push(x);
+              else walk(x);
+            }
+          }
+        };
+        walk(doc);
+        expect(refs.length).toBeGreaterThan(10);
+        for (const ref of new Set(refs)) {
+          expect(ref, ref).toMatch(/^#\/components\/schemas\/[A-Za-z]+$/);
+          expect(doc.components.schemas[ref.split("/").pop()!], ref).toBeDefined();
+        }
+      });
+
+      it("GET /docs renders Swagger UI over /openapi.json, its assets served by the app", async () => {
+        const h = await harness();
+        const page = await h.call("GET", "/docs");
+        expect(page.status).toBe(200);
+        expect(page.headers.get("content-type")).toMatch(/^text\/html/);
+        expect(page.text).toContain("SwaggerUIBundle");
+        expect(page.text).toContain('url: "openapi.json"');
+        expect(page.text).not.toMatch(/(src|href)="(https?:)?\/\//);
+
+        const css = await h.call("GET", "/docs/assets/swagger-ui.css");
+        expect(css.status).toBe(200);
+        expect(css.headers.get("content-type")).toMatch(/^text\/css/);
+        expect(css.text.length).toBeGreaterThan(1000);
+        const js = await h.call("GET", "/docs/assets/swagger-ui-bundle.js");
+        expect(js.status).toBe(200);
+        expect(js.headers.get("content-type")).toMatch(/^text\/javascript/);
+
+        expectProblem(await h.call("GET", "/docs/assets/package.json"), 404, "route.notFound");
+        expectProblem(await h.call("GET", "/docs/assets/..%2Fpackage.json"), 404, "route.notFound");
+      });
+
+      it("GET / serves the self-contained dashboard shell", async () => {
+        const h = await harness();
+        const res = await h.call("GET", "/");
+        expect(res.status).toBe(200);
+        expect(res.headers.get("content-type")).toMatch(/^text\/html/);
+        expect(res.text).toContain("sessionStorage");
+        expect(res.text).toContain("v1/jobs?");
+        for (const column of ["job_id", "agent", "status", "transition_seq", "updated_at", "owed notification"]) {
+          expect(res.text).toContain(`<th>${column}</th>`);
+        }
+        expect(res.text).toContain("next_cursor");
+        expect(res.text).not.toMatch(/(src|href)="(https?:)?\/\//);
+        expect(res.headers.get("content-security-policy")).toContain("default-src 'none'");
+      });
+    });
+
+    // ------------------------------------------------------------------ auth
+
+    describe("authentication and authorization", () => {
+      it("every protected route answers 401 auth.missing with a Bearer challenge, without a token", async () => {
+        const h = await harness();
+        const job = await register(h);
+        for (const key of protectedKeys) {
+          const { method, path } = concrete(key, job.job_id);
+          const res = await h.call(method, path, validRequest(key));
+          expectProblem(res, 401, "auth.missing");
+          expect(res.headers.get("www-authenticate"), key).toMatch(/^Bearer /);
+        }
+      });
+
+      it("a malformed token, a bad signature, a tampered claim, alg none and another scheme are 401 auth.invalid", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const other = createTokenService({ signingKey: "another-key-0123456789abcdef-0123456789", clock: h.clock });
+        const good = h.operator;
+        const [header, payload, sig] = good.split(".") as [string, string, string];
+        const claims = JSON.parse(Buffer.from(payload, "base64url").toString());
+        const tampered = `${header}.${Buffer.from(JSON.stringify({ ...claims, scopes: ["read", "write", "gate", "ops"], jti: "x" })).toString("base64url")}.${sig}`;
+        const none = `${Buffer.from(JSON.stringify({ alg: "none", typ: "JWT" })).toString("base64url")}.${payload}.`;
+        const cases: [string, Record<string, string>][] = [
+          ["garbage", { authorization: "Bearer not-a-token" }],
+          ["other key", { authorization: `Bearer ${other.mintOperator(["read"])}` }],
+          ["tampered", { authorization: `Bearer ${tampered}` }],
+          ["alg none", { authorization: `Bearer ${none}` }],
+          ["basic", { authorization: "Basic dXNlcjpwYXNz" }],
+        ];
+        for (const [label, headers] of cases) {
+          const res = await h.call("GET", `/v1/jobs/${job.job_id}`, { headers });
+          expectProblem(res, 401, "auth.invalid");
+          expect(res.headers.get("www-authenticate"), label).toMatch(/^Bearer .*invalid_token/);
+        }
+      });
+
+      it("an expired agent token and an expired operator token are 401 auth.invalid", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const shortOperator = h.tokens.mintOperator(["read"], { ttlSeconds: 60 });
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: agent })).status).toBe(200);
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: shortOperator })).status).toBe(200);
+        h.clock.advance(61_000);
+        expectProblem(await h.call("GET", `/v1/jobs/${job.job_id}`, { token: shortOperator }), 401, "auth.invalid");
+        h.clock.advance(86_400_000);
+        const res = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: agent });
+        expectProblem(res, 401, "auth.invalid");
+        expect(res.body.detail).toContain("expired");
+        // The bootstrap-style operator token (no TTL) still works.
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).status).toBe(200);
+      });
+
+      it("an operator token without the route's scope is 403 auth.forbidden naming the scope; with it, the route runs", async () => {
+        const h = await harness();
+        const job = await register(h);
+        await dispatch(h, job.job_id);
+        for (const key of protectedKeys) {
+          const access = ROUTE_PERMISSIONS[key];
+          if (access.kind !== "protected") continue;
+          const others = SCOPES.filter((s) => s !== access.scope) as Scope[];
+          const { method, path } = concrete(key, job.job_id);
+          const res = await h.call(method, path, { token: h.tokens.mintOperator(others), ...validRequest(key) });
+          expectProblem(res, 403, "auth.forbidden");
+          expect(res.body.detail, key).toContain(access.scope);
+          expect(res.headers.get("www-authenticate"), key).toContain(`scope="${access.scope}"`);
+          const allowed = await h.call(method, path, { token: h.tokens.mintOperator([access.scope]), ...validRequest(key) });
+          expect([401, 403], `${key}: ${allowed.text}`).not.toContain(allowed.status);
+        }
+      });
+
+      it("an agent token is refused (403) on every operator-only route", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const operatorOnly = protectedKeys.filter((k) => {
+          const a = ROUTE_PERMISSIONS[k];
+          return a.kind === "protected" && !("agent" in a);
+        });
+        expect(operatorOnly.sort()).toEqual(
+          [
+            "POST /v1/jobs",
+            "GET /v1/jobs",
+            "POST /v1/jobs/{job_id}/dispatches",
+            "GET /v1/jobs/{job_id}/attempts/{attempt}/verification",
+            "POST /v1/jobs/{job_id}/evaluations",
+            "POST /v1/recovery-sweeps",
+          ].sort(),
+        );
+        for (const key of operatorOnly) {
+          const { method, path } = concrete(key, job.job_id);
+          const res = await h.call(method, path, { token: agent, ...validRequest(key) });
+          expectProblem(res, 403, "auth.forbidden");
+          expect(res.body.detail, key).toContain("operator");
+        }
+      });
+
+      it("an agent may read its job and events, claim, progress, stage, finalize and publish — on its own job and attempt only", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const other = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        await dispatch(h, other.job_id);
+
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: agent })).status).toBe(200);
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}/events`, { token: agent })).status).toBe(200);
+        expect((await transition(h, job.job_id, agent, { action: "claim", expected_seq: 0 })).status).toBe(200);
+        expect(
+          (await transition(h, job.job_id, agent, { action: "progress", expected_seq: 1, fields: { progress: { pct: 50 } } })).status,
+        ).toBe(200);
+        expect((await stage(h, job.job_id, 1, agent)).status).toBe(201);
+
+        for (const key of protectedKeys) {
+          const a = ROUTE_PERMISSIONS[key];
+          if (a.kind !== "protected" || !("agent" in a)) continue;
+          const { method, path } = concrete(key, other.job_id);
+          const res = await h.call(method, path, { token: agent, ...validRequest(key) });
+          expectProblem(res, 403, "auth.forbidden");
+          expect(res.body.detail, key).toContain(`bound to job ${job.job_id}`);
+        }
+        for (const key of [
+          "PUT /v1/jobs/{job_id}/attempts/{attempt}/report",
+          "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize",
+        ] as const) {
+          const { method, path } = concrete(key, job.job_id, 2);
+          const res = await h.call(method, path, { token: agent, ...validRequest(key, 2) });
+          expectProblem(res, 403, "auth.forbidden");
+          expect(res.body.detail, key).toContain("bound to attempt 1");
+        }
+        const wrongAttempt = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: { event: "progress", finalize: { attempt_id: 2, side_effects: [] } },
+        });
+        expectProblem(wrongAttempt, 403, "auth.forbidden");
+      });
+
+      it("the engine keeps an agent to its own actions and fields: cancel and operator-only fields are 403", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        await transition(h, job.job_id, agent, { action: "claim", expected_seq: 0 });
+        expectProblem(await transition(h, job.job_id, agent, { action: "cancel", expected_seq: 1 }), 403, "job.actionForbidden");
+        const field = await transition(h, job.job_id, agent, { action: "progress", expected_seq: 1, fields: { auto_complete: true } });
+        expectProblem(field, 403, "job.fieldNotAllowed");
+        expect(field.body.errors).toEqual([{ path: "body.fields.auto_complete", message: "operator only" }]);
+        // The operator may.
+        expect(
+          (await transition(h, job.job_id, h.operator, { action: "progress", expected_seq: 1, fields: { auto_complete: true } })).status,
+        ).toBe(200);
+      });
+
+      it("a newer dispatch retires the older attempt's token (403, superseded); the new token works", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const first = await dispatch(h, job.job_id, 1);
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: first })).status).toBe(200);
+        const second = await dispatch(h, job.job_id, 2);
+        const res = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: first });
+        expectProblem(res, 403, "auth.forbidden");
+        expect(res.body.detail).toContain("superseded by attempt 2");
+        expectProblem(await stage(h, job.job_id, 1, first), 403, "auth.forbidden");
+        expect((await stage(h, job.job_id, 2, second)).status).toBe(201);
+      });
+    });
+
+    // ------------------------------------------------------------------ validation
+
+    describe("validation", () => {
+      it("an unknown field is 400 naming it; a wrong type is 400 naming it", async () => {
+        const h = await harness();
+        const unknown = await h.call("POST", "/v1/jobs", { token: h.operator, json: { prompt: "p", agent: "codex", colour: "red" } });
+        expectProblem(unknown, 400, "input.invalid");
+        expect(unknown.body.errors).toEqual([{ path: "body.colour", message: "unknown field" }]);
+
+        const wrong = await h.call("POST", "/v1/jobs", { token: h.operator, json: { prompt: 5, agent: "codex", role: "Boss" } });
+        expectProblem(wrong, 400, "input.invalid");
+        expect(wrong.body.errors.map((e: { path: string }) => e.path).sort()).toEqual(["body.prompt", "body.role"]);
+
+        const job = await register(h);
+        const nested = await transition(h, job.job_id, h.operator, { action: "claim", expected_seq: 0, fields: { colour: 1 } });
+        expectProblem(nested, 400, "input.invalid");
+        expect(nested.body.errors).toEqual([{ path: "body.fields.colour", message: "unknown field" }]);
+
+        const noSeq = await transition(h, job.job_id, h.operator, { action: "claim" });
+        expectProblem(noSeq, 400, "input.invalid");
+        expect(noSeq.body.errors).toEqual([{ path: "body.expected_seq", message: "required" }]);
+
+        const envelope = await h.call("POST", `/v1/jobs/${job.job_id}/evaluations`, {
+          token: h.operator,
+          json: { scenario: {}, extra: 1 },
+        });
+        expectProblem(envelope, 400, "input.invalid");
+        expect(envelope.body.errors).toEqual([{ path: "body.extra", message: "unknown field" }]);
+        const noScenario = await h.call("POST", `/v1/jobs/${job.job_id}/evaluations`, { token: h.operator, json: {} });
+        expectProblem(noScenario, 400, "input.invalid");
+        expect(noScenario.body.errors[0].path).toBe("body.scenario");
+        const sweep = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator, json: { all: true } });
+        expectProblem(sweep, 400, "input.invalid");
+      });
+
+      it("a bad job id in the path is 400 input.jobId before any store is asked (operator or agent)", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const bad = ["bad!id", "-leading-dash", "x".repeat(65), "a.b", "%F0%9F%92%A5"];
+        for (const id of bad) {
+          for (const token of [h.operator, agent]) {
+            h.calls.length = 0;
+            const res = await h.call("GET", `/v1/jobs/${id}`, { token });
+            expectProblem(res, 400, "input.jobId");
+            expect(res.body.errors[0].path).toBe("path.job_id");
+            expect(h.calls, id).toEqual([]);
+          }
+        }
+        h.calls.length = 0;
+        const post = await transition(h, "bad!id", h.operator, { action: "claim", expected_seq: 0 });
+        expectProblem(post, 400, "input.jobId");
+        expect(h.calls).toEqual([]);
+      });
+
+      it("an attempt that is not a positive integer is 400 naming path.attempt", async () => {
+        const h = await harness();
+        const job = await register(h);
+        for (const attempt of ["0", "-1", "abc", "1.5", "01", "99999999"]) {
+          h.calls.length = 0;
+          const res = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/${attempt}/verification`, { token: h.operator });
+          expectProblem(res, 400, "input.invalid");
+          expect(
+            res.body.errors.map((e: { path: string }) => e.path),
+            attempt,
+          ).toEqual(["path.attempt"]);
+          expect(h.calls).toEqual([]);
+        }
+      });
+
+      it("query parameters are validated: limit range, status, unknown parameters, cursors", async () => {
+        const h = await harness();
+        for (const [q, field] of [
+          ["limit=0", "query.limit"],
+          ["limit=201", "query.limit"],
+          ["limit=ten", "query.limit"],
+          ["status=done", "query.status"],
+          ["colour=red", "query.colour"],
+        ] as const) {
+          const res = await h.call("GET", `/v1/jobs?${q}`, { token: h.operator });
+          expectProblem(res, 400, "input.invalid");
+          expect(
+            res.body.errors.map((e: { path: string }) => e.path),
+            q,
+          ).toEqual([field]);
+        }
+        expectProblem(await h.call("GET", "/v1/jobs?cursor=not-a-cursor", { token: h.operator }), 400, "input.invalid");
+        const job = await register(h);
+        const badKind = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification?expected_artifacts=Commit`, {
+          token: h.operator,
+        });
+        expectProblem(badKind, 400, "input.invalid");
+        expect(badKind.body.errors[0].path).toBe("query.expected_artifacts.0");
+      });
+
+      it("malformed JSON is 400 naming body; a wrong or missing content type is 415", async () => {
+        const h = await harness();
+        const malformed = await h.call("POST", "/v1/jobs", {
+          token: h.operator,
+          body: '{"prompt": "p",',
+          headers: { "content-type": "application/json" },
+        });
+        expectProblem(malformed, 400, "input.invalid");
+        expect(malformed.body.errors).toEqual([{ path: "body", message: expect.stringContaining("not valid JSON") }]);
+
+        const text = await h.call("POST", "/v1/jobs", {
+          token: h.operator,
+          body: '{"prompt":"p","agent":"codex"}',
+          headers: { "content-type": "text/plain" },
+        });
+        expectProblem(text, 415, "input.unsupportedMediaType");
+        const form = await h.call("POST", "/v1/recovery-sweeps", {
+          token: h.operator,
+          body: "a=1",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+        });
+        expectProblem(form, 415, "input.unsupportedMediaType");
+        const withCharset = await h.call("POST", "/v1/jobs", {
+          token: h.operator,
+          body: '{"prompt":"p","agent":"codex"}',
+          headers: { "content-type": "application/json; charset=utf-8" },
+        });
+        expect(withCharset.status).toBe(201);
+      });
+
+      it("a bad side effect is 400 input.sideEffect naming it, and nothing is finalized", async () => {
+        const h = await harness();
+        const job = await register(h);
+        await dispatch(h, job.job_id);
+        await stage(h, job.job_id, 1, h.operator);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, {
+          token: h.operator,
+          json: {
+            side_effects: [
+              { kind: "commit", reference: "abc" },
+              { kind: "commit", reference: "   " },
+            ],
+          },
+        });
+        expectProblem(res, 400, "input.sideEffect");
+        expect(res.body.errors).toEqual([{ path: "body.side_effects.1.reference", message: "a side effect needs a non-blank reference" }]);
+        const verification = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification`, { token: h.operator });
+        expect(verification.body.ok).toBe(false);
+
+        const viaEvent = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: h.operator,
+          json: { event: "completed", finalize: { attempt_id: 1, side_effects: [{ kind: "Bad Kind", reference: "x" }] } },
+        });
+        expectProblem(viaEvent, 400, "input.sideEffect");
+        expect(viaEvent.body.errors[0].path).toBe("body.finalize.side_effects.0.kind");
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.status).toBe("pending");
+      });
+
+      it("publishing with finalize for an attempt never dispatched is 404 dispatch.notFound; an unknown job 404 job.notFound", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: h.operator,
+          json: { event: "completed", finalize: { attempt_id: 3, side_effects: [] } },
+        });
+        expectProblem(res, 404, "dispatch.notFound");
+        const unknown = await h.call("POST", `/v1/jobs/${newId()}/events`, {
+          token: h.operator,
+          json: { event: "completed", finalize: { attempt_id: 1, side_effects: [] } },
+        });
+        expectProblem(unknown, 404, "job.notFound");
+      });
+    });
+
+    // ------------------------------------------------------------------ limits
+
+    describe("body limits", () => {
+      it("a JSON body declared over 1 MiB is 413 before a byte is read", async () => {
+        const h = await harness();
+        const { stream, pulled } = lazyBytes(2 * 1024 * 1024);
+        const res = await h.call("POST", "/v1/jobs", {
+          token: h.operator,
+          body: stream,
+          headers: { "content-type": "application/json", "content-length": String(1024 * 1024 + 1) },
+        });
+        expectProblem(res, 413, "input.tooLarge");
+        expect(pulled()).toBe(0);
+        expect(h.calls).toEqual([]);
+      });
+
+      it("a chunked JSON body is counted while it streams and abandoned past the limit", async () => {
+        const h = await harness({ jsonBodyLimit: 4096 });
+        const { stream, pulled } = lazyBytes(1024 * 1024, 1024);
+        const res = await h.call("POST", "/v1/jobs", { token: h.operator, body: stream, headers: { "content-type": "application/json" } });
+        expectProblem(res, 413, "input.tooLarge");
+        expect(pulled()).toBeLessThanOrEqual(4096 + 1024);
+        expect(h.calls).toEqual([]);
+      });
+
+      it("a report declared over 10 MiB is 413 before a byte is read or the store is asked", async () => {
+        const h = await harness();
+        const job = await register(h);
+        await dispatch(h, job.job_id);
+        h.calls.length = 0;
+        const { stream, pulled } = lazyBytes(11 * 1024 * 1024);
+        const res = await h.call("PUT", `/v1/jobs/${job.job_id}/attempts/1/report`, {
+          token: h.operator,
+          body: stream,
+          headers: { "content-type": "text/markdown", "content-length": String(10 * 1024 * 1024 + 1) },
+        });
+        expectProblem(res, 413, "input.tooLarge");
+        expect(pulled()).toBe(0);
+        expect(h.calls).toEqual([]);
+      });
+
+      it("a chunked report over the limit is 413, abandoned while streaming, and nothing is staged", async () => {
+        const h = await harness({ reportBodyLimit: 64 * 1024 });
+        const job = await register(h);
+        await dispatch(h, job.job_id);
+        const { stream, pulled } = lazyBytes(4 * 1024 * 1024, 16 * 1024);
+        const res = await h.call("PUT", `/v1/jobs/${job.job_id}/attempts/1/report`, { token: h.operator, body: stream });
+        expectProblem(res, 413, "input.tooLarge");
+        expect(pulled()).toBeLessThanOrEqual(64 * 1024 + 16 * 1024);
+        expect(await h.ports.reports.exists(`reports/${job.job_id}/1`, "report-final.md.tmp")).toBe(false);
+        // Exactly at the limit is fine.
+        const { stream: exact } = lazyBytes(64 * 1024, 16 * 1024);
+        const ok = await h.call("PUT", `/v1/jobs/${job.job_id}/attempts/1/report`, { token: h.operator, body: exact });
+        expect(ok.status, ok.text).toBe(201);
+        expect(ok.body.bytes).toBe(64 * 1024);
+      });
+    });
+
+    // ------------------------------------------------------------------ concurrency and errors
+
+    describe("concurrency, preconditions and errors", () => {
+      it("a stale expected_seq is 409 job.transitionConflict carrying the current record", async () => {
+        const h = await harness();
+        const job = await register(h);
+        await transition(h, job.job_id, h.operator, { action: "claim", expected_seq: 0 });
+        const res = await transition(h, job.job_id, h.operator, { action: "progress", expected_seq: 0, fields: { progress: { a: 1 } } });
+        expectProblem(res, 409, "job.transitionConflict");
+        expect(res.body.current).toMatchObject({ job_id: job.job_id, status: "running", transition_seq: 1 });
+      });
+
+      it("a transition the status does not allow is 409 job.transitionRefused carrying the current record", async () => {
+        const h = await harness();
+        const job = await register(h);
+        await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        const res = await transition(h, job.job_id, h.operator, { action: "claim", expected_seq: 1 });
+        expectProblem(res, 409, "job.transitionRefused");
+        expect(res.body.current).toMatchObject({ status: "cancelled", transition_seq: 1 });
+      });
+
+      it("If-Match that does not name the current seq is 412 with the current record; a matching one commits", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const stale = await h.call("POST", `/v1/jobs/${job.job_id}/transitions`, {
+          token: h.operator,
+          json: { action: "claim", expected_seq: 0 },
+          headers: { "if-match": '"5"' },
+        });
+        expectProblem(stale, 412, "job.preconditionFailed");
+        expect(stale.body.current).toMatchObject({ transition_seq: 0 });
+        const weak = await h.call("POST", `/v1/jobs/${job.job_id}/transitions`, {
+          token: h.operator,
+          json: { action: "claim", expected_seq: 0 },
+          headers: { "if-match": 'W/"0"' },
+        });
+        expectProblem(weak, 412, "job.preconditionFailed");
+
+        const etag = (await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).headers.get("etag")!;
+        // No expected_seq in the body: the If-Match seq is the compare-and-swap's.
+        const ok = await h.call("POST", `/v1/jobs/${job.job_id}/transitions`, {
+          token: h.operator,
+          json: { action: "claim" },
+          headers: { "if-match": etag },
+        });
+        expect(ok.status, ok.text).toBe(200);
+        expect(ok.headers.get("etag")).toBe('"1"');
+        const star = await h.call("POST", `/v1/jobs/${job.job_id}/transitions`, {
+          token: h.operator,
+          json: { action: "progress", expected_seq: 1 },
+          headers: { "if-match": "*" },
+        });
+        expect(star.status, star.text).toBe(200);
+      });
+
+      it("an unknown job is 404 job.notFound; a second dispatch of an attempt is 409; staging on a terminal job is 409", async () => {
+        const h = await harness();
+        expectProblem(await h.call("GET", `/v1/jobs/${newId()}`, { token: h.operator }), 404, "job.notFound");
+        expectProblem(await h.call("GET", `/v1/jobs/${newId()}/events`, { token: h.operator }), 404, "job.notFound");
+        const job = await register(h);
+        expectProblem(
+          await h.call("POST", "/v1/jobs", { token: h.operator, json: { job_id: job.job_id, prompt: "p", agent: "codex" } }),
+          409,
+          "job.exists",
+        );
+        await dispatch(h, job.job_id, 1);
+        const twice = await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, {
+          token: h.operator,
+          json: { attempt_id: 1, agent_session_uuid: "again", pane_process_generation: 1 },
+        });
+        expectProblem(twice, 409, "dispatch.exists");
+        expectProblem(await stage(h, job.job_id, 2, h.operator), 404, "dispatch.notFound");
+        await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        expectProblem(await stage(h, job.job_id, 1, h.operator), 409, "report.frozen");
+        const late = await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, {
+          token: h.operator,
+          json: { attempt_id: 2, agent_session_uuid: "late", pane_process_generation: 1 },
+        });
+        expectProblem(late, 409, "job.transitionRefused");
+        expect(late.body.current).toMatchObject({ status: "cancelled", transition_seq: 1 });
+        expectProblem(
+          await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, { token: h.operator, json: { side_effects: [] } }),
+          409,
+          "report.frozen",
+        );
+      });
+
+      it("an unexpected error is a 500 problem with a generic detail, logged with the request id", async () => {
+        const h = await harness({ failJobStore: ["get"] });
+        const res = await h.call("GET", "/v1/jobs/some-job", { token: h.operator });
+        expectProblem(res, 500, "internal");
+        expect(res.text).not.toContain("disk on fire");
+        const logged = h.lines.map((l) => JSON.parse(l));
+        expect(logged.find((l) => l.msg === "unexpected error")).toMatchObject({ level: "error", request_id: res.body.request_id });
+        expect(JSON.stringify(logged)).toContain("disk on fire");
+      });
+
+      it("an unknown route is 404 and a known path with another method is 405 with Allow, both problems", async () => {
+        const h = await harness();
+        expectProblem(await h.call("GET", "/v2/nothing"), 404, "route.notFound");
+        const res = await h.call("DELETE", "/v1/jobs/abc");
+        expectProblem(res, 405, "route.methodNotAllowed");
+        expect(res.headers.get("allow")).toBe("GET");
+        expect((await h.call("PATCH", "/v1/jobs")).headers.get("allow")).toBe("POST, GET");
+      });
+    });
+
+    // ------------------------------------------------------------------ cross-cutting
+
+    describe("request ids and logs", () => {
+      it("every response carries X-Request-Id: a sane incoming one is kept, anything else replaced", async () => {
+        const h = await harness();
+        const kept = await h.call("GET", "/healthz", { headers: { "x-request-id": "trace-abc_123.4:5" } });
+        expect(kept.headers.get("x-request-id")).toBe("trace-abc_123.4:5");
+        for (const insane of ["has space", "x".repeat(200), "<script>", "-lead"]) {
+          const res = await h.call("GET", "/healthz", { headers: { "x-request-id": insane } });
+          expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+        }
+        const problem = await h.call("GET", "/v1/jobs");
+        expect(problem.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+        expect(problem.body.request_id).toBe(problem.headers.get("x-request-id"));
+        const asset = await h.call("GET", "/docs/assets/swagger-ui.css", { headers: { "x-request-id": "asset-1" } });
+        expect(asset.headers.get("x-request-id")).toBe("asset-1");
+      });
+
+      it("logs one JSON line per request with the request id, status, duration and actor", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        h.lines.length = 0;
+        await h.call("GET", `/v1/jobs/${job.job_id}`, { token: agent, headers: { "x-request-id": "req-1" } });
+        await h.call("GET", "/v1/jobs", { headers: { "x-request-id": "req-2" } });
+        const lines = h.lines.map((l) => JSON.parse(l));
+        expect(lines).toHaveLength(2);
+        expect(lines[0]).toMatchObject({
+          level: "info",
+          msg: "request",
+          request_id: "req-1",
+          method: "GET",
+          path: `/v1/jobs/${job.job_id}`,
+          status: 200,
+          actor: `agent:${job.job_id}/1`,
+        });
+        expect(typeof lines[0].duration_ms).toBe("number");
+        expect(lines[1]).toMatchObject({ level: "warn", request_id: "req-2", status: 401, actor: "anonymous" });
+      });
+    });
+  });
+}

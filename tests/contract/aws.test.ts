@@ -1,0 +1,93 @@
+import { randomBytes } from "node:crypto";
+import net from "node:net";
+import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
+import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
+import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { startEmbeddedBroker } from "@mam/local";
+import { afterAll, beforeAll } from "vitest";
+import { type DynalitePeer, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
+import { jobStoreContract } from "./job-store.suite.ts";
+import { subscribeOn } from "./mqtt-subscriber.ts";
+import { publisherContract } from "./publisher.suite.ts";
+import { reportStoreContract } from "./report-store.suite.ts";
+
+// One dynalite and one s3rver for the file; every store the suites make gets a
+// table (or bucket) of its own, so each test starts empty.
+let dynamo: DynalitePeer;
+let s3: S3rverPeer;
+let seq = 0;
+
+beforeAll(async () => {
+  [dynamo, s3] = await Promise.all([startDynalite(), startS3rver()]);
+});
+afterAll(async () => {
+  await Promise.all([dynamo?.close(), s3?.close()]);
+});
+
+// ---------------------------------------------------------------- JobStore
+
+jobStoreContract("DynamoDB (dynalite)", async () => {
+  const tableName = `mam-contract-${++seq}`;
+  await createJobTable(dynamo.client, tableName);
+  return {
+    store: new DynamoJobStore({ client: dynamo.client, tableName }),
+    async close() {
+      await dynamo.client.send(new DeleteTableCommand({ TableName: tableName }));
+    },
+  };
+});
+
+// ---------------------------------------------------------------- ReportStore
+
+reportStoreContract("S3 (s3rver)", async () => {
+  const bucket = `mam-contract-${++seq}`;
+  await s3.client.send(new CreateBucketCommand({ Bucket: bucket }));
+  return { store: new S3ReportStore({ client: s3.client, bucket }), close: async () => undefined };
+});
+
+// ---------------------------------------------------------------- Publisher
+
+/** A loopback port nobody listens on (it was free a moment ago). */
+async function deadPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+publisherContract("IoT Core data plane (HTTPS stand-in onto aedes)", async () => {
+  const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  // IoT Core's own right to publish under mam/ is the stand-in's broker credentials.
+  const standIn = await startIotStandIn(broker.url, credentials);
+  const clients: IoTDataPlaneClient[] = [];
+  const publisherAt = (endpoint: string): IotPublisher => {
+    const client = new IoTDataPlaneClient({
+      endpoint,
+      region: "us-east-1",
+      credentials: { accessKeyId: "local", secretAccessKey: "local" },
+    });
+    clients.push(client);
+    return new IotPublisher({ client });
+  };
+  const extraStandIns: { close(): Promise<void> }[] = [];
+  return {
+    publisher: publisherAt(standIn.endpoint),
+    subscribe: (topic) => subscribeOn(broker.url, topic),
+    unreachable: async () => publisherAt(`http://127.0.0.1:${await deadPort()}`),
+    // A data plane without the right to publish under mam/: the broker refuses, IoT answers 403.
+    refusing: async () => {
+      const unauthorised = await startIotStandIn(broker.url);
+      extraStandIns.push(unauthorised);
+      return publisherAt(unauthorised.endpoint);
+    },
+    async close() {
+      for (const c of clients) c.destroy();
+      for (const s of extraStandIns) await s.close();
+      await standIn.close();
+      await broker.close();
+    },
+  };
+});

@@ -1,0 +1,332 @@
+import {
+  type DispatchRecord,
+  type EventLogEntry,
+  type JobRecord,
+  type JobStore,
+  MamError,
+  type NotificationIntent,
+  TransitionConflict,
+} from "@mam/core";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+
+/**
+ * The JobStore contract: what every adapter (SQLite, DynamoDB) must do, observed
+ * through the port alone. `make` returns a fresh, empty store for each test.
+ */
+export function jobStoreContract(name: string, make: () => Promise<{ store: JobStore; close(): Promise<void> }>): void {
+  describe(`JobStore contract: ${name}`, () => {
+    let store: JobStore;
+    let close: () => Promise<void>;
+
+    beforeEach(async () => {
+      const made = await make();
+      store = made.store;
+      close = () => made.close();
+    });
+    afterEach(async () => {
+      await close();
+    });
+
+    it("create then get round-trips the whole record, optional fields included", async () => {
+      const record = job("round-trip", {
+        agent_session: "sess-1",
+        progress: { step: 2, notes: ["a", "b"], nested: { ok: true } },
+        pending_notification: intent("i-1", "running", 0, at(1)),
+        expected_artifacts: ["commit", "report"],
+        auto_complete: true,
+        role: "Reviewer",
+      });
+      await store.create(record);
+      expect(await store.get("round-trip")).toEqual(record);
+    });
+
+    it("create of an existing id fails with job.exists and keeps the first record", async () => {
+      const first = job("dup", { prompt: "first" });
+      await store.create(first);
+      await expectMamError(store.create(job("dup", { prompt: "second" })), "job.exists");
+      expect(await store.get("dup")).toEqual(first);
+    });
+
+    it("get of an unknown id returns undefined", async () => {
+      expect(await store.get("nobody-here")).toBeUndefined();
+    });
+
+    it("transition commits, bumps transition_seq by exactly 1, replaces set fields whole and removes unset ones, touching nothing else", async () => {
+      const before = job("t1", {
+        agent_session: "old-session",
+        progress: { a: 1, b: 2 },
+        iteration: 4,
+        expected_artifacts: ["commit"],
+      });
+      await store.create(before);
+      const after = await store.transition("t1", 0, {
+        from: ["pending"],
+        set: { status: "running", updated_at: at(5), progress: { b: 3 } },
+        unset: ["agent_session"],
+      });
+      const { agent_session: _dropped, ...rest } = before;
+      const expected: JobRecord = {
+        ...rest,
+        status: "running",
+        updated_at: at(5),
+        progress: { b: 3 }, // replaced, never merged with { a: 1, b: 2 }
+        transition_seq: 1,
+      };
+      expect(after).toEqual(expected);
+      expect(await store.get("t1")).toEqual(expected);
+
+      const again = await store.transition("t1", 1, { from: ["running"], set: { iteration: 5, updated_at: at(6) } });
+      expect(again.transition_seq).toBe(2);
+      expect(again).toEqual({ ...expected, iteration: 5, updated_at: at(6), transition_seq: 2 });
+    });
+
+    it("a stale expectedSeq throws TransitionConflict (job.transitionConflict) carrying the current record, and writes nothing", async () => {
+      await store.create(job("stale"));
+      const current = await store.transition("stale", 0, { from: ["pending"], set: { status: "running", updated_at: at(2) } });
+      const err = await rejection(
+        store.transition("stale", 0, { from: ["pending", "running"], set: { status: "completed", updated_at: at(3) } }),
+      );
+      expect(err).toBeInstanceOf(TransitionConflict);
+      expect((err as TransitionConflict).code).toBe("job.transitionConflict");
+      expect((err as TransitionConflict).current).toEqual(current);
+      expect(await store.get("stale")).toEqual(current);
+    });
+
+    it("a status not in `from` throws job.transitionRefused carrying the current record, and writes nothing", async () => {
+      const record = job("refused", { status: "completed" });
+      await store.create(record);
+      const err = await rejection(
+        store.transition("refused", 0, { from: ["pending", "running"], set: { status: "error", updated_at: at(9) } }),
+      );
+      expect(err).toBeInstanceOf(TransitionConflict);
+      expect((err as TransitionConflict).code).toBe("job.transitionRefused");
+      expect((err as TransitionConflict).current).toEqual(record);
+      expect(await store.get("refused")).toEqual(record);
+    });
+
+    it("expectedSeq null skips only the seq check: it commits at any seq, and the status is still checked", async () => {
+      await store.create(job("nocas", { transition_seq: 7 }));
+      const after = await store.transition("nocas", null, { from: ["pending"], set: { status: "running", updated_at: at(2) } });
+      expect(after.transition_seq).toBe(8);
+      expect(after.status).toBe("running");
+
+      const err = await rejection(store.transition("nocas", null, { from: ["pending"], set: { status: "cancelled", updated_at: at(3) } }));
+      expect((err as MamError).code).toBe("job.transitionRefused");
+      expect((err as TransitionConflict).current).toEqual(after);
+      expect(await store.get("nocas")).toEqual(after);
+    });
+
+    it("transition of an unknown job throws job.notFound", async () => {
+      await expectMamError(store.transition("ghost", 0, { from: ["pending"], set: { status: "running" } }), "job.notFound");
+      await expectMamError(store.transition("ghost", null, { from: ["pending"], set: { status: "running" } }), "job.notFound");
+    });
+
+    it("pending_notification set by a transition appears in listOwed; a transition that unsets it removes the job", async () => {
+      await store.create(job("owes"));
+      await store.create(job("owes-nothing"));
+      const owed = intent("intent-a", "running", 1, at(3));
+      await store.transition("owes", 0, { from: ["pending"], set: { status: "running", updated_at: at(3), pending_notification: owed } });
+
+      const listed = await store.listOwed(10);
+      expect(listed.map((j) => j.job_id)).toEqual(["owes"]);
+      expect(listed[0]?.pending_notification).toEqual(owed);
+
+      await store.transition("owes", 1, { from: ["running"], set: { updated_at: at(4) }, unset: ["pending_notification"] });
+      expect(await store.listOwed(10)).toEqual([]);
+      expect((await store.get("owes"))?.pending_notification).toBeUndefined();
+    });
+
+    it("listOwed lists oldest intent first and honours the limit", async () => {
+      for (const [id, minute] of [
+        ["late", 30],
+        ["early", 10],
+        ["middle", 20],
+      ] as const) {
+        await store.create(job(id, { pending_notification: intent(`i-${id}`, "completed", 1, at(minute)) }));
+      }
+      await store.create(job("clean"));
+      expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["early", "middle", "late"]);
+      expect((await store.listOwed(2)).map((j) => j.job_id)).toEqual(["early", "middle"]);
+    });
+
+    it("replaceNotification writes only pending_notification: it bumps neither transition_seq nor updated_at", async () => {
+      const record = job("bk", {
+        status: "completed",
+        transition_seq: 3,
+        updated_at: at(7),
+        pending_notification: intent("first", "completed", 3, at(7)),
+      });
+      await store.create(record);
+      const second = intent("second", "completed", 3, at(8));
+      await store.replaceNotification("bk", second);
+      expect(await store.get("bk")).toEqual({ ...record, pending_notification: second });
+      expect((await store.listOwed(10)).map((j) => j.pending_notification?.id)).toEqual(["second"]);
+      // The seq a caller read before the bookkeeping is still good for its transition.
+      const next = await store.transition("bk", 3, { from: ["completed"], set: { updated_at: at(9) } });
+      expect(next.transition_seq).toBe(4);
+    });
+
+    it("settleNotification with a different intent id returns false and leaves the intent owed", async () => {
+      const record = job("settle-other", { pending_notification: intent("kept", "completed", 0, at(2)) });
+      await store.create(record);
+      expect(await store.settleNotification("settle-other", "someone-else")).toBe(false);
+      expect(await store.get("settle-other")).toEqual(record);
+      expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["settle-other"]);
+    });
+
+    it("settleNotification with the right intent id clears it, bumps nothing, and listOwed no longer lists the job", async () => {
+      const settled = job("settle-right", { transition_seq: 2, updated_at: at(4) });
+      await store.create({ ...settled, pending_notification: intent("the-one", "completed", 2, at(4)) });
+      expect(await store.settleNotification("settle-right", "the-one")).toBe(true);
+      expect(await store.get("settle-right")).toEqual(settled);
+      expect(await store.listOwed(10)).toEqual([]);
+      expect(await store.settleNotification("settle-right", "the-one")).toBe(false);
+      expect((await store.transition("settle-right", 2, { from: ["pending"], set: { updated_at: at(5) } })).transition_seq).toBe(3);
+    });
+
+    it("list returns newest first (updated_at, then job_id), pages by cursor across 3 pages, and filters by status", async () => {
+      // Seven jobs; two share an updated_at so the job_id tie-break is pinned too.
+      const specs: [string, number, "pending" | "running"][] = [
+        ["j-a", 1, "pending"],
+        ["j-b", 2, "running"],
+        ["j-c", 3, "pending"],
+        ["j-d", 4, "running"],
+        ["j-e", 4, "pending"],
+        ["j-f", 6, "running"],
+        ["j-g", 7, "pending"],
+      ];
+      for (const [id, minute, status] of specs) await store.create(job(id, { status, updated_at: at(minute) }));
+      const newestFirst = ["j-g", "j-f", "j-e", "j-d", "j-c", "j-b", "j-a"];
+
+      const pages: string[][] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.list(cursor === undefined ? { limit: 3 } : { limit: 3, cursor });
+        pages.push(page.items.map((j) => j.job_id));
+        cursor = page.cursor;
+      } while (cursor !== undefined && pages.length < 10);
+      expect(pages).toEqual([newestFirst.slice(0, 3), newestFirst.slice(3, 6), newestFirst.slice(6)]);
+
+      const running = await store.list({ status: "running", limit: 2 });
+      expect(running.items.map((j) => j.job_id)).toEqual(["j-f", "j-d"]);
+      expect(running.cursor).toBeDefined();
+      const rest = await store.list({ status: "running", limit: 2, ...(running.cursor === undefined ? {} : { cursor: running.cursor }) });
+      expect(rest.items.map((j) => j.job_id)).toEqual(["j-b"]);
+      expect(rest.cursor).toBeUndefined();
+      expect((await store.list({ status: "completed", limit: 5 })).items).toEqual([]);
+      const whole = (await store.list({ limit: 100 })).items;
+      expect(whole.find((j) => j.job_id === "j-c")).toEqual(job("j-c", { status: "pending", updated_at: at(3) }));
+    });
+
+    it("recordDispatch is write-once per attempt: a second record of the same attempt fails with dispatch.exists and the first is kept", async () => {
+      const first = dispatch("dj", 1, "session-one");
+      await store.recordDispatch(first);
+      await expectMamError(store.recordDispatch(dispatch("dj", 1, "session-two")), "dispatch.exists");
+      expect(await store.getDispatch("dj", 1)).toEqual(first);
+    });
+
+    it("getDispatch returns the recorded attempt, undefined for an unknown one", async () => {
+      const d = { ...dispatch("gd", 2, "s"), pane_id: "%3", anchor: { started_at: at(1), workspace_revision: "abc123" } };
+      await store.recordDispatch(d);
+      expect(await store.getDispatch("gd", 2)).toEqual(d);
+      expect(await store.getDispatch("gd", 1)).toBeUndefined();
+      expect(await store.getDispatch("other", 2)).toBeUndefined();
+    });
+
+    it("latestDispatch picks the highest attempt id (numerically), undefined when none", async () => {
+      expect(await store.latestDispatch("ld")).toBeUndefined();
+      for (const attempt of [2, 10, 9, 1]) await store.recordDispatch(dispatch("ld", attempt, `s-${attempt}`));
+      await store.recordDispatch(dispatch("ld-other", 50, "x"));
+      expect(await store.latestDispatch("ld")).toEqual(dispatch("ld", 10, "s-10"));
+    });
+
+    it("appendEvent then listEvents returns the job's own entries, oldest first, up to the limit", async () => {
+      const e2 = event("ev", "0002", at(2), "progress", { step: 2 });
+      const e1 = event("ev", "0001", at(1), "started");
+      const e3 = event("ev", "0003", at(3), "completed", { ok: true });
+      for (const e of [e2, e3, e1]) await store.appendEvent(e);
+      await store.appendEvent(event("ev-other", "0001", at(0), "started"));
+      expect(await store.listEvents("ev", 10)).toEqual([e1, e2, e3]);
+      expect(await store.listEvents("ev", 2)).toEqual([e1, e2]);
+      expect(await store.listEvents("nobody", 10)).toEqual([]);
+    });
+
+    it("16 concurrent transitions from the same seq commit exactly once; the others lose with job.transitionConflict", async () => {
+      // In one process this shows that the write is conditional (no read-then-write
+      // window in the adapter), not a real race; races across processes are tested
+      // elsewhere.
+      await store.create(job("race"));
+      const results = await Promise.allSettled(
+        Array.from({ length: 16 }, (_, i) =>
+          store.transition("race", 0, { from: ["pending"], set: { status: "running", updated_at: at(1), iteration: i + 1 } }),
+        ),
+      );
+      const won = results.filter((r): r is PromiseFulfilledResult<JobRecord> => r.status === "fulfilled");
+      const lost = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
+      expect(won).toHaveLength(1);
+      expect(lost).toHaveLength(15);
+      for (const l of lost) expect((l.reason as MamError).code).toBe("job.transitionConflict");
+      const stored = await store.get("race");
+      expect(stored?.transition_seq).toBe(1);
+      expect(stored).toEqual(won[0]?.value);
+    });
+  });
+}
+
+const BASE = Date.UTC(2025, 0, 15, 12, 0, 0);
+/** A fixed instant, `minute` minutes after the base: tests never read the clock. */
+function at(minute: number): string {
+  return new Date(BASE + minute * 60_000).toISOString();
+}
+
+function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
+  return {
+    job_id: id,
+    prompt: `do ${id}`,
+    agent: "claude",
+    role: "Worker",
+    status: "pending",
+    iteration: 0,
+    transition_seq: 0,
+    expected_artifacts: [],
+    auto_complete: false,
+    created_at: at(0),
+    updated_at: at(0),
+    ...over,
+  };
+}
+
+function intent(id: string, event: string, seq: number, createdAt: string): NotificationIntent {
+  return { id, event, seq, created_at: createdAt };
+}
+
+function dispatch(jobId: string, attempt: number, session: string): DispatchRecord {
+  return {
+    job_id: jobId,
+    attempt_id: attempt,
+    agent_session_uuid: session,
+    pane_process_generation: attempt,
+    anchor: { started_at: at(attempt) },
+    recorded_at: at(attempt),
+  };
+}
+
+function event(jobId: string, id: string, when: string, name: string, data?: NonNullable<EventLogEntry["data"]>): EventLogEntry {
+  return { job_id: jobId, id, at: when, event: name, ...(data === undefined ? {} : { data }) };
+}
+
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (e) {
+    return e;
+  }
+  throw new Error("expected the call to reject, but it resolved");
+}
+
+async function expectMamError(p: Promise<unknown>, code: MamError["code"]): Promise<MamError> {
+  const err = await rejection(p);
+  expect(err).toBeInstanceOf(MamError);
+  expect((err as MamError).code).toBe(code);
+  return err as MamError;
+}

@@ -1,0 +1,308 @@
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type JobRecord, MamError } from "@mam/core";
+import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import Database from "better-sqlite3";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { jobStoreContract } from "./job-store.suite.ts";
+import { subscribeOn } from "./mqtt-subscriber.ts";
+import { publisherContract } from "./publisher.suite.ts";
+import { reportStoreContract } from "./report-store.suite.ts";
+
+async function tempDir(prefix: string): Promise<{ dir: string; remove(): Promise<void> }> {
+  const dir = await mkdtemp(path.join(tmpdir(), `mam-${prefix}-`));
+  return { dir, remove: () => rm(dir, { recursive: true, force: true }) };
+}
+
+// ---------------------------------------------------------------- JobStore
+
+jobStoreContract("SQLite (temp file, WAL)", async () => {
+  const tmp = await tempDir("sqlite");
+  const store = new SqliteJobStore(path.join(tmp.dir, "mam.db"));
+  return {
+    store,
+    async close() {
+      await store.close();
+      await tmp.remove();
+    },
+  };
+});
+
+describe("SqliteJobStore, beyond the contract", () => {
+  let tmp: { dir: string; remove(): Promise<void> };
+  let file: string;
+  let store: SqliteJobStore;
+  beforeEach(async () => {
+    tmp = await tempDir("sqlite-x");
+    file = path.join(tmp.dir, "mam.db");
+    store = new SqliteJobStore(file);
+  });
+  afterEach(async () => {
+    await store.close();
+    await tmp.remove();
+  });
+
+  const job = (id: string, over: Partial<JobRecord> = {}): JobRecord => ({
+    job_id: id,
+    prompt: "p",
+    agent: "codex",
+    role: "Worker",
+    status: "pending",
+    iteration: 0,
+    transition_seq: 0,
+    expected_artifacts: [],
+    auto_complete: false,
+    created_at: "2025-01-15T12:00:00.000Z",
+    updated_at: "2025-01-15T12:00:00.000Z",
+    ...over,
+  });
+
+  it("listOwed reads only the owed rows (rowsRead), through the partial index", async () => {
+    for (let i = 0; i < 200; i++) await store.create(job(`bulk-${i}`));
+    for (const id of ["owed-1", "owed-2"]) {
+      await store.create(
+        job(id, { pending_notification: { id: `i-${id}`, event: "completed", seq: 0, created_at: "2025-01-15T12:01:00.000Z" } }),
+      );
+    }
+    const before = store.rowsRead;
+    expect((await store.listOwed(100)).map((j) => j.job_id).sort()).toEqual(["owed-1", "owed-2"]);
+    expect(store.rowsRead - before).toBe(2);
+
+    const peek = new Database(file, { readonly: true });
+    try {
+      const plan = peek
+        .prepare("EXPLAIN QUERY PLAN SELECT doc FROM jobs WHERE owed_intent_id IS NOT NULL ORDER BY owed_at LIMIT ?")
+        .all(10) as { detail: string }[];
+      expect(plan.map((p) => p.detail).join(" | ")).toMatch(/USING INDEX jobs_owed/);
+      expect(peek.pragma("journal_mode", { simple: true })).toBe("wal");
+    } finally {
+      peek.close();
+    }
+  });
+
+  it("a committed transition reads no row; a lost one reads the one it reports", async () => {
+    await store.create(job("cost"));
+    const before = store.rowsRead;
+    await store.transition("cost", 0, { from: ["pending"], set: { status: "running" } });
+    expect(store.rowsRead - before).toBe(0);
+    await expect(store.transition("cost", 0, { from: ["pending"], set: { status: "running" } })).rejects.toBeInstanceOf(MamError);
+    expect(store.rowsRead - before).toBe(1);
+  });
+
+  it("keeps the owed columns in step with pending_notification through transition, replace and settle", async () => {
+    const owed = () => {
+      const peek = new Database(file, { readonly: true });
+      try {
+        return peek.prepare("SELECT owed_intent_id, owed_at FROM jobs WHERE job_id = 'cols'").get();
+      } finally {
+        peek.close();
+      }
+    };
+    await store.create(job("cols"));
+    expect(owed()).toEqual({ owed_intent_id: null, owed_at: null });
+    await store.transition("cols", 0, {
+      from: ["pending"],
+      set: { status: "completed", pending_notification: { id: "a", event: "completed", seq: 1, created_at: "2025-01-15T12:05:00.000Z" } },
+    });
+    expect(owed()).toEqual({ owed_intent_id: "a", owed_at: "2025-01-15T12:05:00.000Z" });
+    await store.replaceNotification("cols", { id: "b", event: "completed", seq: 1, created_at: "2025-01-15T12:06:00.000Z" });
+    expect(owed()).toEqual({ owed_intent_id: "b", owed_at: "2025-01-15T12:06:00.000Z" });
+    expect(await store.settleNotification("cols", "b")).toBe(true);
+    expect(owed()).toEqual({ owed_intent_id: null, owed_at: null });
+  });
+
+  it("records survive closing and reopening the file", async () => {
+    await store.create(job("durable"));
+    await store.close();
+    store = new SqliteJobStore(file);
+    expect((await store.get("durable"))?.job_id).toBe("durable");
+  });
+
+  it("refuses a malformed record at create and a cursor it did not issue", async () => {
+    await expect(store.create({ ...job("bad"), job_id: "../nope" })).rejects.toMatchObject({ code: "input.invalid" });
+    await expect(store.list({ limit: 2, cursor: "not-a-cursor" })).rejects.toMatchObject({ code: "input.invalid" });
+  });
+});
+
+// ---------------------------------------------------------------- ReportStore
+
+reportStoreContract("files (temp dir)", async () => {
+  const tmp = await tempDir("reports");
+  return { store: new FileReportStore(path.join(tmp.dir, "root")), close: () => tmp.remove() };
+});
+
+describe("FileReportStore, beyond the contract", () => {
+  let tmp: { dir: string; remove(): Promise<void> };
+  let root: string;
+  beforeEach(async () => {
+    tmp = await tempDir("reports-x");
+    root = path.join(tmp.dir, "root");
+  });
+  afterEach(() => tmp.remove());
+
+  it("uses an absolute location as it is (the CLI finalizing where the report lies)", async () => {
+    const store = new FileReportStore(root);
+    const agentTree = path.join(tmp.dir, "agent-worktree", "out");
+    const body = Buffer.from("agent's own report");
+    await store.put(agentTree, "report-final.md", body);
+    expect(store.describe(agentTree, "report-final.md")).toBe(path.join(agentTree, "report-final.md"));
+    expect(await store.getBytes(agentTree, "report-final.md")).toEqual(body);
+  });
+
+  it("refuses absolute locations when told to (the service)", async () => {
+    const store = new FileReportStore(root, { allowAbsolute: false });
+    await expect(store.put(path.join(tmp.dir, "elsewhere"), "x.md", Buffer.from("x"))).rejects.toMatchObject({ code: "report.location" });
+    expect(await readdir(tmp.dir)).toEqual([]);
+  });
+
+  it("a refused '..' location writes nothing outside the root", async () => {
+    const store = new FileReportStore(root);
+    await expect(store.put("reports/../../escaped", "x.md", Buffer.from("x"))).rejects.toMatchObject({ code: "report.location" });
+    expect(await readdir(tmp.dir)).toEqual([]);
+  });
+
+  it("refuses a location that leaves the root through a symlink", async () => {
+    const store = new FileReportStore(root);
+    await store.put("reports/ok/1", "a.md", Buffer.from("inside"));
+    const outside = path.join(tmp.dir, "outside");
+    await store.put(outside, "keep.md", Buffer.from("keep"));
+    await symlink(outside, path.join(root, "reports", "link"));
+    await expect(store.put("reports/link/1", "x.md", Buffer.from("x"))).rejects.toMatchObject({ code: "report.location" });
+    await expect(store.getBytes("reports/link", "keep.md")).rejects.toMatchObject({ code: "report.location" });
+    expect(await readdir(outside)).toEqual(["keep.md"]);
+  });
+
+  it("leaves no temp file behind, after a put or a failed one", async () => {
+    const store = new FileReportStore(root);
+    await store.put("reports/j/1", "report-final.md", Buffer.from("done"));
+    const failing = async function* (): AsyncGenerator<Uint8Array> {
+      yield Buffer.from("half");
+      throw new Error("gone");
+    };
+    await expect(store.put("reports/j/1", "report-final.md", failing())).rejects.toThrow("gone");
+    expect(await readdir(path.join(root, "reports", "j", "1"))).toEqual(["report-final.md"]);
+  });
+
+  it("hashes what is on disk, whoever wrote it", async () => {
+    const store = new FileReportStore(root);
+    await store.put("reports/j/1", "report-final.md", Buffer.from("first"));
+    await writeFile(path.join(root, "reports", "j", "1", "report-final.md"), "tampered");
+    expect((await store.hash("reports/j/1", "report-final.md"))?.sha256).toBe(createHash("sha256").update("tampered").digest("hex"));
+  });
+});
+
+// ---------------------------------------------------------------- Publisher
+
+/** A loopback port nobody listens on (it was free a moment ago). */
+async function deadPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+const credentials = () => ({ username: "mam-service", password: randomBytes(16).toString("hex") });
+
+publisherContract("MQTT to the embedded aedes broker", async () => {
+  const publisherCredentials = credentials();
+  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials });
+  const publisher = new MqttPublisher({ url: broker.url, ...publisherCredentials });
+  return {
+    publisher,
+    subscribe: (topic) => subscribeOn(broker.url, topic),
+    unreachable: async () => new MqttPublisher({ url: `mqtt://127.0.0.1:${await deadPort()}`, connectTimeoutMs: 1000 }),
+    // No credentials: the broker lets it connect, then refuses its publish under mam/.
+    refusing: () => new MqttPublisher({ url: broker.url }),
+    async close() {
+      await publisher.close();
+      await broker.close();
+    },
+  };
+});
+
+describe("MqttPublisher and the embedded broker, beyond the contract", () => {
+  const cleanup: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const c of cleanup.splice(0).reverse()) await c();
+  });
+
+  async function broker(extra: { refusePublish?: (topic: string) => boolean } = {}) {
+    const publisherCredentials = credentials();
+    const b = await startEmbeddedBroker({ port: 0, publisherCredentials, ...extra });
+    cleanup.push(() => b.close());
+    return { ...b, publisherCredentials };
+  }
+  function publisher(options: ConstructorParameters<typeof MqttPublisher>[0]): MqttPublisher {
+    const p = new MqttPublisher(options);
+    cleanup.push(() => p.close());
+    return p;
+  }
+
+  it("binds to loopback on a free port and names it in its url", async () => {
+    const b = await broker();
+    expect(b.port).toBeGreaterThan(0);
+    expect(b.url).toBe(`mqtt://127.0.0.1:${b.port}`);
+  });
+
+  it("refuses the connection of a client with wrong credentials: publish.unreachable", async () => {
+    const b = await broker();
+    const p = publisher({ url: b.url, username: b.publisherCredentials.username, password: "wrong" });
+    await expect(p.publish("mam/jobs/x/events", "{}")).rejects.toMatchObject({ code: "publish.unreachable" });
+  });
+
+  it("a broker that accepts TCP but never answers CONNECT: publish.unreachable after connectTimeoutMs", async () => {
+    const sockets = new Set<net.Socket>();
+    const silent = net.createServer((s) => {
+      sockets.add(s);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    cleanup.push(async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    });
+    const { port } = silent.address() as net.AddressInfo;
+    const p = publisher({ url: `mqtt://127.0.0.1:${port}`, connectTimeoutMs: 300 });
+    const err = await p.publish("mam/jobs/x/events", "{}").catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: "publish.unreachable" });
+    expect((err as Error).message).toContain(`MQTT broker at mqtt://127.0.0.1:${port} is unreachable`);
+  });
+
+  it("refusePublish refuses even the service, and the publisher works again on the next publish", async () => {
+    const b = await broker({ refusePublish: (topic) => topic.endsWith("/blocked") });
+    const p = publisher({ url: b.url, ...b.publisherCredentials });
+    const sub = await subscribeOn(b.url, "mam/#");
+    cleanup.push(() => sub.close());
+    await expect(p.publish("mam/jobs/x/blocked", "no")).rejects.toMatchObject({ code: "publish.refused" });
+    await p.publish("mam/jobs/x/events", "yes");
+    expect(await sub.next()).toEqual({ topic: "mam/jobs/x/events", payload: "yes" });
+  });
+
+  it("anyone may publish outside mam/, and anyone may subscribe", async () => {
+    const b = await broker();
+    const sub = await subscribeOn(b.url, "elsewhere/#");
+    cleanup.push(() => sub.close());
+    const anonymous = publisher({ url: b.url });
+    await anonymous.publish("elsewhere/chat", "hello");
+    expect(await sub.next()).toEqual({ topic: "elsewhere/chat", payload: "hello" });
+  });
+
+  it("close closes the listener and disconnects clients", async () => {
+    const publisherCredentials = credentials();
+    const b = await startEmbeddedBroker({ port: 0, publisherCredentials });
+    const p = publisher({ url: b.url, ...publisherCredentials });
+    await p.publish("mam/jobs/x/events", "one");
+    await b.close();
+    // The connected publisher fails one way or the other (its connection may or may
+    // not have been seen closing yet); a fresh one finds nobody there.
+    await expect(p.publish("mam/jobs/x/events", "two")).rejects.toMatchObject({ code: expect.stringMatching(/^publish\./) });
+    const fresh = publisher({ url: b.url, ...publisherCredentials, connectTimeoutMs: 1000 });
+    await expect(fresh.publish("mam/jobs/x/events", "three")).rejects.toMatchObject({ code: "publish.unreachable" });
+    // The port is free again.
+    const again = await startEmbeddedBroker({ port: b.port });
+    await again.close();
+  });
+});

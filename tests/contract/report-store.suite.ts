@@ -1,0 +1,213 @@
+import { createHash, randomUUID } from "node:crypto";
+import { MamError, type ReportStore } from "@mam/core";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+
+/**
+ * The ReportStore contract: what every adapter (files, S3) must do, observed through
+ * the port alone. `make` returns a fresh, empty store for each test. Locations are
+ * the service's shape, `reports/<job>/<attempt>`.
+ */
+export function reportStoreContract(name: string, make: () => Promise<{ store: ReportStore; close(): Promise<void> }>): void {
+  describe(`ReportStore contract: ${name}`, () => {
+    let store: ReportStore;
+    let close: () => Promise<void>;
+    let location: string;
+
+    beforeEach(async () => {
+      const made = await make();
+      store = made.store;
+      close = () => made.close();
+      location = `reports/job-${randomUUID().slice(0, 8)}/1`;
+    });
+    afterEach(async () => {
+      await close();
+    });
+
+    it("put returns, and hash then re-derives, the sha256 and size of exactly the bytes given", async () => {
+      const body = new TextEncoder().encode("# Report\n\nAll done. ✓\n");
+      const put = await store.put(location, "report-final.md", body);
+      const expected = { sha256: sha256(body), bytes: body.byteLength };
+      expect(put).toEqual(expected);
+      expect(await store.hash(location, "report-final.md")).toEqual(expected);
+      expect(Buffer.from((await store.getBytes(location, "report-final.md")) ?? [])).toEqual(Buffer.from(body));
+      expect(await store.exists(location, "report-final.md")).toBe(true);
+    });
+
+    it("put takes an AsyncIterable body, and read streams the same bytes back", async () => {
+      const chunks = ["part one, ", "", "part two, ", "part three"].map((s) => new TextEncoder().encode(s));
+      const whole = Buffer.concat(chunks);
+      const put = await store.put(location, "report-final.md.tmp", iterate(chunks));
+      expect(put).toEqual({ sha256: sha256(whole), bytes: whole.byteLength });
+      expect(await store.hash(location, "report-final.md.tmp")).toEqual(put);
+      const stream = await store.read(location, "report-final.md.tmp");
+      expect(stream).toBeDefined();
+      expect(await collect(stream as AsyncIterable<Uint8Array>)).toEqual(whole);
+    });
+
+    it("promote moves the object to its new name and the source is gone", async () => {
+      const body = new TextEncoder().encode("final words");
+      await store.put(location, "report-final.md.tmp", body);
+      await store.promote(location, "report-final.md.tmp", "report-final.md");
+      expect(await store.exists(location, "report-final.md.tmp")).toBe(false);
+      expect(await store.getBytes(location, "report-final.md.tmp")).toBeUndefined();
+      expect(await store.hash(location, "report-final.md")).toEqual({ sha256: sha256(body), bytes: body.byteLength });
+    });
+
+    it("promote replaces an existing target", async () => {
+      await store.put(location, "report-final.md", new TextEncoder().encode("old"));
+      await store.put(location, "report-final.md.tmp", new TextEncoder().encode("new"));
+      await store.promote(location, "report-final.md.tmp", "report-final.md");
+      expect(Buffer.from((await store.getBytes(location, "report-final.md")) ?? []).toString()).toBe("new");
+      expect(await store.exists(location, "report-final.md.tmp")).toBe(false);
+    });
+
+    it("promote of a missing source fails with report.notFound and creates nothing", async () => {
+      await expectMamError(store.promote(location, "report-final.md.tmp", "report-final.md"), "report.notFound");
+      expect(await store.exists(location, "report-final.md")).toBe(false);
+    });
+
+    it("hash, getBytes and read of an absent object return undefined; exists is false", async () => {
+      expect(await store.hash(location, "report-manifest.json")).toBeUndefined();
+      expect(await store.getBytes(location, "report-manifest.json")).toBeUndefined();
+      expect(await store.read(location, "report-manifest.json")).toBeUndefined();
+      expect(await store.exists(location, "report-manifest.json")).toBe(false);
+    });
+
+    it("put replaces atomically: while a put is in flight readers see the old object (or none), never a part, and no partial object is visible", async () => {
+      const oldBody = Buffer.alloc(256 * 1024, "a");
+      await store.put(location, "report-manifest.json", oldBody);
+
+      const gate = deferred();
+      const firstChunkSent = deferred();
+      const newBody = async function* (): AsyncGenerator<Uint8Array> {
+        yield Buffer.alloc(128 * 1024, "b");
+        firstChunkSent.resolve();
+        await gate.promise;
+        yield Buffer.alloc(128 * 1024, "b");
+      };
+      const replacing = store.put(location, "report-manifest.json", newBody());
+      const fresh = store.put(location, "brand-new.json", newBodyFor(gate.promise));
+      await firstChunkSent.promise;
+
+      // Mid-put: the old object whole, and the new name not there at all.
+      expect(sha256((await store.getBytes(location, "report-manifest.json")) ?? new Uint8Array())).toBe(sha256(oldBody));
+      expect(await store.hash(location, "report-manifest.json")).toEqual({ sha256: sha256(oldBody), bytes: oldBody.byteLength });
+      expect(await store.exists(location, "brand-new.json")).toBe(false);
+      expect(await store.getBytes(location, "brand-new.json")).toBeUndefined();
+
+      gate.resolve();
+      const newBytes = Buffer.alloc(256 * 1024, "b");
+      expect(await replacing).toEqual({ sha256: sha256(newBytes), bytes: newBytes.byteLength });
+      await fresh;
+      expect(sha256((await store.getBytes(location, "report-manifest.json")) ?? new Uint8Array())).toBe(sha256(newBytes));
+      expect(await store.exists(location, "brand-new.json")).toBe(true);
+    });
+
+    it("a put whose body fails midway leaves the old object as it was, and no new one", async () => {
+      const oldBody = new TextEncoder().encode("the old manifest");
+      await store.put(location, "report-manifest.json", oldBody);
+      const failing = async function* (): AsyncGenerator<Uint8Array> {
+        yield new TextEncoder().encode("half of a new");
+        throw new Error("the client went away");
+      };
+      await expect(store.put(location, "report-manifest.json", failing())).rejects.toThrow("the client went away");
+      await expect(store.put(location, "never.json", failing())).rejects.toThrow("the client went away");
+      expect(await store.hash(location, "report-manifest.json")).toEqual({ sha256: sha256(oldBody), bytes: oldBody.byteLength });
+      expect(await store.exists(location, "never.json")).toBe(false);
+    });
+
+    it("describe returns an absolute address (a file path or s3:// URL)", () => {
+      const address = store.describe(location, "report-final.md");
+      expect(address.startsWith("/") || address.startsWith("s3://")).toBe(true);
+      expect(address.endsWith("report-final.md")).toBe(true);
+    });
+
+    it("relative locations with '..', and names that are not plain, are refused with report.location before anything is written", async () => {
+      const badLocations = ["../escape", "reports/../../escape", "reports/job/1/../../../../etc", "reports/job/..", "reports/\0/1"];
+      for (const bad of badLocations) {
+        const body = untouchedBody();
+        await expectMamError(store.put(bad, "report-final.md", body), "report.location");
+        expect(body.pulled).toBe(false);
+        await expectMamError(store.getBytes(bad, "report-final.md"), "report.location");
+        await expectMamError(store.hash(bad, "report-final.md"), "report.location");
+        await expectMamError(store.promote(bad, "report-final.md.tmp", "report-final.md"), "report.location");
+      }
+      for (const badName of ["../report-final.md", "a/b.md", "..", "", "x\0y"]) {
+        const body = untouchedBody();
+        await expectMamError(store.put(location, badName, body), "report.location");
+        expect(body.pulled).toBe(false);
+        await expectMamError(store.exists(location, badName), "report.location");
+      }
+      await expectMamError(store.promote(location, "report-final.md.tmp", "../../report-final.md"), "report.location");
+    });
+
+    it("a 32 MiB object streamed in chunks hashes correctly", async () => {
+      const chunkSize = 256 * 1024;
+      const chunks = 128;
+      const expected = createHash("sha256");
+      const body = async function* (): AsyncGenerator<Uint8Array> {
+        for (let i = 0; i < chunks; i++) {
+          const chunk = Buffer.alloc(chunkSize, i % 251);
+          chunk.writeUInt32BE(i, 0);
+          expected.update(chunk);
+          yield chunk;
+        }
+      };
+      const put = await store.put(location, "big.bin", body());
+      const digest = expected.digest("hex");
+      expect(put).toEqual({ sha256: digest, bytes: 32 * 1024 * 1024 });
+      expect(await store.hash(location, "big.bin")).toEqual({ sha256: digest, bytes: 32 * 1024 * 1024 });
+    }, 60_000);
+  });
+}
+
+function sha256(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+async function* iterate(chunks: readonly Uint8Array[]): AsyncGenerator<Uint8Array> {
+  for (const c of chunks) yield c;
+}
+
+async function* newBodyFor(gate: Promise<void>): AsyncGenerator<Uint8Array> {
+  yield new TextEncoder().encode("{");
+  await gate;
+  yield new TextEncoder().encode("}");
+}
+
+/** A body that records whether anyone began to read it. */
+function untouchedBody(): AsyncIterable<Uint8Array> & { pulled: boolean } {
+  const body = {
+    pulled: false,
+    [Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
+      body.pulled = true;
+      return iterate([new TextEncoder().encode("must not be stored")])[Symbol.asyncIterator]();
+    },
+  };
+  return body;
+}
+
+async function collect(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of stream) parts.push(Buffer.from(chunk));
+  return Buffer.concat(parts);
+}
+
+function deferred(): { promise: Promise<void>; resolve(): void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+async function expectMamError(p: Promise<unknown>, code: MamError["code"]): Promise<void> {
+  let err: unknown;
+  try {
+    await p;
+  } catch (e) {
+    err = e;
+  }
+  expect(err, `expected ${code}`).toBeInstanceOf(MamError);
+  expect((err as MamError).code).toBe(code);
+}

@@ -1,0 +1,228 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { dataDirPaths, SqliteJobStore } from "@mam/local";
+import { connectAsync } from "mqtt";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { subscribeOn } from "../contract/mqtt-subscriber.ts";
+
+/**
+ * The whole flow against a real `mam serve` process (what `npm start` runs): an
+ * operator registers and dispatches, the agent works with its own token, the
+ * watcher asks the gate, and a plain MQTT subscriber receives the completion.
+ */
+const ROOT = new URL("../..", import.meta.url).pathname;
+const SCENARIO = JSON.parse(await readFile(join(ROOT, "fixtures/watcher/finalized_candidate.json"), "utf8"));
+
+interface Served {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly mqttUrl: string;
+  readonly stderr: () => string;
+  readonly stdout: () => string;
+}
+
+async function startServe(dataDir: string, env: Record<string, string> = {}): Promise<Served> {
+  const child = spawn(process.execPath, [join(ROOT, "packages/cli/bin/mam.js"), "serve"], {
+    cwd: dataDir,
+    env: { PATH: process.env.PATH ?? "", MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let err = "";
+  let out = "";
+  child.stdout?.on("data", (d) => {
+    out += String(d);
+  });
+  const ready = new Promise<{ url: string; mqttUrl: string }>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`mam serve did not start: ${err}`)), 20_000);
+    child.stderr?.on("data", (d) => {
+      err += String(d);
+      const url = /serving on (http:\/\/\S+)/.exec(err)?.[1];
+      const mqttUrl = /MQTT broker: (mqtt:\/\/\S+)/.exec(err)?.[1];
+      if (url && mqttUrl) {
+        clearTimeout(timer);
+        resolve({ url, mqttUrl });
+      }
+    });
+    child.once("exit", (code) => reject(new Error(`mam serve exited with ${code}: ${err}`)));
+  });
+  const { url, mqttUrl } = await ready;
+  return { child, url, mqttUrl, stderr: () => err, stdout: () => out };
+}
+
+async function stopServe(s: Served, signal: NodeJS.Signals = "SIGTERM"): Promise<number | null> {
+  if (s.child.exitCode !== null) return s.child.exitCode;
+  const exited = new Promise<number | null>((r) => s.child.once("exit", (code) => r(code)));
+  s.child.kill(signal);
+  return exited;
+}
+
+describe("e2e: mam serve", () => {
+  let dir: string;
+  let served: Served;
+  let operator: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mam-e2e-"));
+    served = await startServe(dir, { MAM_AUTO_COMPLETE: "1" });
+    operator = JSON.parse(await readFile(dataDirPaths(dir).credentials, "utf8")).operator_token;
+  }, 30_000);
+
+  afterAll(async () => {
+    if (served) await stopServe(served);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const call = async (token: string, method: string, path: string, body?: unknown, raw?: string) => {
+    const res = await fetch(new URL(path, served.url), {
+      method,
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...(raw !== undefined ? { "content-type": "text/markdown" } : {}),
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : raw !== undefined ? { body: raw } : {}),
+    });
+    // biome-ignore lint/suspicious/noExplicitAny: the test walks JSON answers whose shape each assertion states
+    return { status: res.status, body: (await res.json()) as Record<string, any> };
+  };
+
+  it("writes the operator token to credentials.json with mode 0600 and says where", async () => {
+    const s = await stat(dataDirPaths(dir).credentials);
+    expect(s.mode & 0o777).toBe(0o600);
+    expect(served.stderr()).toContain(dataDirPaths(dir).credentials);
+  });
+
+  it("register, dispatch, the agent claims, uploads and finalizes, the watcher evaluates, a subscriber receives the completion with its intent id", async () => {
+    const sub = await subscribeOn(served.mqttUrl, "mam/jobs/+/events");
+    try {
+      const reg = await call(operator, "POST", "/v1/jobs", { prompt: "fix the flaky test", agent: "claude-code", auto_complete: true });
+      expect(reg.status).toBe(201);
+      const jobId = reg.body.job_id as string;
+      const ctx = SCENARIO.dispatch_context;
+      const dispatch = await call(operator, "POST", `/v1/jobs/${jobId}/dispatches`, {
+        attempt_id: ctx.attempt_id,
+        agent_session_uuid: ctx.agent_session_uuid,
+        pane_process_generation: ctx.pane_process_generation,
+        anchor: { started_at: "2026-11-20T09:59:00Z" },
+      });
+      expect(dispatch.status).toBe(201);
+      const agent = dispatch.body.agent_token as string;
+
+      // The agent's token is good for its own job only.
+      expect((await call(agent, "GET", "/v1/jobs")).status).toBe(403);
+      const claim = await call(agent, "POST", `/v1/jobs/${jobId}/transitions`, { action: "claim", expected_seq: 0 });
+      expect(claim.status).toBe(200);
+      expect(claim.body.status).toBe("running");
+      expect((await call(agent, "PUT", `/v1/jobs/${jobId}/attempts/1/report`, undefined, "# Report\n\nFixed the race.\n")).status).toBe(
+        201,
+      );
+      const fin = await call(agent, "POST", `/v1/jobs/${jobId}/attempts/1/finalize`, { side_effects: [] });
+      expect(fin.status).toBe(200);
+      expect(fin.body.manifest.report_location).toMatch(/^\//);
+      expect((await call(agent, "POST", `/v1/jobs/${jobId}/evaluations`, { scenario: {} })).status).toBe(403);
+
+      const scenario = structuredClone(SCENARIO);
+      scenario.dispatch_context.job_id = jobId;
+      for (const item of scenario.timeline) {
+        item.collector_attribution.job_id = jobId;
+        if (item.source_kind !== "herdr" && item.payload?.job_id !== undefined) item.payload.job_id = jobId;
+      }
+      const gate = await call(operator, "POST", `/v1/jobs/${jobId}/evaluations`, { scenario });
+      expect(gate.status).toBe(200);
+      expect(gate.body.committed, gate.body.reason).toBe(true);
+      const intent = gate.body.record.pending_notification;
+      expect(intent.event).toBe("completed");
+
+      const message = await sub.next(10_000);
+      expect(message.topic).toBe(`mam/jobs/${jobId}/events`);
+      const payload = JSON.parse(message.payload);
+      expect(payload).toMatchObject({
+        event: "completed",
+        job_id: jobId,
+        data: { notification_intent: { id: intent.id, seq: intent.seq } },
+      });
+
+      // The relay settled it: nothing is owed any more.
+      await expect
+        .poll(async () => (await call(operator, "GET", `/v1/jobs/${jobId}`)).body.pending_notification, { timeout: 5000 })
+        .toBeUndefined();
+      const job = await call(operator, "GET", `/v1/jobs/${jobId}`);
+      expect(job.body).toMatchObject({ status: "completed", completed_by: "auto_complete" });
+    } finally {
+      await sub.close();
+    }
+  });
+
+  it("the embedded broker lets anyone subscribe but only the service publish under mam/", async () => {
+    const sub = await subscribeOn(served.mqttUrl, "mam/#");
+    const spoofer = await connectAsync(served.mqttUrl, { protocolVersion: 4, reconnectPeriod: 0 });
+    spoofer.on("error", () => undefined);
+    try {
+      const forged = JSON.stringify({ event: "completed", job_id: "victim", seq: 1, data: {} });
+      // aedes answers an unauthorized publish by dropping the connection: the publish never acks.
+      await expect(
+        Promise.race([
+          spoofer.publishAsync("mam/jobs/victim/events", forged, { qos: 1 }),
+          new Promise((_, rej) => setTimeout(() => rej(new Error("no ack")), 2000)),
+        ]),
+      ).rejects.toThrow();
+      await expect(sub.next(500)).rejects.toThrow(/no message/);
+    } finally {
+      await spoofer.endAsync(true);
+      await sub.close();
+    }
+  });
+
+  it("logs one JSON line per request", () => {
+    const lines = served
+      .stdout()
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l));
+    const requests = lines.filter((l) => l.msg === "request");
+    expect(requests.length).toBeGreaterThan(5);
+    expect(requests.every((l) => typeof l.request_id === "string" && typeof l.status === "number")).toBe(true);
+  });
+
+  it("a publish nobody could deliver stays owed across a SIGTERM and is sent by the sweep after a restart", async () => {
+    // Commit an intent behind the service's back (as the CLI in another process would),
+    // with the service stopped: nothing can send it until the restarted sweep does.
+    expect(await stopServe(served)).toBe(0);
+    expect(served.stderr()).toContain("stopped");
+    const store = new SqliteJobStore(dataDirPaths(dir).database);
+    const now = new Date().toISOString();
+    await store.create({
+      job_id: "owed-across-restart",
+      prompt: "p",
+      agent: "codex",
+      role: "Worker",
+      status: "pending",
+      iteration: 1,
+      transition_seq: 0,
+      expected_artifacts: [],
+      auto_complete: false,
+      created_at: now,
+      updated_at: now,
+    });
+    const intent = { id: "intent-restart-1", event: "error", seq: 1, created_at: now };
+    await store.transition("owed-across-restart", 0, {
+      from: ["pending"],
+      set: { status: "error", updated_at: now, pending_notification: intent },
+    });
+    store.close();
+
+    served = await startServe(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "1" });
+    const sub = await subscribeOn(served.mqttUrl, "mam/jobs/owed-across-restart/events");
+    try {
+      const message = await sub.next(10_000);
+      expect(JSON.parse(message.payload).data.notification_intent.id).toBe("intent-restart-1");
+    } finally {
+      await sub.close();
+    }
+    await expect
+      .poll(async () => (await call(operator, "GET", "/v1/jobs/owed-across-restart")).body.pending_notification, { timeout: 5000 })
+      .toBeUndefined();
+  }, 40_000);
+});

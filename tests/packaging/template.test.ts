@@ -1,0 +1,421 @@
+/**
+ * `npm run package` (esbuild bundles + `osls package`), offline and without
+ * credentials, and what the CloudFormation template it writes promises: the table
+ * exactly as packages/aws defines it, a bucket nobody reaches without TLS or from
+ * the public, the stream mapping's failure handling, the schedule, and one
+ * least-privilege role per function.
+ *
+ * Packaging runs once per run of this file, into a temporary directory (osls clears
+ * `.serverless/` as it starts; `.build/` is rebuilt, as `npm run package` does).
+ */
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DOCS_ASSETS } from "@mam/api";
+import { JOB_TABLE_DEFINITION } from "@mam/aws";
+import { parseConfig } from "@mam/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { zipEntries } from "./zip-entries.ts";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+
+interface Resource {
+  readonly Type: string;
+  readonly Properties: Record<string, unknown>;
+  readonly DependsOn?: readonly string[];
+}
+interface Template {
+  readonly Resources: Record<string, Resource>;
+}
+interface Statement {
+  readonly Sid?: string;
+  readonly Effect: "Allow" | "Deny";
+  readonly Principal?: unknown;
+  readonly Action: string | readonly string[];
+  readonly Resource: unknown;
+  readonly Condition?: Record<string, Record<string, unknown>>;
+}
+interface PolicyDocument {
+  readonly Statement: readonly Statement[];
+}
+
+/** Run the packaging script; the template it wrote and where the artifacts are. */
+function runPackage(outDir: string, args: readonly string[]): { template: Template; output: string } {
+  const run = spawnSync(process.execPath, [join(ROOT, "scripts", "package.mjs"), "--package", outDir, ...args], {
+    cwd: ROOT,
+    encoding: "utf8",
+    // Offline and without credentials: nothing from the caller's AWS setup leaks in.
+    env: { PATH: process.env.PATH ?? "", HOME: outDir, NO_COLOR: "1", AWS_SDK_LOAD_CONFIG: "0" },
+    timeout: 240_000,
+  });
+  const output = `${run.stdout}\n${run.stderr}`;
+  if (run.status !== 0) throw new Error(`npm run package failed (${run.status ?? run.signal}):\n${output}`);
+  const template = JSON.parse(readFileSync(join(outDir, "cloudformation-template-update-stack.json"), "utf8")) as Template;
+  return { template, output };
+}
+
+/** An intrinsic function as the string it evaluates to, with `<Ref>` / `<Resource.Attr>` standing for what only CloudFormation knows. */
+function render(value: unknown): string {
+  if (typeof value === "string") return value;
+  const v = value as Record<string, unknown>;
+  if (typeof v.Ref === "string") return `<${v.Ref}>`;
+  const getAtt = v["Fn::GetAtt"];
+  if (Array.isArray(getAtt)) return `<${getAtt.join(".")}>`;
+  const join_ = v["Fn::Join"];
+  if (Array.isArray(join_)) return (join_[1] as unknown[]).map(render).join(join_[0] as string);
+  throw new Error(`cannot render ${JSON.stringify(value)}`);
+}
+
+const list = (v: unknown): string[] => (Array.isArray(v) ? v.map(render) : [render(v)]);
+const actionsOf = (s: Statement): string[] => (typeof s.Action === "string" ? [s.Action] : [...s.Action]);
+
+const ACCOUNT_ARN = (service: string): string => `arn:<AWS::Partition>:${service}:<AWS::Region>:<AWS::AccountId>`;
+const IOT_MAM_TOPICS = `${ACCOUNT_ARN("iot")}:topic/mam/*`;
+
+let outDir: string;
+let template: Template;
+let output: string;
+
+beforeAll(() => {
+  outDir = mkdtempSync(join(tmpdir(), "mam-package-"));
+  ({ template, output } = runPackage(outDir, []));
+}, 300_000);
+
+afterAll(() => {
+  if (outDir !== undefined) rmSync(outDir, { recursive: true, force: true });
+});
+
+const resource = (logicalId: string): Resource => {
+  const r = template.Resources[logicalId];
+  if (r === undefined) throw new Error(`no resource ${logicalId}`);
+  return r;
+};
+const ofType = (type: string): [string, Resource][] => Object.entries(template.Resources).filter(([, r]) => r.Type === type);
+
+/** Every IAM statement the stack grants, with the role or policy it belongs to. */
+function iamStatements(): { owner: string; statement: Statement }[] {
+  const out: { owner: string; statement: Statement }[] = [];
+  for (const [id, r] of Object.entries(template.Resources)) {
+    const docs: PolicyDocument[] = [];
+    if (r.Type === "AWS::IAM::Role") {
+      for (const p of (r.Properties.Policies ?? []) as { PolicyDocument: PolicyDocument }[]) docs.push(p.PolicyDocument);
+      expect(r.Properties.ManagedPolicyArns, `${id} attaches no managed policy`).toBeUndefined();
+    }
+    if (r.Type === "AWS::IAM::Policy" || r.Type === "AWS::IAM::ManagedPolicy") docs.push(r.Properties.PolicyDocument as PolicyDocument);
+    for (const d of docs) for (const statement of d.Statement) out.push({ owner: id, statement });
+  }
+  return out;
+}
+
+function roleOf(functionId: string): string {
+  const role = resource(functionId).Properties.Role as { "Fn::GetAtt": [string, string] };
+  expect(role["Fn::GetAtt"][1]).toBe("Arn");
+  return role["Fn::GetAtt"][0];
+}
+
+/** A role's Allow statements as (action, resource) pairs. */
+function grants(roleId: string): { action: string; resource: string; condition: unknown }[] {
+  return iamStatements()
+    .filter((s) => s.owner === roleId && s.statement.Effect === "Allow")
+    .flatMap(({ statement }) =>
+      actionsOf(statement).flatMap((action) =>
+        list(statement.Resource).map((r) => ({ action, resource: r, condition: statement.Condition })),
+      ),
+    );
+}
+
+function actionsOn(roleId: string, resourceArn: string): string[] {
+  return grants(roleId)
+    .filter((g) => g.resource === resourceArn)
+    .map((g) => g.action)
+    .sort();
+}
+
+const FUNCTIONS = {
+  http: { id: "HttpLambdaFunction", bundle: "http", logGroup: "HttpLogGroup" },
+  streamPublisher: { id: "StreamPublisherLambdaFunction", bundle: "stream-publisher", logGroup: "StreamPublisherLogGroup" },
+  recoverySweep: { id: "RecoverySweepLambdaFunction", bundle: "recovery-sweep", logGroup: "RecoverySweepLogGroup" },
+} as const;
+
+describe("npm run package", () => {
+  it("bundles each entry point and packages offline, without credentials", () => {
+    expect(output).toMatch(/Service packaged/);
+    for (const f of Object.values(FUNCTIONS)) expect(output).toContain(`bundled ${f.bundle}:`);
+  });
+
+  it("each function's zip holds its own bundle (and the http one the docs assets), nothing else", () => {
+    for (const [name, f] of Object.entries(FUNCTIONS)) {
+      const entries = zipEntries(join(outDir, `${name}.zip`)).filter((e) => !e.endsWith("/"));
+      const own = entries.filter((e) => e.startsWith(`.build/${f.bundle}/`));
+      expect(own, name).toEqual(entries);
+      expect(entries, name).toContain(`.build/${f.bundle}/${f.bundle}.mjs`);
+      expect(
+        entries.some((e) => e.includes("node_modules/@aws-sdk") || e.includes("/src/")),
+        name,
+      ).toBe(false);
+    }
+    const docs = zipEntries(join(outDir, "http.zip"))
+      .filter((e) => e.startsWith(".build/http/node_modules/swagger-ui-dist/"))
+      .map((e) => e.slice(".build/http/node_modules/swagger-ui-dist/".length));
+    expect(docs.sort()).toEqual(["package.json", ...Object.keys(DOCS_ASSETS)].sort());
+    expect(readdirSync(join(ROOT, ".build", "http", "node_modules", "swagger-ui-dist")).sort()).toEqual(docs.sort());
+  });
+
+  it("the bundles load on plain Node and answer: the http one serves /healthz and a docs asset", () => {
+    const script = `
+      const { handler } = await import(${JSON.stringify(join(ROOT, ".build", "http", "http.mjs"))});
+      const event = (path) => ({ version: "2.0", routeKey: "ANY /{proxy+}", rawPath: path, rawQueryString: "",
+        headers: { host: "example.execute-api.us-east-1.amazonaws.com" }, isBase64Encoded: false,
+        requestContext: { http: { method: "GET", path, protocol: "HTTP/1.1", sourceIp: "203.0.113.1", userAgent: "t" },
+          domainName: "example.execute-api.us-east-1.amazonaws.com", stage: "$default", requestId: "r", routeKey: "ANY /{proxy+}",
+          accountId: "123456789012", apiId: "example", time: "", timeEpoch: 0 } });
+      const health = await handler(event("/healthz"), {});
+      const asset = await handler(event("/docs/assets/swagger-ui.css"), {});
+      const others = await Promise.all(["stream-publisher", "recovery-sweep"].map(async (n) =>
+        typeof (await import(${JSON.stringify(join(ROOT, ".build"))} + "/" + n + "/" + n + ".mjs")).handler));
+      process.stdout.write(JSON.stringify({ health: [health.statusCode, health.body], asset: [asset.statusCode, asset.headers["content-type"]], others }));
+    `;
+    const run = spawnSync(process.execPath, ["--no-warnings", "--input-type=module", "-e", script], {
+      encoding: "utf8",
+      env: {
+        PATH: process.env.PATH ?? "",
+        AWS_REGION: "us-east-1",
+        MAM_TABLE_NAME: "mam-dev-jobs",
+        MAM_BUCKET_NAME: "mam-dev-reports",
+        MAM_IOT_ENDPOINT: "example-ats.iot.us-east-1.amazonaws.com",
+        MAM_TOKEN_SIGNING_KEY: "packaging-smoke-test-key-0123456789abcdef",
+      },
+      timeout: 30_000,
+    });
+    expect(run.status, run.stderr).toBe(0);
+    const lastLine = run.stdout.trim().split("\n").at(-1) ?? "";
+    expect(JSON.parse(lastLine)).toEqual({
+      health: [200, JSON.stringify({ ok: true })],
+      asset: [200, "text/css; charset=utf-8"],
+      others: ["function", "function"],
+    });
+  });
+});
+
+describe("the CloudFormation template", () => {
+  it("the job table: on demand, keys and indexes exactly as packages/aws defines them, stream of new and old images, PITR, SSE", () => {
+    const table = resource("JobTable");
+    expect(table.Type).toBe("AWS::DynamoDB::Table");
+    const p = table.Properties;
+    expect(p.BillingMode).toBe(JOB_TABLE_DEFINITION.BillingMode);
+    expect(p.AttributeDefinitions).toEqual(JOB_TABLE_DEFINITION.AttributeDefinitions);
+    expect(p.KeySchema).toEqual(JOB_TABLE_DEFINITION.KeySchema);
+    expect(p.GlobalSecondaryIndexes).toEqual(JOB_TABLE_DEFINITION.GlobalSecondaryIndexes);
+    expect(p.StreamSpecification).toEqual({ StreamViewType: "NEW_AND_OLD_IMAGES" });
+    expect(p.PointInTimeRecoverySpecification).toEqual({ PointInTimeRecoveryEnabled: true });
+    expect(p.SSESpecification).toEqual({ SSEEnabled: true });
+    expect(table).toMatchObject({ DeletionPolicy: "Retain", UpdateReplacePolicy: "Retain" });
+  });
+
+  it("the report bucket: versioned, encrypted, public access blocked, TLS only", () => {
+    const bucket = resource("ReportBucket").Properties;
+    expect(bucket.VersioningConfiguration).toEqual({ Status: "Enabled" });
+    const sse = (
+      bucket.BucketEncryption as { ServerSideEncryptionConfiguration: { ServerSideEncryptionByDefault: { SSEAlgorithm: string } }[] }
+    ).ServerSideEncryptionConfiguration;
+    expect(["AES256", "aws:kms"]).toContain(sse[0]?.ServerSideEncryptionByDefault.SSEAlgorithm);
+    expect(bucket.PublicAccessBlockConfiguration).toEqual({
+      BlockPublicAcls: true,
+      BlockPublicPolicy: true,
+      IgnorePublicAcls: true,
+      RestrictPublicBuckets: true,
+    });
+
+    const policies = ofType("AWS::S3::BucketPolicy").filter(([, r]) => render(r.Properties.Bucket) === "<ReportBucket>");
+    expect(policies).toHaveLength(1);
+    const statements = policies.flatMap(([, r]) => (r.Properties.PolicyDocument as PolicyDocument).Statement);
+    const tlsOnly = statements.find(
+      (s) => s.Effect === "Deny" && s.Condition?.Bool?.["aws:SecureTransport"] === "false" && actionsOf(s).includes("s3:*"),
+    );
+    expect(tlsOnly).toBeDefined();
+    expect(list(tlsOnly?.Resource).sort()).toEqual(["<ReportBucket.Arn>", "<ReportBucket.Arn>/*"]);
+  });
+
+  it("the recovery sweep runs every 5 minutes", () => {
+    const rules = ofType("AWS::Events::Rule").map(([, r]) => r.Properties);
+    expect(rules).toEqual([
+      expect.objectContaining({
+        ScheduleExpression: "rate(5 minutes)",
+        State: "ENABLED",
+        Targets: [expect.objectContaining({ Arn: { "Fn::GetAtt": ["RecoverySweepLambdaFunction", "Arn"] } })],
+      }),
+    ]);
+  });
+
+  it("the stream mapping: the table's stream, partial batch failures, bisect, bounded retries, an SQS on-failure destination", () => {
+    const mappings = ofType("AWS::Lambda::EventSourceMapping");
+    expect(mappings).toHaveLength(1);
+    const m = mappings[0]?.[1].Properties ?? {};
+    expect(m.EventSourceArn).toEqual({ "Fn::GetAtt": ["JobTable", "StreamArn"] });
+    expect(m.FunctionName).toEqual({ "Fn::GetAtt": ["StreamPublisherLambdaFunction", "Arn"] });
+    expect(m.FunctionResponseTypes).toEqual(["ReportBatchItemFailures"]);
+    expect(m.BisectBatchOnFunctionError).toBe(true);
+    expect(m.MaximumRetryAttempts).toBe(5);
+    const destination = (m.DestinationConfig as { OnFailure: { Destination: unknown } }).OnFailure.Destination;
+    expect(destination).toEqual({ "Fn::GetAtt": ["StreamFailureQueue", "Arn"] });
+    expect(resource("StreamFailureQueue").Type).toBe("AWS::SQS::Queue");
+    // Only job items owing an intent invoke the function.
+    const [filter] = (m.FilterCriteria as { Filters: { Pattern: string }[] }).Filters;
+    expect(JSON.parse(filter?.Pattern ?? "{}")).toEqual({
+      dynamodb: { NewImage: { sk: { S: ["JOB"] }, pending_notification: { M: { id: { S: [{ exists: true }] } } } } },
+    });
+  });
+
+  it("the http function is behind an HTTP API on ANY / and ANY /{proxy+}", () => {
+    const routes = ofType("AWS::ApiGatewayV2::Route").map(([, r]) => r.Properties.RouteKey);
+    expect(routes.sort()).toEqual(["ANY /", "ANY /{proxy+}"]);
+  });
+
+  it("every function: nodejs20.x on arm64, its bundle as handler, the configuration the env schema accepts", () => {
+    for (const f of Object.values(FUNCTIONS)) {
+      const p = resource(f.id).Properties;
+      expect(p).toMatchObject({ Runtime: "nodejs20.x", Architectures: ["arm64"], Handler: `.build/${f.bundle}/${f.bundle}.handler` });
+      const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(env).toMatchObject({
+        MAM_TABLE_NAME: { Ref: "JobTable" },
+        MAM_BUCKET_NAME: { Ref: "ReportBucket" },
+        MAM_IOT_ENDPOINT: expect.any(String),
+        MAM_TOKEN_SIGNING_KEY_PARAMETER: "/mam/token-signing-key",
+        MAM_AUTO_COMPLETE: "0",
+      });
+      // What CloudFormation fills in, then the one schema every function parses at start-up.
+      const resolved = Object.fromEntries(
+        Object.entries(env).map(([k, v]) => [k, typeof v === "string" ? v : `resolved-${k.toLowerCase()}`]),
+      );
+      const config = parseConfig({ ...resolved, AWS_REGION: "us-east-1" });
+      expect(config.flags.autoComplete).toBe(false);
+      expect(config.aws.tableName).toBeDefined();
+    }
+  });
+
+  it("one role per function, each its own, and no default role shared by all", () => {
+    const roles = Object.values(FUNCTIONS).map((f) => roleOf(f.id));
+    expect(new Set(roles).size).toBe(3);
+    for (const r of roles) expect(resource(r).Type).toBe("AWS::IAM::Role");
+    expect(template.Resources.IamRoleLambdaExecution).toBeUndefined();
+  });
+
+  it("no IAM statement allows anything on Resource '*', nor a service-wide action (dynamodb:*, s3:*, iot:*, ...)", () => {
+    const statements = iamStatements();
+    expect(statements.length).toBeGreaterThan(10);
+    for (const { owner, statement } of statements) {
+      if (statement.Effect !== "Allow") continue;
+      const where = `${owner}/${statement.Sid ?? "?"}`;
+      for (const r of list(statement.Resource)) expect(r, where).not.toBe("*");
+      for (const a of actionsOf(statement)) expect(a, where).not.toMatch(/\*/);
+      expect(actionsOf(statement), where).not.toContain("iot:DescribeEndpoint");
+    }
+  });
+
+  it("IoT: publish only, only under mam/", () => {
+    const iot = iamStatements().filter(({ statement }) => actionsOf(statement).some((a) => a.startsWith("iot")));
+    expect(iot.map((s) => s.owner).sort()).toEqual(["HttpFunctionRole", "RecoverySweepFunctionRole", "StreamPublisherFunctionRole"]);
+    for (const { statement } of iot) {
+      expect(actionsOf(statement)).toEqual(["iot:Publish"]);
+      expect(list(statement.Resource)).toEqual([IOT_MAM_TOPICS]);
+    }
+  });
+
+  it("CloudWatch Logs: each role writes only to its own function's log group", () => {
+    for (const f of Object.values(FUNCTIONS)) {
+      const logs = grants(roleOf(f.id)).filter((g) => g.action.startsWith("logs:"));
+      expect(logs.map((g) => g.action).sort()).toEqual(["logs:CreateLogStream", "logs:PutLogEvents"]);
+      for (const g of logs) expect(g.resource).toBe(`<${f.logGroup}.Arn>`);
+      expect(resource(f.logGroup).Type).toBe("AWS::Logs::LogGroup");
+    }
+  });
+
+  it("the http role: items and indexes of the table, objects under reports/, publish, and the one signing-key parameter", () => {
+    const role = roleOf(FUNCTIONS.http.id);
+    const rw = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"];
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(rw);
+    expect(actionsOn(role, "<JobTable.Arn>/index/*")).toEqual(rw);
+    expect(actionsOn(role, "<ReportBucket.Arn>/reports/*")).toEqual(["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]);
+    // Only so that a missing report is a 404 (S3 answers 403 without it).
+    expect(actionsOn(role, "<ReportBucket.Arn>")).toEqual(["s3:ListBucket"]);
+    expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
+    expect(actionsOn(role, `${ACCOUNT_ARN("ssm")}:parameter/mam/token-signing-key`)).toEqual(["ssm:GetParameter"]);
+    expect(grants(role).filter((g) => g.action.startsWith("kms:"))).toEqual([]);
+    const covered = new Set(grants(role).map((g) => g.resource));
+    expect(covered.size).toBe(7); // the log group and the six above: nothing else
+  });
+
+  it("the stream publisher role: read the stream, settle and log on the table, publish, send to its failure queue", () => {
+    const role = roleOf(FUNCTIONS.streamPublisher.id);
+    expect(actionsOn(role, "<JobTable.StreamArn>")).toEqual([
+      "dynamodb:DescribeStream",
+      "dynamodb:GetRecords",
+      "dynamodb:GetShardIterator",
+      "dynamodb:ListStreams",
+    ]);
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
+    expect(actionsOn(role, "<StreamFailureQueue.Arn>")).toEqual(["sqs:SendMessage"]);
+    expect(grants(role).some((g) => g.resource.includes("ReportBucket") || g.action.startsWith("ssm:"))).toBe(false);
+  });
+
+  it("the recovery sweep role: query the owed index only, settle and log on the table, publish", () => {
+    const role = roleOf(FUNCTIONS.recoverySweep.id);
+    expect(actionsOn(role, "<JobTable.Arn>/index/owed")).toEqual(["dynamodb:Query"]);
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
+    expect(
+      grants(role).some((g) => g.action === "dynamodb:Scan" || g.resource.includes("ReportBucket") || g.action.startsWith("ssm:")),
+    ).toBe(false);
+  });
+});
+
+describe("deploy-time params", () => {
+  let other: Template;
+  let otherDir: string;
+
+  beforeAll(() => {
+    otherDir = mkdtempSync(join(tmpdir(), "mam-package-"));
+    other = runPackage(otherDir, [
+      "--stage",
+      "prod",
+      "--region",
+      "eu-west-1",
+      "--param",
+      "iotEndpoint=a1b2c3d4e5f6g7-ats.iot.eu-west-1.amazonaws.com",
+      "--param",
+      "signingKeyParameter=/prod/mam/token-signing-key",
+      "--param",
+      "autoComplete=1",
+    ]).template;
+  }, 300_000);
+
+  afterAll(() => {
+    if (otherDir !== undefined) rmSync(otherDir, { recursive: true, force: true });
+  });
+
+  it("set the IoT endpoint, the signing-key parameter (and the one ARN its role may read) and the auto-complete flag", () => {
+    const fn = other.Resources.HttpLambdaFunction?.Properties ?? {};
+    expect((fn.Environment as { Variables: Record<string, unknown> }).Variables).toMatchObject({
+      MAM_IOT_ENDPOINT: "a1b2c3d4e5f6g7-ats.iot.eu-west-1.amazonaws.com",
+      MAM_TOKEN_SIGNING_KEY_PARAMETER: "/prod/mam/token-signing-key",
+      MAM_AUTO_COMPLETE: "1",
+    });
+    expect(fn.FunctionName).toBe("mam-prod-http");
+    expect(other.Resources.JobTable?.Properties.TableName).toBe("mam-prod-jobs");
+    const policies = (other.Resources.HttpFunctionRole?.Properties.Policies ?? []) as { PolicyDocument: PolicyDocument }[];
+    const statements = policies.flatMap((p) => p.PolicyDocument.Statement);
+    const ssm = statements.filter((s) => actionsOf(s).includes("ssm:GetParameter")).flatMap((s) => list(s.Resource));
+    expect(ssm).toEqual([`${ACCOUNT_ARN("ssm")}:parameter/prod/mam/token-signing-key`]);
+  });
+
+  it("a signing-key parameter name that would make a broken ARN is refused before anything is packaged", () => {
+    const dir = mkdtempSync(join(tmpdir(), "mam-package-"));
+    try {
+      expect(() => runPackage(dir, ["--param", "signingKeyParameter=no-leading-slash"])).toThrow(/hierarchical SSM name/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

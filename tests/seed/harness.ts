@@ -1,0 +1,391 @@
+/**
+ * The seed suite's backends. Every seed test is written once, against `SeedBackend`,
+ * and runs on each entry of `BACKENDS` (see `describeBackends`). Adding a backend
+ * (DynamoDB + S3 + IoT Core) is adding one entry: a `make()` that starts or connects
+ * to its stores and broker and answers the questions below.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
+import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
+import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput } from "@aws-sdk/client-s3";
+import { DynamoJobStore, IotPublisher } from "@mam/aws";
+import { type Clock, type Deps, type Flags, type Publisher, parseFlags, randomIds } from "@mam/core";
+import { type EmbeddedBroker, FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import Database from "better-sqlite3";
+import { connect, type MqttClient } from "mqtt";
+import { afterAll, afterEach, beforeEach, describe } from "vitest";
+import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
+import { startIotStandIn } from "../support/aws-peers.ts";
+
+export interface ReceivedMessage {
+  readonly topic: string;
+  readonly payload: string;
+}
+
+/** What a subscriber on the backend's broker receives, in arrival order. */
+export interface Subscription {
+  readonly received: readonly ReceivedMessage[];
+  /** Resolves with the first received message (past or future) that matches; rejects after `timeoutMs`. */
+  waitFor(match: (m: ReceivedMessage) => boolean, timeoutMs?: number): Promise<ReceivedMessage>;
+  close(): Promise<void>;
+}
+
+export interface SeedBackend {
+  readonly name: string;
+  /**
+   * A ports bundle over this backend's stores (the same stores on every call) with
+   * the given flags. `publisher` defaults to the backend's live publisher; `clock`
+   * to a clock that starts at a fixed instant and ticks 1 ms per reading.
+   */
+  deps(flags?: Flags, override?: Partial<Pick<Deps, "publisher" | "clock">>): Deps;
+  /** A digest of everything the stores hold: every row, every object, every byte. */
+  fingerprint(): Promise<string>;
+  /** Is this `ReportStore.describe` result an absolute address (a file path, an `s3://` URI)? */
+  isAbsoluteAddress(address: string): boolean;
+  /** Subscribe (filters allowed) on the broker the live publisher publishes to; resolves once subscribed. */
+  subscribe(topicFilter: string): Promise<Subscription>;
+  /** A publisher of the backend's kind whose publishes the broker receives and refuses. */
+  refusingPublisher(): Promise<Publisher>;
+  /** A publisher of the backend's kind aimed at a broker nobody answers on. */
+  unreachablePublisher(): Promise<Publisher>;
+  /** Drop every client and open new ones over the same storage: a process restart. */
+  restart(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface BackendEntry {
+  readonly name: string;
+  make(): Promise<SeedBackend>;
+}
+
+/** Every fixed time in the seed suite comes from here; the scenario's timeline is 2026-11-20T10:00-10:07. */
+export const CLOCK_START = "2026-11-20T10:10:00.000Z";
+
+/** A deterministic clock: each reading is 1 ms after the previous one, so event logs keep their order. */
+export function tickingClock(start = CLOCK_START): Clock {
+  let t = Date.parse(start);
+  return { now: () => new Date(t++) };
+}
+
+/** A loopback port that was free a moment ago and that nothing listens on now. */
+export async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => resolve());
+  });
+  const port = (server.address() as net.AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A plain MQTT subscriber (anonymous: the embedded broker lets anyone subscribe). */
+export async function mqttSubscribe(url: string, topicFilter: string): Promise<Subscription> {
+  const client: MqttClient = await new Promise((resolve, reject) => {
+    const c = connect(url, { protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 5000, clean: true });
+    c.once("connect", () => resolve(c));
+    c.once("error", (e) => {
+      c.end(true);
+      reject(e);
+    });
+  });
+  const received: ReceivedMessage[] = [];
+  const waiters = new Set<() => void>();
+  client.on("message", (topic, payload) => {
+    received.push({ topic, payload: payload.toString("utf8") });
+    for (const w of [...waiters]) w();
+  });
+  client.on("error", () => undefined);
+  await client.subscribeAsync(topicFilter, { qos: 1 });
+  return {
+    received,
+    waitFor(match, timeoutMs = 5000) {
+      return new Promise((resolve, reject) => {
+        const check = (): void => {
+          const hit = received.find(match);
+          if (hit === undefined) return;
+          clearTimeout(timer);
+          waiters.delete(check);
+          resolve(hit);
+        };
+        const timer = setTimeout(() => {
+          waiters.delete(check);
+          reject(new Error(`no matching message on ${topicFilter} within ${timeoutMs} ms (received ${received.length})`));
+        }, timeoutMs);
+        waiters.add(check);
+        check();
+      });
+    },
+    close: () => client.endAsync(true),
+  };
+}
+
+/** Every row of every table of a SQLite file, read through a second, read-only connection (WAL content included). */
+export function sqliteDigest(file: string): string {
+  const db = new Database(file, { readonly: true, fileMustExist: true });
+  try {
+    const hash = createHash("sha256");
+    const objects = db.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").all() as {
+      type: string;
+      name: string;
+      sql: string | null;
+    }[];
+    for (const o of objects) {
+      hash.update(JSON.stringify(["object", o.type, o.name, o.sql]));
+      if (o.type !== "table" || o.name.startsWith("sqlite_")) continue;
+      const table = `"${o.name.replaceAll('"', '""')}"`;
+      const columns = db.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[];
+      const order = columns.map((_, i) => String(i + 1)).join(", ");
+      const rows = db.prepare(`SELECT * FROM ${table} ORDER BY ${order}`).raw().all();
+      hash.update(JSON.stringify(["table", o.name, columns.map((c) => c.name)]));
+      for (const row of rows) hash.update(JSON.stringify(row));
+    }
+    return hash.digest("hex");
+  } finally {
+    db.close();
+  }
+}
+
+/** Every directory and every byte of every file under `root` (hidden ones too), by relative path. */
+export async function treeDigest(root: string): Promise<string> {
+  const hash = createHash("sha256");
+  const walk = async (dir: string): Promise<void> => {
+    const entries = (await readdir(dir, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const e of entries) {
+      const full = path.join(dir, e.name);
+      const rel = path.relative(root, full);
+      if (e.isDirectory()) {
+        hash.update(JSON.stringify(["dir", rel]));
+        await walk(full);
+      } else {
+        const bytes = await readFile(full);
+        hash.update(JSON.stringify(["file", rel, bytes.byteLength]));
+        hash.update(bytes);
+      }
+    }
+  };
+  await walk(root);
+  return hash.digest("hex");
+}
+
+/** SQLite over a temp file, files under a temp dir, MQTT to an aedes broker on a free loopback port. */
+async function makeEmbedded(): Promise<SeedBackend> {
+  const dir = await mkdtemp(path.join(tmpdir(), "mam-seed-"));
+  const dbFile = path.join(dir, "mam.db");
+  const reportRoot = path.join(dir, "reports-root");
+  const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  const extraBrokers: EmbeddedBroker[] = [];
+  const extraPublishers: Publisher[] = [];
+  const subscriptions: Subscription[] = [];
+  const clock = tickingClock();
+
+  const open = () => ({
+    jobs: new SqliteJobStore(dbFile),
+    reports: new FileReportStore(reportRoot),
+    publisher: new MqttPublisher({ url: broker.url, ...credentials, connectTimeoutMs: 3000, publishTimeoutMs: 3000 }),
+  });
+  let live = open();
+  // The report root exists from the start, so a refusal that created it would be seen as a write.
+  await mkdir(reportRoot, { recursive: true });
+
+  const closeClients = async (): Promise<void> => {
+    await live.publisher.close();
+    await live.jobs.close();
+  };
+
+  return {
+    name: "embedded",
+    deps(flags = parseFlags({}), override = {}) {
+      return {
+        jobs: live.jobs,
+        reports: live.reports,
+        publisher: override.publisher ?? live.publisher,
+        clock: override.clock ?? clock,
+        ids: randomIds,
+        flags,
+      };
+    },
+    async fingerprint() {
+      return `${sqliteDigest(dbFile)}:${await treeDigest(reportRoot)}`;
+    },
+    isAbsoluteAddress: (address) => path.isAbsolute(address),
+    async subscribe(topicFilter) {
+      const sub = await mqttSubscribe(broker.url, topicFilter);
+      subscriptions.push(sub);
+      return sub;
+    },
+    async refusingPublisher() {
+      const refusing = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials, refusePublish: () => true });
+      extraBrokers.push(refusing);
+      const p = new MqttPublisher({ url: refusing.url, ...credentials, connectTimeoutMs: 3000, publishTimeoutMs: 3000 });
+      extraPublishers.push(p);
+      return p;
+    },
+    async unreachablePublisher() {
+      const p = new MqttPublisher({ url: `mqtt://127.0.0.1:${await closedPort()}`, connectTimeoutMs: 2000, publishTimeoutMs: 2000 });
+      extraPublishers.push(p);
+      return p;
+    },
+    async restart() {
+      await closeClients();
+      live = open();
+    },
+    async close() {
+      for (const s of subscriptions.splice(0)) await s.close();
+      for (const p of extraPublishers.splice(0)) await p.close?.();
+      await closeClients();
+      for (const b of extraBrokers.splice(0)) await b.close();
+      await broker.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Canonical JSON (sorted keys), so a digest does not depend on attribute order. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    if (value instanceof Uint8Array) return JSON.stringify(Buffer.from(value).toString("base64"));
+    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/**
+ * DynamoDB (dynalite) + S3 (s3rver) + IoT Core (the HTTP stand-in onto aedes). The
+ * peers start once per test file; each backend gets a table and a bucket of its own.
+ */
+let awsPeers: Promise<AwsPeers> | undefined;
+function sharedAwsPeers(): Promise<AwsPeers> {
+  if (awsPeers === undefined) {
+    awsPeers = startAwsPeers();
+    afterAll(async () => {
+      const peers = await awsPeers;
+      awsPeers = undefined;
+      await peers?.close();
+    });
+  }
+  return awsPeers;
+}
+
+async function makeAws(): Promise<SeedBackend> {
+  const peers = await sharedAwsPeers();
+  const clock = tickingClock();
+  let live = await peers.ports();
+  const extra: { close(): Promise<void> }[] = [];
+  const subscriptions: Subscription[] = [];
+  const iotAt = (endpoint: string): IotPublisher => {
+    const client = new IoTDataPlaneClient({
+      endpoint,
+      region: "us-east-1",
+      credentials: { accessKeyId: "local", secretAccessKey: "local" },
+    });
+    extra.push({ close: async () => client.destroy() });
+    return new IotPublisher({ client });
+  };
+  return {
+    name: "aws",
+    deps(flags = parseFlags({}), override = {}) {
+      return {
+        jobs: live.jobs,
+        reports: live.reports,
+        publisher: override.publisher ?? live.publisher,
+        clock: override.clock ?? clock,
+        ids: randomIds,
+        flags,
+      };
+    },
+    async fingerprint() {
+      const hash = createHash("sha256");
+      const items: string[] = [];
+      let start: Record<string, AttributeValue> | undefined;
+      do {
+        const page: ScanCommandOutput = await peers.dynamo.client.send(
+          new ScanCommand({ TableName: live.tableName, ConsistentRead: true, ...(start ? { ExclusiveStartKey: start } : {}) }),
+        );
+        for (const item of page.Items ?? []) items.push(canonical(item));
+        start = page.LastEvaluatedKey;
+      } while (start !== undefined);
+      for (const item of items.sort()) hash.update(item);
+      let token: string | undefined;
+      do {
+        const page: ListObjectsV2CommandOutput = await peers.s3.client.send(
+          new ListObjectsV2Command({ Bucket: live.bucket, ...(token ? { ContinuationToken: token } : {}) }),
+        );
+        for (const o of page.Contents ?? []) {
+          const object = await peers.s3.client.send(new GetObjectCommand({ Bucket: live.bucket, Key: o.Key }));
+          const bytes = await object.Body?.transformToByteArray();
+          hash.update(canonical(["object", o.Key, object.Metadata ?? {}, bytes?.byteLength ?? 0]));
+          if (bytes) hash.update(bytes);
+        }
+        token = page.NextContinuationToken;
+      } while (token !== undefined);
+      return hash.digest("hex");
+    },
+    isAbsoluteAddress: (address) => address.startsWith("s3://"),
+    async subscribe(topicFilter) {
+      const sub = await mqttSubscribe(peers.broker.url, topicFilter);
+      subscriptions.push(sub);
+      return sub;
+    },
+    async refusingPublisher() {
+      // A data plane without the right to publish under mam/: the broker refuses, IoT answers 403.
+      const unauthorised = await startIotStandIn(peers.broker.url);
+      extra.push(unauthorised);
+      return iotAt(unauthorised.endpoint);
+    },
+    async unreachablePublisher() {
+      return iotAt(`http://127.0.0.1:${await closedPort()}`);
+    },
+    async restart() {
+      // New clients over the same table and bucket: what a new Lambda container sees.
+      const client = new DynamoDBClient({
+        endpoint: peers.dynamo.endpoint,
+        region: "us-east-1",
+        credentials: { accessKeyId: "local", secretAccessKey: "local" },
+      });
+      extra.push({ close: async () => client.destroy() });
+      live = { ...live, jobs: new DynamoJobStore({ client, tableName: live.tableName }), publisher: iotAt(peers.standIn.endpoint) };
+    },
+    async close() {
+      for (const s of subscriptions.splice(0)) await s.close();
+      for (const e of extra.splice(0)) await e.close();
+      await live.close();
+    },
+  };
+}
+
+/** Every seed test runs on each of these. */
+export const BACKENDS: readonly BackendEntry[] = [
+  { name: "embedded", make: makeEmbedded },
+  { name: "aws", make: makeAws },
+];
+
+/**
+ * `describe(title)` once per backend, with a fresh backend for each test (made before,
+ * closed after). `body` receives a getter for the current test's backend.
+ */
+export function describeBackends(title: string, body: (backend: () => SeedBackend) => void): void {
+  for (const entry of BACKENDS) {
+    describe(`${title} [${entry.name}]`, () => {
+      let current: SeedBackend | undefined;
+      beforeEach(async () => {
+        current = await entry.make();
+      });
+      afterEach(async () => {
+        await current?.close();
+        current = undefined;
+      });
+      body(() => {
+        if (current === undefined) throw new Error("the backend is only available inside a test");
+        return current;
+      });
+    });
+  }
+}

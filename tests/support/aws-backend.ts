@@ -1,0 +1,89 @@
+import { randomBytes } from "node:crypto";
+import net from "node:net";
+import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
+import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
+import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
+import { type DynalitePeer, type IotStandIn, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "./aws-peers.ts";
+
+/**
+ * The cloud backend, on real local peers, for suites written once for every
+ * backend: dynalite (DynamoDB's API), s3rver (S3's API), and IoT Core's publish API
+ * through the HTTP stand-in onto an aedes broker that subscribers read.
+ * One set of peers per test file; each `ports()` call gets a table and a bucket of
+ * its own, so every test starts empty.
+ */
+export interface AwsPeers {
+  readonly dynamo: DynalitePeer;
+  readonly s3: S3rverPeer;
+  readonly broker: EmbeddedBroker;
+  readonly standIn: IotStandIn;
+  ports(opts?: { publisher?: "working" | "unreachable" }): Promise<AwsPorts>;
+  close(): Promise<void>;
+}
+
+export interface AwsPorts {
+  readonly jobs: DynamoJobStore;
+  readonly reports: S3ReportStore;
+  readonly publisher: IotPublisher;
+  readonly tableName: string;
+  readonly bucket: string;
+  close(): Promise<void>;
+}
+
+/** A loopback port nobody listens on (it was free a moment ago). */
+export async function deadPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+let counter = 0;
+
+export async function startAwsPeers(): Promise<AwsPeers> {
+  const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+  const [dynamo, s3, broker] = await Promise.all([
+    startDynalite(),
+    startS3rver(),
+    startEmbeddedBroker({ port: 0, publisherCredentials: credentials }),
+  ]);
+  // IoT Core's own right to publish under mam/ is the stand-in's broker credentials.
+  const standIn = await startIotStandIn(broker.url, credentials);
+  return {
+    dynamo,
+    s3,
+    broker,
+    standIn,
+    async ports(opts = {}) {
+      const n = `${process.pid}-${++counter}`;
+      const tableName = `mam-${n}`;
+      const bucket = `mam-${n}`;
+      await Promise.all([createJobTable(dynamo.client, tableName), s3.client.send(new CreateBucketCommand({ Bucket: bucket }))]);
+      const endpoint = opts.publisher === "unreachable" ? `http://127.0.0.1:${await deadPort()}` : standIn.endpoint;
+      const iot = new IoTDataPlaneClient({
+        endpoint,
+        region: "us-east-1",
+        credentials: { accessKeyId: "local", secretAccessKey: "local" },
+      });
+      return {
+        jobs: new DynamoJobStore({ client: dynamo.client, tableName }),
+        reports: new S3ReportStore({ client: s3.client, bucket }),
+        publisher: new IotPublisher({ client: iot }),
+        tableName,
+        bucket,
+        async close() {
+          iot.destroy();
+          await dynamo.client.send(new DeleteTableCommand({ TableName: tableName }));
+        },
+      };
+    },
+    async close() {
+      await standIn.close();
+      await broker.close();
+      await Promise.all([dynamo.close(), s3.close()]);
+    },
+  };
+}

@@ -1,0 +1,87 @@
+/** Configuration: parsed once from the environment; defaults as DESIGN.md states them; a bad value names its variable. */
+import { type Config, isMamError, MamError, parseConfig, parseFlags } from "@mam/core";
+import { describe, expect, it } from "vitest";
+
+function configError(env: Record<string, string>): MamError {
+  try {
+    parseConfig(env);
+  } catch (e) {
+    if (isMamError(e)) return e;
+    throw e;
+  }
+  throw new Error(`parseConfig accepted ${JSON.stringify(env)}`);
+}
+
+describe("parseConfig", () => {
+  it("has the documented defaults on an empty environment", () => {
+    const config: Config = parseConfig({});
+    expect(config.flags).toEqual({ autoComplete: false, engineCas: true, allowedBackends: ["claude", "claude-code", "codex", "grok"] });
+    expect(config).toMatchObject({
+      host: "127.0.0.1",
+      port: 8787,
+      dataDir: ".mam",
+      mqttUrl: undefined,
+      mqttPort: 1883,
+      operatorToken: undefined,
+      agentTokenTtlSeconds: 24 * 60 * 60,
+      jsonBodyLimit: 1024 * 1024,
+      reportBodyLimit: 10 * 1024 * 1024,
+    });
+  });
+
+  it("reads every flag and setting it is given", () => {
+    const config = parseConfig({
+      MAM_AUTO_COMPLETE: "1",
+      MAM_ENGINE_CAS: "0",
+      MAM_AUTO_COMPLETE_BACKENDS: " grok , codex ",
+      MAM_PORT: "9000",
+      MAM_DATA_DIR: "/var/lib/mam",
+      MAM_MQTT_URL: "mqtt://broker.internal:1884",
+      MAM_MQTT_PORT: "11883",
+    });
+    expect(config.flags).toEqual({ autoComplete: true, engineCas: false, allowedBackends: ["grok", "codex"] });
+    expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });
+  });
+
+  it("an empty variable means unset", () => {
+    expect(parseConfig({ MAM_AUTO_COMPLETE: "", MAM_PORT: "" })).toMatchObject({ flags: { autoComplete: false }, port: 8787 });
+  });
+
+  it.each([
+    ["MAM_AUTO_COMPLETE", "yes"],
+    ["MAM_AUTO_COMPLETE", "true"],
+    ["MAM_ENGINE_CAS", "off"],
+    ["MAM_PORT", "abc"],
+    ["MAM_PORT", "70000"],
+    ["MAM_PORT", "80.5"],
+    ["MAM_MQTT_URL", "not a url"],
+  ])("%s=%s is config.invalid naming the variable", (name, value) => {
+    const e = configError({ [name]: value });
+    expect(e.code).toBe("config.invalid");
+    expect(e.message).toContain(name);
+    expect(e.issues.map((i) => i.path)).toEqual([name]);
+  });
+
+  it("names every bad variable at once", () => {
+    const e = configError({ MAM_AUTO_COMPLETE: "yes", MAM_PORT: "abc" });
+    expect(e.code).toBe("config.invalid");
+    expect(e.issues.map((i) => i.path).sort()).toEqual(["MAM_AUTO_COMPLETE", "MAM_PORT"]);
+    expect(e.message).toContain("MAM_AUTO_COMPLETE");
+    expect(e.message).toContain("MAM_PORT");
+  });
+});
+
+describe("parseFlags", () => {
+  it("is the flags part of the same schema, default off", () => {
+    expect(parseFlags()).toEqual(parseConfig({}).flags);
+    expect(parseFlags({ MAM_AUTO_COMPLETE: "1" }).autoComplete).toBe(true);
+    expect(() => parseFlags({ MAM_AUTO_COMPLETE: "yes" })).toThrow(MamError);
+  });
+
+  it("the allowlist narrows but never widens, keeps exact names only, and drops duplicates", () => {
+    expect(parseFlags({ MAM_AUTO_COMPLETE_BACKENDS: "claude" }).allowedBackends).toEqual(["claude"]);
+    expect(parseFlags({ MAM_AUTO_COMPLETE_BACKENDS: "claude,hermes,opencode" }).allowedBackends).toEqual(["claude"]);
+    expect(parseFlags({ MAM_AUTO_COMPLETE_BACKENDS: "codexish,grok2,Claude" }).allowedBackends).toEqual([]);
+    expect(parseFlags({ MAM_AUTO_COMPLETE_BACKENDS: "grok,grok" }).allowedBackends).toEqual(["grok"]);
+  });
+});
