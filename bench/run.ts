@@ -6,7 +6,9 @@ import { fileURLToPath } from "node:url";
 /**
  * `npm run bench [-- name...]`: run the benchmarks in this folder one after another,
  * each in a child process of its own (`node --import tsx bench/<name>.ts`), so each
- * one's peak RSS and warm-up are its own. Their output is forwarded as it comes.
+ * one's peak RSS and warm-up are its own. Their output is forwarded as it comes; the
+ * closing summary repeats each one's verdict lines (any line naming a goal with PASS
+ * or FAIL).
  *
  * Benchmarks print PASS/FAIL against their goals but assert nothing: the exit code
  * is non-zero only when a benchmark could not run (it crashed or was killed).
@@ -38,9 +40,11 @@ interface Outcome {
   readonly code: number | null;
   readonly signal: NodeJS.Signals | null;
   readonly seconds: number;
-  /** The benchmark's own verdict: its last stdout line that starts with `<name>:`. */
-  readonly verdict: string | undefined;
+  /** The benchmark's verdict lines: every stdout line that names a goal and says PASS or FAIL. */
+  readonly verdicts: readonly string[];
 }
+
+const VERDICT = /\(goal [^)]*\).*\b(PASS|FAIL)\b/;
 
 function runOne(name: string): Promise<Outcome> {
   const started = performance.now();
@@ -48,17 +52,20 @@ function runOne(name: string): Promise<Outcome> {
     cwd: repoRoot,
     stdio: ["inherit", "pipe", "inherit"],
   });
-  let verdict: string | undefined;
+  const verdicts: string[] = [];
+  const keep = (line: string) => {
+    if (VERDICT.test(line)) verdicts.push(line);
+  };
   let partial = "";
   child.stdout.setEncoding("utf8").on("data", (text: string) => {
     process.stdout.write(text);
     const lines = (partial + text).split("\n");
     partial = lines.pop() ?? "";
-    for (const line of lines) if (line.startsWith(`${name}:`)) verdict = line;
+    for (const line of lines) keep(line);
   });
   const done = (code: number | null, signal: NodeJS.Signals | null): Outcome => {
-    if (partial.startsWith(`${name}:`)) verdict = partial;
-    return { name, code, signal, seconds: (performance.now() - started) / 1000, verdict };
+    keep(partial);
+    return { name, code, signal, seconds: (performance.now() - started) / 1000, verdicts };
   };
   return new Promise((resolve) => {
     child.once("error", (e) => {
@@ -78,8 +85,7 @@ for (const name of chosen) {
 console.log("\n=== summary ===");
 for (const o of outcomes) {
   const how = o.code === 0 ? "ran" : o.signal !== null ? `killed by ${o.signal}` : `exited ${o.code ?? "without starting"}`;
-  console.log(
-    o.code === 0 && o.verdict !== undefined ? `${o.verdict} [${o.seconds.toFixed(1)} s]` : `${o.name}: ${how} in ${o.seconds.toFixed(1)} s`,
-  );
+  console.log(`${o.name}: ${how} in ${o.seconds.toFixed(1)} s`);
+  for (const line of o.verdicts) console.log(`  ${line}`);
 }
 process.exitCode = outcomes.every((o) => o.code === 0) ? 0 : 1;

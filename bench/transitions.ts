@@ -155,9 +155,11 @@ try {
   }
   console.log(machineNote().replace(/^machine: .*; load/, "at the end: load"));
 
+  // The rates are each side's median round; the ratio is the median of the rounds'
+  // own ratios, since within a round both sides met the same load.
   const bareRate = median(bare);
   const mamRate = median(mam);
-  const ratio = mamRate / bareRate;
+  const ratio = median(mam.map((m, i) => m / bare[i]!));
   console.log(
     `transitions: ratio ${ratio.toFixed(2)}x bare better-sqlite3 (goal >= ${RATIO_GOAL}x) ${verdict(ratio >= RATIO_GOAL)}; ` +
       `mam ${grouped(mamRate)}/s (${fixed(1e6 / mamRate)} us each), bare ${grouped(bareRate)}/s (${fixed(1e6 / bareRate)} us each)`,

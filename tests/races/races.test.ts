@@ -121,6 +121,7 @@ class RacerPool {
     const env = { ...process.env, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true" };
     const workers = Array.from({ length: WORKERS }, (_, worker) => {
       const workerData: RaceWorkerData = { worker, target, go: shared };
+      // No execArgv: the racers are plain JavaScript and need none of the test process's flags.
       return new Worker(racerBundles[target.backend], { workerData, env, execArgv: [] });
     });
     const pool = new RacerPool(workers, new Int32Array(shared));

@@ -25,6 +25,8 @@ export interface EvaluateInput {
    * location, never takes one from a caller).
    */
   readonly reportLocation?: string | ((dispatch: DispatchRecord) => string) | undefined;
+  /** The record, when the caller has just read it (saves a read; the commit is still a CAS on its seq). */
+  readonly job?: JobRecord | undefined;
 }
 
 export interface GateDeps extends Pick<Deps, "jobs" | "reports" | "clock" | "ids" | "flags"> {
@@ -61,7 +63,7 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
   if (!flags.autoComplete) return refuse("auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)");
   if (!flags.engineCas) return refuse("auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)");
 
-  const job = await deps.jobs.get(input.jobId);
+  const job = input.job ?? (await deps.jobs.get(input.jobId));
   if (!job) return refuse(`job ${input.jobId} does not exist`);
   if (job.status !== "running") return refuse(`job ${job.job_id} is ${job.status}, not running`);
   if (job.auto_complete !== true) return refuse(`job ${job.job_id} did not opt in to auto-completion (auto_complete is not true)`);

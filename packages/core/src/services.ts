@@ -102,8 +102,8 @@ export async function verifyAttemptReport(
 
 /** The gate over the service's own report tree: the location comes from the latest dispatch. */
 export async function evaluateJob(deps: GateDeps, jobId: string, scenario: unknown): Promise<GateResult> {
-  await getJob(deps, jobId);
-  return evaluateGate(deps, { jobId, scenario, reportLocation: (d) => attemptReportLocation(jobId, d.attempt_id) });
+  const job = await getJob(deps, jobId);
+  return evaluateGate(deps, { jobId, job, scenario, reportLocation: (d) => attemptReportLocation(jobId, d.attempt_id) });
 }
 
 export const EVENT_ACTIONS = { started: "claim", progress: "progress", completed: "completed", error: "error" } as const satisfies Record<

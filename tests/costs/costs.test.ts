@@ -1,0 +1,415 @@
+/**
+ * What an operation costs, on both backends, measured on real peers:
+ *
+ * - DynamoDB and S3 (dynalite, s3rver): requests, counted by `countRequests` on the
+ *   SDK clients (one count per HTTP attempt, retries included); items read, counted
+ *   by a middleware of this file that looks at every response of a read command
+ *   (GetItem, BatchGetItem, Query, Scan) and adds up the items in it.
+ * - SQLite and files: job rows read (`SqliteJobStore.rowsRead`) and, for the file
+ *   report store, the ReportStore calls made (a counting decorator, below).
+ *
+ * Every count covers the operation alone: the counters are reset after the set-up.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type DynamoDBClient, ScanCommand } from "@aws-sdk/client-dynamodb";
+import { countRequests, type RequestCounter } from "@mam/aws";
+import {
+  type Deps,
+  evaluateJob,
+  getJob,
+  type JobRecord,
+  OPERATOR,
+  type Publisher,
+  parseFlags,
+  type ReportStore,
+  randomIds,
+  recoverNotifications,
+  registerJob,
+  type Status,
+  systemClock,
+  transitionJob,
+} from "@mam/core";
+import { type EmbeddedBroker, FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readyJob } from "../seed/scenario.ts";
+import { type AwsPeers, type AwsPorts, startAwsPeers } from "../support/aws-backend.ts";
+
+/** The gate may commit: MAM_AUTO_COMPLETE=1 (CAS on, the evidence-backed allowlist). */
+const FLAGS = parseFlags({ MAM_AUTO_COMPLETE: "1" });
+const FLEET = 2000;
+const OWED = 20;
+const REVIEWER_REPORT = "Reviewed the change; the tests pass.\n\n[VERDICT: PASS]\n";
+
+/** What each test measured, printed once at the end (the figures in docs/adapters.md). */
+const measured: Record<string, Record<string, unknown>> = {};
+const note = (backend: string, operation: string, figures: unknown): void => {
+  measured[backend] ??= {};
+  (measured[backend] as Record<string, unknown>)[operation] = figures;
+};
+afterAll(() => {
+  console.log(`[costs] ${JSON.stringify(measured, null, 1)}`);
+});
+
+/**
+ * Items that DynamoDB's read commands hand back, counted from their responses
+ * (writes are not reads: an UpdateItem's returned attributes are not counted). A
+ * Query or Scan counts what it examined (`ScannedCount`), so a filter could not hide
+ * a read; without one that is the number of items returned.
+ */
+interface ItemsRead {
+  readonly total: number;
+  readonly byCommand: Readonly<Record<string, number>>;
+  reset(): void;
+}
+
+function countItemsRead(client: DynamoDBClient): ItemsRead {
+  let total = 0;
+  let byCommand: Record<string, number> = {};
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const result = await next(args);
+      const out = result.output as { Item?: unknown; Items?: unknown[]; ScannedCount?: number; Responses?: Record<string, unknown[]> };
+      const name = context.commandName ?? "unknown";
+      let items = 0;
+      if (name === "GetItemCommand") items = out.Item === undefined ? 0 : 1;
+      else if (name === "QueryCommand" || name === "ScanCommand") items = Math.max(out.ScannedCount ?? 0, out.Items?.length ?? 0);
+      else if (name === "BatchGetItemCommand") items = Object.values(out.Responses ?? {}).reduce((n, list) => n + list.length, 0);
+      else return result;
+      total += items;
+      byCommand[name] = (byCommand[name] ?? 0) + items;
+      return result;
+    },
+    { step: "initialize", name: "costsCountItemsRead" },
+  );
+  return {
+    get total() {
+      return total;
+    },
+    get byCommand() {
+      return byCommand;
+    },
+    reset() {
+      total = 0;
+      byCommand = {};
+    },
+  };
+}
+
+/** A ReportStore that counts the calls made to it (the file store has no request to count). */
+class CountingReports implements ReportStore {
+  calls: Record<string, number> = {};
+  readonly #inner: ReportStore;
+  constructor(inner: ReportStore) {
+    this.#inner = inner;
+  }
+  get total(): number {
+    return Object.values(this.calls).reduce((a, b) => a + b, 0);
+  }
+  reset(): void {
+    this.calls = {};
+  }
+  #count(method: string): void {
+    this.calls[method] = (this.calls[method] ?? 0) + 1;
+  }
+  put(location: string, name: string, body: Uint8Array | AsyncIterable<Uint8Array>) {
+    this.#count("put");
+    return this.#inner.put(location, name, body);
+  }
+  getBytes(location: string, name: string) {
+    this.#count("getBytes");
+    return this.#inner.getBytes(location, name);
+  }
+  read(location: string, name: string) {
+    this.#count("read");
+    return this.#inner.read(location, name);
+  }
+  exists(location: string, name: string) {
+    this.#count("exists");
+    return this.#inner.exists(location, name);
+  }
+  promote(location: string, from: string, to: string) {
+    this.#count("promote");
+    return this.#inner.promote(location, from, to);
+  }
+  hash(location: string, name: string) {
+    this.#count("hash");
+    return this.#inner.hash(location, name);
+  }
+  describe(location: string, name: string): string {
+    return this.#inner.describe(location, name);
+  }
+}
+
+const T0 = Date.parse("2026-11-01T00:00:00.000Z");
+const FLEET_STATUSES: readonly Status[] = ["pending", "running", "completed", "error", "cancelled"];
+
+/** A job that owes nothing, in one of every status, as the fleet around the owed ones. */
+function fleetJob(i: number): JobRecord {
+  const at = new Date(T0 + i * 1000).toISOString();
+  return {
+    job_id: `fleet-${String(i).padStart(4, "0")}`,
+    prompt: "a job that owes no notification",
+    agent: "codex",
+    role: "Worker",
+    status: FLEET_STATUSES[i % FLEET_STATUSES.length] ?? "pending",
+    iteration: 1,
+    transition_seq: i % 3,
+    expected_artifacts: [],
+    auto_complete: false,
+    created_at: at,
+    updated_at: at,
+  };
+}
+
+/**
+ * 2,000 jobs, 20 of which owe a notification: 1,980 created through the store (in
+ * parallel batches), and 20 registered and completed through the engine, whose
+ * transition commits the intent they owe.
+ */
+async function seedFleet(deps: Deps, batch: number): Promise<string[]> {
+  for (let i = 0; i < FLEET - OWED; i += batch) {
+    const ids = Array.from({ length: Math.min(batch, FLEET - OWED - i) }, (_, k) => i + k);
+    await Promise.all(ids.map((n) => deps.jobs.create(fleetJob(n))));
+  }
+  const owed: string[] = [];
+  for (let i = 0; i < OWED; i++) {
+    const job = await registerJob(deps, { job_id: `owed-${i}`, prompt: "owes a notification", agent: "codex" });
+    await transitionJob(deps, job.job_id, { action: "completed", expectedSeq: 0 }, OPERATOR);
+    owed.push(job.job_id);
+  }
+  return owed;
+}
+
+/** A ready job (the seed's `_ready_job`) that is a Reviewer with a verdict token in its report. */
+async function readyReviewer(deps: Deps) {
+  const ready = await readyJob(deps, { body: REVIEWER_REPORT });
+  const job = await getJob(deps, ready.jobId);
+  await transitionJob(deps, ready.jobId, { action: "progress", expectedSeq: job.transition_seq, fields: { role: "Reviewer" } }, OPERATOR);
+  return ready;
+}
+
+// ---------------------------------------------------------------- DynamoDB + S3 + IoT Core
+
+describe("cost per operation: DynamoDB (dynalite), S3 (s3rver), IoT Core (stand-in onto aedes)", () => {
+  let peers: AwsPeers;
+  let dynamo: RequestCounter;
+  let s3: RequestCounter;
+  let itemsRead: ItemsRead;
+  const opened: AwsPorts[] = [];
+
+  beforeAll(async () => {
+    peers = await startAwsPeers();
+    dynamo = countRequests(peers.dynamo.client);
+    s3 = countRequests(peers.s3.client);
+    itemsRead = countItemsRead(peers.dynamo.client);
+  }, 60_000);
+  afterAll(async () => {
+    for (const p of opened) await p.close();
+    await peers?.close();
+  });
+
+  /** A table and a bucket of the test's own, the shared clients (and their counters) underneath. */
+  async function ports(): Promise<Deps & { readonly tableName: string }> {
+    const p = await peers.ports();
+    opened.push(p);
+    return {
+      jobs: p.jobs,
+      reports: p.reports,
+      publisher: p.publisher,
+      clock: systemClock,
+      ids: randomIds,
+      flags: FLAGS,
+      tableName: p.tableName,
+    };
+  }
+  const reset = (): void => {
+    dynamo.reset();
+    s3.reset();
+    itemsRead.reset();
+  };
+
+  it("a transition is exactly one request: one UpdateItem, state and intent together", async () => {
+    const deps = await ports();
+    const job = await registerJob(deps, { prompt: "p", agent: "codex" });
+
+    reset();
+    const claimed = await transitionJob(deps, job.job_id, { action: "claim", expectedSeq: 0 }, OPERATOR);
+    expect(dynamo.total).toBe(1);
+    expect(dynamo.byCommand).toEqual({ UpdateItemCommand: 1 });
+
+    reset();
+    const completed = await transitionJob(deps, job.job_id, { action: "completed", expectedSeq: claimed.transition_seq }, OPERATOR);
+    expect(completed.pending_notification).toBeDefined();
+    expect(dynamo.total).toBe(1);
+    expect(dynamo.byCommand).toEqual({ UpdateItemCommand: 1 });
+
+    // Losing costs one more on dynalite: it returns no item with a failed condition,
+    // so the store reads the record it lost to (real DynamoDB hands it back: ALL_OLD).
+    reset();
+    await expect(
+      transitionJob(deps, job.job_id, { action: "cancel", expectedSeq: claimed.transition_seq }, OPERATOR),
+    ).rejects.toMatchObject({
+      code: "job.transitionConflict",
+    });
+    const lost = { ...dynamo.byCommand };
+    expect(lost).toEqual({ UpdateItemCommand: 1, GetItemCommand: 1 });
+    note("dynamodb", "transition", { committed: { UpdateItemCommand: 1 }, lostOnDynalite: lost });
+  });
+
+  it("a gate evaluation that commits makes at most 4 DynamoDB and 3 S3 requests, a Reviewer's verdict token included", async () => {
+    const deps = await ports();
+    const worker = await readyJob(deps);
+    const reviewer = await readyReviewer(deps);
+
+    reset();
+    const workerResult = await evaluateJob(deps, worker.jobId, worker.scenario);
+    const workerCost = { dynamodb: { ...dynamo.byCommand }, s3: { ...s3.byCommand } };
+    expect(workerResult).toMatchObject({ committed: true, record: { status: "completed", completed_by: "auto_complete" } });
+    expect(dynamo.total).toBeLessThanOrEqual(4);
+    expect(s3.total).toBeLessThanOrEqual(3);
+    expect(s3.byCommand).toEqual({ GetObjectCommand: 2 });
+
+    reset();
+    const reviewerResult = await evaluateJob(deps, reviewer.jobId, reviewer.scenario);
+    const reviewerCost = { dynamodb: { ...dynamo.byCommand }, s3: { ...s3.byCommand } };
+    expect(reviewerResult).toMatchObject({ committed: true, record: { role: "Reviewer", status: "completed" } });
+    expect(dynamo.total).toBeLessThanOrEqual(4);
+    expect(s3.total).toBeLessThanOrEqual(3);
+    // Nothing written to S3 by a decision, and one conditional write to the table.
+    expect(Object.keys(s3.byCommand)).toEqual(["GetObjectCommand"]);
+    expect(dynamo.byCommand.UpdateItemCommand).toBe(1);
+    note("dynamodb+s3", "gate evaluation (evaluateJob, commits)", { worker: workerCost, reviewer: reviewerCost });
+  });
+
+  it(`a recovery sweep over ${FLEET} jobs, ${OWED} owing, reads at most 25 job items: one Query of the sparse index, no Scan`, async () => {
+    const deps = await ports();
+    const t0 = performance.now();
+    const owed = await seedFleet(deps, 100);
+    const seedMs = performance.now() - t0;
+    const acceptedBefore = peers.standIn.accepted.length;
+
+    reset();
+    const result = await recoverNotifications(deps);
+    const reads = { total: itemsRead.total, byCommand: { ...itemsRead.byCommand } };
+    const requests = { ...dynamo.byCommand };
+    const queries = dynamo.calls.filter((c) => c.command === "QueryCommand");
+
+    expect(result).toMatchObject({ owed: OWED, sent: OWED, failed: 0 });
+    expect(Object.keys(result.results).sort()).toEqual([...owed].sort());
+    expect(reads.total).toBeLessThanOrEqual(25);
+    expect(reads.total).toBe(OWED);
+    expect(requests.ScanCommand).toBeUndefined();
+    expect(queries.map((q) => q.input.IndexName)).toEqual(["owed"]);
+    // The writes the sweep makes, not counted as reads: per owed job, one event-log
+    // line (PutItem) and one settle (UpdateItem); and two publishes through IoT.
+    expect(requests).toEqual({ QueryCommand: 1, PutItemCommand: OWED, UpdateItemCommand: OWED });
+    expect(peers.standIn.accepted.length - acceptedBefore).toBe(2 * OWED);
+    expect(await deps.jobs.listOwed(100)).toEqual([]);
+
+    // The meter would have seen a scan: one Scan of the table examines every item.
+    reset();
+    await peers.dynamo.client.send(new ScanCommand({ TableName: deps.tableName, Select: "COUNT" }));
+    expect(itemsRead.byCommand.ScanCommand).toBeGreaterThanOrEqual(FLEET);
+
+    note("dynamodb", `recovery sweep (${FLEET} jobs, ${OWED} owed)`, {
+      itemsRead: reads,
+      requests,
+      iotPublishes: 2 * OWED,
+      seedMs: Math.round(seedMs),
+    });
+  }, 120_000);
+});
+
+// ---------------------------------------------------------------- SQLite + files + MQTT
+
+describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
+  let dir: string;
+  let broker: EmbeddedBroker;
+  let credentials: { username: string; password: string };
+  const open: { jobs: SqliteJobStore; publisher: Publisher }[] = [];
+  let n = 0;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), "mam-costs-"));
+    credentials = { username: "mam-service", password: randomIds.uuid() };
+    broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  });
+  afterAll(async () => {
+    for (const o of open) {
+      await o.publisher.close?.();
+      await o.jobs.close();
+    }
+    await broker?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** A database file and a report root of the test's own. */
+  function ports(): Deps & { jobs: SqliteJobStore; reports: CountingReports } {
+    n += 1;
+    const jobs = new SqliteJobStore(path.join(dir, `mam-${n}.db`));
+    const reports = new CountingReports(new FileReportStore(path.join(dir, `reports-${n}`)));
+    const publisher = new MqttPublisher({ url: broker.url, ...credentials });
+    open.push({ jobs, publisher });
+    return { jobs, reports, publisher, clock: systemClock, ids: randomIds, flags: FLAGS };
+  }
+
+  it("a transition reads no row: one UPDATE ... RETURNING", async () => {
+    const deps = ports();
+    const job = await registerJob(deps, { prompt: "p", agent: "codex" });
+    const before = deps.jobs.rowsRead;
+    const claimed = await transitionJob(deps, job.job_id, { action: "claim", expectedSeq: 0 }, OPERATOR);
+    await transitionJob(deps, job.job_id, { action: "completed", expectedSeq: claimed.transition_seq }, OPERATOR);
+    expect(deps.jobs.rowsRead - before).toBe(0);
+
+    // A lost one reads the row it lost to, to say why.
+    const lostFrom = deps.jobs.rowsRead;
+    await expect(
+      transitionJob(deps, job.job_id, { action: "cancel", expectedSeq: claimed.transition_seq }, OPERATOR),
+    ).rejects.toMatchObject({
+      code: "job.transitionConflict",
+    });
+    expect(deps.jobs.rowsRead - lostFrom).toBe(1);
+    note("sqlite", "transition", { committedRowsRead: 0, lostRowsRead: 1 });
+  });
+
+  it("a gate evaluation that commits reads the job row twice and makes at most 3 report-store reads (a Reviewer's included)", async () => {
+    const deps = ports();
+    const worker = await readyJob(deps);
+    const reviewer = await readyReviewer(deps);
+
+    deps.reports.reset();
+    let before = deps.jobs.rowsRead;
+    expect(await evaluateJob(deps, worker.jobId, worker.scenario)).toMatchObject({ committed: true });
+    const workerCost = { jobRowsRead: deps.jobs.rowsRead - before, reportCalls: { ...deps.reports.calls } };
+    expect(workerCost.jobRowsRead).toBeLessThanOrEqual(2);
+    expect(deps.reports.calls).toEqual({ getBytes: 1, hash: 1 });
+
+    deps.reports.reset();
+    before = deps.jobs.rowsRead;
+    expect(await evaluateJob(deps, reviewer.jobId, reviewer.scenario)).toMatchObject({ committed: true, record: { role: "Reviewer" } });
+    const reviewerCost = { jobRowsRead: deps.jobs.rowsRead - before, reportCalls: { ...deps.reports.calls } };
+    expect(reviewerCost.jobRowsRead).toBeLessThanOrEqual(2);
+    expect(deps.reports.total).toBeLessThanOrEqual(3);
+    expect(deps.reports.calls).toEqual({ getBytes: 1, hash: 1, read: 1 });
+    note("sqlite+files", "gate evaluation (evaluateJob, commits)", { worker: workerCost, reviewer: reviewerCost });
+  });
+
+  it(`a recovery sweep over ${FLEET} jobs, ${OWED} owing, reads at most 25 job rows (the partial index)`, async () => {
+    const deps = ports();
+    const t0 = performance.now();
+    const owed = await seedFleet(deps, 100);
+    const seedMs = performance.now() - t0;
+
+    const before = deps.jobs.rowsRead;
+    const result = await recoverNotifications(deps);
+    const rowsRead = deps.jobs.rowsRead - before;
+    expect(result).toMatchObject({ owed: OWED, sent: OWED, failed: 0 });
+    expect(Object.keys(result.results).sort()).toEqual([...owed].sort());
+    expect(rowsRead).toBeLessThanOrEqual(25);
+    expect(rowsRead).toBe(OWED);
+    expect(await deps.jobs.listOwed(100)).toEqual([]);
+    note("sqlite", `recovery sweep (${FLEET} jobs, ${OWED} owed)`, { rowsRead, seedMs: Math.round(seedMs) });
+  }, 120_000);
+});
