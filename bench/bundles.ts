@@ -1,11 +1,13 @@
 import { spawn } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { SourceMap } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createTokenService } from "@mam/api";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
 import { randomIds, registerJob, systemClock } from "@mam/core";
-import { type BuildOptions, build, type Metafile } from "esbuild";
+import { type BuildOptions, build, type Metafile, type Plugin } from "esbuild";
+import { LAMBDA_ENTRIES, lambdaBuildOptions } from "../scripts/lambda-bundle.mjs";
 import { startDynalite } from "../tests/support/aws-peers.ts";
 import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } from "./support/measure.ts";
 
@@ -24,8 +26,17 @@ import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } fr
  * dynalite started, with its table and job, before any timing. Timed from spawn to
  * the answer arriving on the child's stdout; median of MAM_BENCH_COLD_STARTS (10).
  * Baseline, measured the same way in turn: a bare hono/aws-lambda hello world
- * bundled with the same options. Both run with NODE_OPTIONS=--enable-source-maps,
- * as serverless.yml deploys them. Goal: mam <= 1.5x the baseline.
+ * bundled with the same options. Measured alongside, as a reference point: the same
+ * shape doing one GetItem through @aws-sdk/lib-dynamodb (what the SDK alone costs).
+ * All run with NODE_OPTIONS=--enable-source-maps, as serverless.yml deploys them.
+ * Goal: mam <= 1.5x the baseline.
+ *
+ * Where the goal is missed (or with MAM_BENCH_PROFILE=1): one cold start of each
+ * under `node --cpu-prof`, its samples sorted by what they were doing (bundle code
+ * by package, through the source map), split into loading and first request; and
+ * the cost of --enable-source-maps, measured in turn. MAM_BENCH_WHAT_IF=1 adds
+ * builds of the http function with dependencies stubbed out, to price the changes
+ * bench/README.md recommends.
  */
 
 const ROOT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
@@ -35,43 +46,13 @@ const RATIO_GOAL = 1.5;
 const KiB = 1024;
 const DEPLOYED_NODE_OPTIONS = "--enable-source-maps";
 
-/** As scripts/package.mjs ENTRIES (it exports nothing: it packages when imported). */
-const FUNCTIONS = {
-  http: "functions/http.ts",
-  "stream-publisher": "functions/stream-publisher.ts",
-  "recovery-sweep": "functions/recovery-sweep.ts",
-} as const;
+const FUNCTIONS = LAMBDA_ENTRIES;
 const BASELINE = { name: "hello", entry: "bench/support/hello-lambda.ts" } as const;
+const SDK_REFERENCE = { name: "sdk-reference", entry: "bench/support/dynamodb-lambda.ts" } as const;
 const DRIVER = path.join(ROOT, "bench", "support", "lambda-cold-start.mjs");
 
-/**
- * scripts/package.mjs's `bundle()` options, replicated: that script exports no build
- * function and runs the whole packaging (osls included) when imported. Keep the two
- * in step.
- */
-const BANNER = [
-  'import { createRequire as __mamCreateRequire } from "node:module";',
-  "const require = __mamCreateRequire(import.meta.url);",
-].join("\n");
 function packageOptions(name: string, entry: string, outdir: string): BuildOptions & { metafile: true } {
-  return {
-    absWorkingDir: ROOT,
-    entryPoints: { [name]: entry },
-    outdir,
-    outExtension: { ".js": ".mjs" },
-    bundle: true,
-    platform: "node",
-    target: "node20",
-    format: "esm",
-    mainFields: ["module", "main"],
-    minify: true,
-    sourcemap: "linked",
-    sourcesContent: false,
-    legalComments: "none",
-    banner: { js: BANNER },
-    metafile: true,
-    logLevel: "warning",
-  };
+  return lambdaBuildOptions(ROOT, name, entry, outdir);
 }
 
 // ---------------------------------------------------------------- sizes
@@ -81,6 +62,8 @@ interface Bundle {
   readonly file: string;
   readonly bytes: number;
   readonly mapBytes: number;
+  /** Chunks loaded only on first use (dynamic imports), not at a cold start. */
+  readonly lazyBytes: number;
   readonly metafile: Metafile;
   /** The entry point's input path. */
   readonly entry: string;
@@ -91,18 +74,41 @@ interface Bundle {
 async function bundleOne(name: string, entry: string, outRoot: string): Promise<Bundle> {
   const outdir = path.join(outRoot, name);
   const { metafile } = await build(packageOptions(name, entry, outdir));
-  const outputs = Object.entries(metafile.outputs);
-  const js = outputs.find(([file]) => file.endsWith(".mjs"));
-  const map = outputs.find(([file]) => file.endsWith(".mjs.map"));
-  if (js === undefined) throw new Error(`esbuild wrote no .mjs for ${name}`);
+  const outputs = metafile.outputs;
+  const main = Object.entries(outputs).find(([file, o]) => file.endsWith(".mjs") && o.entryPoint === entry);
+  if (main === undefined) throw new Error(`esbuild wrote no entry .mjs for ${name}`);
+  // What a cold start loads: the entry and the chunks it imports statically. Chunks
+  // reached only by a dynamic import (the S3 store) load on first use, and are
+  // reported apart.
+  const loaded = new Set<string>();
+  const queue = [main[0]];
+  for (let file = queue.pop(); file !== undefined; file = queue.pop()) {
+    if (loaded.has(file)) continue;
+    loaded.add(file);
+    for (const i of outputs[file]?.imports ?? []) if (i.kind === "import-statement" && !i.external) queue.push(i.path);
+  }
+  const inputs: Record<string, number> = {};
+  let bytes = 0;
+  let mapBytes = 0;
+  for (const file of loaded) {
+    const o = outputs[file];
+    if (o === undefined) continue;
+    bytes += o.bytes;
+    mapBytes += outputs[`${file}.map`]?.bytes ?? 0;
+    for (const [input, { bytesInOutput }] of Object.entries(o.inputs)) inputs[input] = (inputs[input] ?? 0) + bytesInOutput;
+  }
+  const lazyBytes = Object.entries(outputs)
+    .filter(([file]) => file.endsWith(".mjs") && !loaded.has(file))
+    .reduce((n, [, o]) => n + o.bytes, 0);
   return {
     name,
     file: path.join(outdir, `${name}.mjs`),
-    bytes: js[1].bytes,
-    mapBytes: map?.[1].bytes ?? 0,
+    bytes,
+    mapBytes,
+    lazyBytes,
     metafile,
-    entry: js[1].entryPoint ?? entry,
-    inputs: Object.fromEntries(Object.entries(js[1].inputs).map(([input, { bytesInOutput }]) => [input, bytesInOutput])),
+    entry: main[1].entryPoint ?? entry,
+    inputs,
   };
 }
 
@@ -193,13 +199,16 @@ const pad = (s: string, n: number) => s.padStart(n);
 function printSizes(bundles: readonly Bundle[]): Map<string, Split> {
   const splits = new Map(bundles.map((b) => [b.name, split(b)]));
   console.log("\nbundle sizes (KiB; esbuild metafile bytes in output, minified):");
-  console.log(`${"".padEnd(18)}${pad(".mjs", 9)}${pad(".map", 9)}${pad("ours", 9)}${pad("AWS SDK", 9)}${pad("other", 9)}${pad("glue", 7)}`);
+  console.log(
+    `${"".padEnd(18)}${pad(".mjs", 9)}${pad(".map", 9)}${pad("ours", 9)}${pad("AWS SDK", 9)}${pad("other", 9)}${pad("glue", 7)}${pad("lazy", 9)}`,
+  );
   for (const b of bundles) {
     const s = splits.get(b.name)!;
     console.log(
-      `${b.name.padEnd(18)}${pad(kib(b.bytes), 9)}${pad(kib(b.mapBytes), 9)}${pad(kib(s.own), 9)}${pad(kib(s.sdk), 9)}${pad(kib(s.other), 9)}${pad(kib(s.glue), 7)}`,
+      `${b.name.padEnd(18)}${pad(kib(b.bytes), 9)}${pad(kib(b.mapBytes), 9)}${pad(kib(s.own), 9)}${pad(kib(s.sdk), 9)}${pad(kib(s.other), 9)}${pad(kib(s.glue), 7)}${pad(kib(b.lazyBytes), 9)}`,
     );
   }
+  console.log("  .mjs = what a cold start loads (the entry and its static chunks); lazy = chunks loaded on first use (the S3 store; SDK credential providers Lambda never needs)");
   const http = bundles.find((b) => b.name === "http");
   if (http !== undefined) {
     const s = splits.get("http")!;
@@ -226,6 +235,8 @@ interface ColdStart {
   readonly started: number;
   readonly imported: number;
   readonly answered: number;
+  /** The import's end on the monotonic clock (microseconds), as a --cpu-prof profile is stamped. */
+  readonly importedClockUs: number;
   readonly statusCode: number;
   readonly body: string;
 }
@@ -250,15 +261,15 @@ function coldStart(
     const line = /^MAM_COLD_START (.*)$/m.exec(out)?.[1];
     if (line === undefined) return;
     const ms = performance.now() - spawned;
-    const r = JSON.parse(line) as { started: number; imported: number; answered: number; response: { statusCode: number; body: string } };
-    result = {
-      ms,
-      started: r.started,
-      imported: r.imported,
-      answered: r.answered,
-      statusCode: r.response.statusCode,
-      body: r.response.body,
+    const r = JSON.parse(line) as {
+      started: number;
+      imported: number;
+      answered: number;
+      importedClockUs: number;
+      response: { statusCode: number; body: string };
     };
+    const { started, imported, answered, importedClockUs } = r;
+    result = { ms, started, imported, answered, importedClockUs, statusCode: r.response.statusCode, body: r.response.body };
   });
   child.stderr.setEncoding("utf8").on("data", (s: string) => {
     err += s;
@@ -284,13 +295,15 @@ interface Side {
   readonly name: string;
   readonly file: string;
   readonly runs: ColdStart[];
+  /** The child's environment, when not the one the whole measurement uses. */
+  readonly env?: Record<string, string>;
 }
 
 async function measureColdStarts(sides: readonly Side[], eventFile: string, env: Record<string, string>, runs: number): Promise<void> {
   // One untimed start each first: the bundle file and node itself into the page cache.
-  for (const side of sides) await coldStart(side.file, eventFile, env);
+  for (const side of sides) await coldStart(side.file, eventFile, side.env ?? env);
   for (let run = 1; run <= runs; run++) {
-    for (const side of sides) side.runs.push(await coldStart(side.file, eventFile, env));
+    for (const side of sides) side.runs.push(await coldStart(side.file, eventFile, side.env ?? env));
   }
 }
 
@@ -303,6 +316,187 @@ function describeRuns(side: Side): string {
   );
 }
 
+// ---------------------------------------------------------------- where the time goes
+
+/** The part of a V8 CPU profile (`node --cpu-prof`) read here. */
+interface CpuProfile {
+  readonly nodes: readonly {
+    readonly id: number;
+    readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number; readonly columnNumber: number };
+    readonly children?: readonly number[];
+  }[];
+  readonly startTime: number;
+  readonly samples: readonly number[];
+  readonly timeDeltas: readonly number[];
+}
+
+/**
+ * Sort every sample of one cold start's profile into what it was doing, by the
+ * innermost frame that says so: bundle code is named by the package its source map
+ * points to; Node's own work by kind (loading a built-in such as the undici behind
+ * Request/Response on first use, compiling the bundle, --enable-source-maps' own
+ * work). Split at the import's end: loading the bundle, then the first request.
+ */
+function whereTheTimeGoes(
+  profile: CpuProfile,
+  bundleFile: string,
+  importedClockUs: number,
+): Map<string, { load: number; request: number }> {
+  const bundleUrl = `file://${bundleFile}`;
+  const map = new SourceMap(JSON.parse(readFileSync(`${bundleFile}.map`, "utf8")) as ConstructorParameters<typeof SourceMap>[0]);
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parentOf = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parentOf.set(c, n.id);
+  const memo = new Map<number, string>();
+  const classify = (leaf: number): string => {
+    const known = memo.get(leaf);
+    if (known !== undefined) return known;
+    let kind: string | undefined;
+    const top = byId.get(leaf)?.callFrame;
+    if (top !== undefined && top.url === "") {
+      kind = { "(garbage collector)": "garbage collection", "(idle)": "idle (waiting on I/O)", "(program)": "V8 native (program)" }[
+        top.functionName
+      ];
+      kind ??= `V8 native ${top.functionName}`;
+    }
+    for (let id: number | undefined = leaf; kind === undefined && id !== undefined; id = parentOf.get(id)) {
+      const frame = byId.get(id)!.callFrame;
+      if (frame.functionName === "maybeCacheSourceMap") kind = "Node: --enable-source-maps bookkeeping";
+      else if (["requireBuiltin", "compileForPublicLoader", "compileForInternalLoader"].includes(frame.functionName))
+        kind = "Node: built-ins loaded on first use (undici for Request/Response, http, crypto...)";
+      else if (frame.url === bundleUrl) {
+        const source = map.findEntry(frame.lineNumber, frame.columnNumber) as { originalSource?: string };
+        const input = source.originalSource?.replace(/^(\.\.\/)+/, "").replace(/^.*?\/node_modules\//, "node_modules/");
+        kind =
+          input === undefined
+            ? "bundle: module top level, esbuild init helpers"
+            : `bundle: ${packageOf(input) ?? `(ours) ${ownArea(input.replace(/^.*?\/(packages|functions|bench)\//, "$1/"))}`}`;
+      } else if (frame.functionName === "compileSourceTextModule") kind = "V8: compiling the bundle (parse)";
+      else if (frame.url.endsWith("lambda-cold-start.mjs")) kind = "driver";
+    }
+    kind ??= "Node: start-up and module loader";
+    memo.set(leaf, kind);
+    return kind;
+  };
+  const out = new Map<string, { load: number; request: number }>();
+  let at = profile.startTime;
+  for (let i = 0; i < profile.samples.length; i++) {
+    at += profile.timeDeltas[i] ?? 0;
+    const us = profile.timeDeltas[i + 1] ?? 0;
+    const kind = classify(profile.samples[i]!);
+    const row = out.get(kind) ?? { load: 0, request: 0 };
+    if (at <= importedClockUs) row.load += us / 1000;
+    else row.request += us / 1000;
+    out.set(kind, row);
+  }
+  return out;
+}
+
+async function profileColdStart(side: Side, eventFile: string, env: Record<string, string>, dir: string): Promise<void> {
+  const profDir = path.join(dir, `profile-${side.name.replace(/\W+/g, "-")}`);
+  const run = await coldStart(side.file, eventFile, env, ["--cpu-prof", "--cpu-prof-interval", "250", "--cpu-prof-dir", profDir]);
+  const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
+  if (file === undefined) throw new Error(`node --cpu-prof wrote no profile in ${profDir}`);
+  const rows = [
+    ...whereTheTimeGoes(JSON.parse(readFileSync(path.join(profDir, file), "utf8")) as CpuProfile, side.file, run.importedClockUs),
+  ];
+  const sum = (pick: (r: { load: number; request: number }) => number) => rows.reduce((n, [, r]) => n + pick(r), 0);
+  console.log(
+    `  ${side.name}, one profiled cold start (node --cpu-prof, 250 us samples; the profiler slows it): ${fixed(run.ms)} ms spawn-to-answer, ` +
+      `${fixed(sum((r) => r.load))} ms sampled loading + ${fixed(sum((r) => r.request))} ms first request`,
+  );
+  console.log(`    ${"load ms".padStart(8)} ${"req ms".padStart(7)}  what`);
+  for (const [kind, r] of rows.sort((a, b) => b[1].load + b[1].request - (a[1].load + a[1].request)).slice(0, 14)) {
+    console.log(`    ${pad(fixed(r.load), 8)} ${pad(fixed(r.request), 7)}  ${kind}`);
+  }
+}
+
+/**
+ * What-if builds of the http function (MAM_BENCH_WHAT_IF=1): the same entry and
+ * options with one dependency replaced by a stub, each of which still answers the
+ * measured request (the signing key comes from the environment, S3 is built lazily,
+ * Lambda hands the role's credentials over as environment variables). They put a
+ * figure on each change recommended in bench/README.md; they are not shipped.
+ */
+const STUBS = {
+  "no SSM client": {
+    "@aws-sdk/client-ssm":
+      'export class SSMClient { constructor() { throw new Error("bench stub"); } } export class GetParameterCommand {}',
+  },
+  "no S3 client": {
+    "@aws-sdk/client-s3": [
+      'const Stub = class { constructor() { throw new Error("bench stub"); } };',
+      "export { Stub as S3Client, Stub as PutObjectCommand, Stub as GetObjectCommand, Stub as HeadObjectCommand,",
+      "  Stub as CopyObjectCommand, Stub as DeleteObjectCommand };",
+    ].join("\n"),
+  },
+  "env-only credentials": {
+    "@aws-sdk/credential-provider-node": 'export { fromEnv as defaultProvider } from "@aws-sdk/credential-provider-env";',
+  },
+} as const satisfies Record<string, Record<string, string>>;
+
+function stubPlugin(modules: Readonly<Record<string, string>>): Plugin {
+  const names = Object.keys(modules);
+  return {
+    name: "bench-stubs",
+    setup(b) {
+      b.onResolve({ filter: /^@aws-sdk\// }, (args) =>
+        names.includes(args.path) ? { path: args.path, namespace: "bench-stub" } : undefined,
+      );
+      b.onLoad({ filter: /.*/, namespace: "bench-stub" }, (args) => ({
+        contents: modules[args.path] ?? "",
+        loader: "js",
+        resolveDir: ROOT,
+      }));
+    },
+  };
+}
+
+async function whatIf(
+  mam: Side,
+  hello: Side,
+  eventFile: string,
+  deployed: Record<string, string>,
+  noMaps: Record<string, string>,
+  dir: string,
+) {
+  const variants: [string, Record<string, string>][] = [
+    ...Object.entries(STUBS),
+    ["all three", Object.assign({}, ...Object.values(STUBS)) as Record<string, string>],
+  ];
+  const sides: Side[] = [
+    { name: hello.name, file: hello.file, runs: [] },
+    { name: "mam http (as is)", file: mam.file, runs: [] },
+  ];
+  const sizes = new Map<string, number>();
+  for (const [label, modules] of variants) {
+    const name = `http-${label.replace(/\W+/g, "-")}`;
+    const { metafile } = await build({ ...packageOptions(name, FUNCTIONS.http, path.join(dir, name)), plugins: [stubPlugin(modules)] });
+    sizes.set(label, Object.entries(metafile.outputs).find(([f]) => f.endsWith(".mjs"))?.[1].bytes ?? 0);
+    sides.push({ name: label, file: path.join(dir, name, `${name}.mjs`), runs: [] });
+  }
+  const allThree = sides.at(-1)!;
+  sides.push({ name: "all three, no source maps", file: allThree.file, runs: [], env: noMaps });
+  sizes.set("all three, no source maps", sizes.get("all three") ?? 0);
+  await measureColdStarts(sides, eventFile, deployed, COLD_STARTS);
+  const ms = (side: Side) => median(side.runs.map((r) => r.ms));
+  const base = ms(sides[0]!);
+  const ref = ms(sides[1]!);
+  console.log(
+    `\nwhat if (MAM_BENCH_WHAT_IF=1): the http bundle with dependencies stubbed out (each variant still answers the request), ` +
+      `${COLD_STARTS} cold starts each, all sides in turn:`,
+  );
+  for (const side of sides) {
+    const size = sizes.get(side.name);
+    console.log(
+      `  ${side.name.padEnd(26)} ${pad(fixed(ms(side)), 7)} ms, ${(ms(side) / base).toFixed(2)}x hello` +
+        `${side === sides[0] ? "" : ` (${ms(side) <= ref ? "-" : "+"}${fixed(Math.abs(ref - ms(side)))} ms)`}` +
+        `${size === undefined ? "" : `, .mjs ${kib(size)} KiB`}; import ${fixed(median(side.runs.map((r) => r.imported - r.started)))} ms, ` +
+        `first request ${fixed(median(side.runs.map((r) => r.answered - r.imported)))} ms`,
+    );
+  }
+}
+
 console.log(machineNote());
 const tmp = await tempDir("mam-bench-bundles-");
 const dynalite = await startDynalite();
@@ -310,7 +504,8 @@ try {
   const bundles: Bundle[] = [];
   for (const [name, entry] of Object.entries(FUNCTIONS)) bundles.push(await bundleOne(name, entry, tmp.dir));
   const hello = await bundleOne(BASELINE.name, BASELINE.entry, tmp.dir);
-  const splits = printSizes([...bundles, hello]);
+  const sdkReference = await bundleOne(SDK_REFERENCE.name, SDK_REFERENCE.entry, tmp.dir);
+  const splits = printSizes([...bundles, hello, sdkReference]);
   const worstOwn = Math.max(...bundles.map((b) => splits.get(b.name)!.own));
   const worstNonSdk = Math.max(...bundles.map((b) => splits.get(b.name)!.own + splits.get(b.name)!.other));
 
@@ -341,22 +536,52 @@ try {
     MAM_TOKEN_SIGNING_KEY: SIGNING_KEY,
     MAM_REPORT_BODY_LIMIT: "4194304",
   });
+  const deployed = env(DEPLOYED_NODE_OPTIONS);
 
   const http = bundles.find((b) => b.name === "http")!;
-  const check = await coldStart(http.file, eventFile, env(DEPLOYED_NODE_OPTIONS));
-  const answer = JSON.parse(check.body) as { job_id?: string };
-  if (check.statusCode !== 200 || answer.job_id !== JOB_ID) throw new Error(`the http bundle answered ${check.statusCode}: ${check.body}`);
-  console.log(`\ncold start: http answers GET /v1/jobs/${JOB_ID} with 200 and the record (checked before timing)`);
+  for (const b of [http, sdkReference]) {
+    const check = await coldStart(b.file, eventFile, deployed);
+    const answer = JSON.parse(check.body) as { job_id?: string };
+    if (check.statusCode !== 200 || answer.job_id !== JOB_ID)
+      throw new Error(`the ${b.name} bundle answered ${check.statusCode}: ${check.body}`);
+  }
+  console.log(`\ncold start: http (and the SDK reference) answer GET /v1/jobs/${JOB_ID} with 200 and the record (checked before timing)`);
   console.log(
-    `cold starts: ${COLD_STARTS} per side after one untimed start each, alternating sides, NODE_OPTIONS=${DEPLOYED_NODE_OPTIONS} (as deployed); ` +
-      `the AWS SDK is inside the bundle (nothing external), so every module it loads is counted`,
+    `cold starts: ${COLD_STARTS} per side after one untimed start each, sides in turn, NODE_OPTIONS=${DEPLOYED_NODE_OPTIONS} (as deployed); ` +
+      `the AWS SDK is inside the bundle (nothing external), so every module it loads is counted; ` +
+      `the signing key is in the environment (deployed, it is read from SSM at cold start: one more round trip, not measured here)`,
   );
   const base: Side = { name: "hello (hono/aws-lambda)", file: hello.file, runs: [] };
+  const sdk: Side = { name: "SDK reference (hono + lib-dynamodb GetItem)", file: sdkReference.file, runs: [] };
   const mam: Side = { name: "mam http", file: http.file, runs: [] };
-  await measureColdStarts([base, mam], eventFile, env(DEPLOYED_NODE_OPTIONS), COLD_STARTS);
-  console.log(describeRuns(base));
-  console.log(describeRuns(mam));
-  const ratio = median(mam.runs.map((r) => r.ms)) / median(base.runs.map((r) => r.ms));
+  await measureColdStarts([base, sdk, mam], eventFile, deployed, COLD_STARTS);
+  for (const side of [base, sdk, mam]) console.log(describeRuns(side));
+  const ms = (side: Side) => median(side.runs.map((r) => r.ms));
+  const ratio = ms(mam) / ms(base);
+  console.log(
+    `the SDK reference is ${(ms(sdk) / ms(base)).toFixed(2)}x hello; mam is ${(ms(mam) / ms(sdk)).toFixed(2)}x the SDK reference`,
+  );
+
+  if (ratio > RATIO_GOAL || process.env.MAM_BENCH_PROFILE === "1") {
+    console.log(`\nwhere the time goes (${ratio > RATIO_GOAL ? "the goal is missed" : "MAM_BENCH_PROFILE=1"}):`);
+    for (const side of [base, mam]) await profileColdStart(side, eventFile, deployed, tmp.dir);
+    // The flag's own cost: both bundles with and without it, all four in turn.
+    const noMaps = env("");
+    const flag = [
+      { name: base.name, file: base.file, runs: [] as ColdStart[] },
+      { name: base.name, file: base.file, runs: [] as ColdStart[], env: noMaps },
+      { name: mam.name, file: mam.file, runs: [] as ColdStart[] },
+      { name: mam.name, file: mam.file, runs: [] as ColdStart[], env: noMaps },
+    ];
+    await measureColdStarts(flag, eventFile, deployed, COLD_STARTS);
+    const [helloMaps, helloBare, mamMaps, mamBare] = flag.map(ms) as [number, number, number, number];
+    console.log(
+      `  --enable-source-maps, ${COLD_STARTS} cold starts of each of the four in turn: hello ${fixed(helloMaps)} ms with, ${fixed(helloBare)} ms without; ` +
+        `mam ${fixed(mamMaps)} ms with, ${fixed(mamBare)} ms without: the flag costs mam ${fixed(mamMaps - mamBare)} ms ` +
+        `(ratio without it on both sides: ${(mamBare / helloBare).toFixed(2)}x)`,
+    );
+  }
+  if (process.env.MAM_BENCH_WHAT_IF === "1") await whatIf(mam, base, eventFile, deployed, env(""), tmp.dir);
 
   console.log(machineNote().replace(/^machine: .*; load/, "at the end: load"));
   console.log(
@@ -365,7 +590,7 @@ try {
   );
   console.log(
     `cold start: ratio ${ratio.toFixed(2)}x hello (goal <= ${RATIO_GOAL}x) ${verdict(ratio <= RATIO_GOAL)}; ` +
-      `mam ${fixed(median(mam.runs.map((r) => r.ms)))} ms, hello ${fixed(median(base.runs.map((r) => r.ms)))} ms (${grouped(COLD_STARTS)} each)`,
+      `mam ${fixed(ms(mam))} ms, hello ${fixed(ms(base))} ms (median of ${grouped(COLD_STARTS)} each)`,
   );
 } finally {
   await dynalite.close();

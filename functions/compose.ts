@@ -22,7 +22,9 @@ import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetParameterCommand, SSMClient } from "@aws-sdk/client-ssm";
 import { type AppEnv, createApp, createTokenService } from "@mam/api";
-import { createS3Client, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { DynamoJobStore } from "@mam/aws/dynamo";
+import { IotPublisher } from "@mam/aws/iot";
+import { s3Uri } from "@mam/aws/s3-keys";
 import {
   type Clock,
   type Config,
@@ -121,23 +123,28 @@ function notifierDeps(config: Config, overrides: Overrides): NotifierDeps {
 }
 
 /**
- * The S3 client is built on the first report operation, not at cold start: most
- * requests (job reads, transitions, the gate's refusals) never touch S3.
+ * The S3 module (client and SDK) is loaded on the first report operation, not at
+ * cold start: most requests (job reads, transitions, the gate's early refusals)
+ * never touch S3, and loading it costs ~45 ms and ~140 KiB of a cold start
+ * (bench/bundles.ts). Addresses are computed without it.
  */
-function lazyReportStore(build: () => ReportStore): ReportStore {
-  let store: ReportStore | undefined;
-  const get = (): ReportStore => {
-    store ??= build();
+function lazyReportStore(bucket: string, build: () => Promise<ReportStore>): ReportStore {
+  let store: Promise<ReportStore> | undefined;
+  const get = (): Promise<ReportStore> => {
+    store ??= build().catch((e: unknown) => {
+      store = undefined;
+      throw e;
+    });
     return store;
   };
   return {
-    put: (location, name, body) => get().put(location, name, body),
-    getBytes: (location, name) => get().getBytes(location, name),
-    read: (location, name) => get().read(location, name),
-    exists: (location, name) => get().exists(location, name),
-    promote: (location, from, to) => get().promote(location, from, to),
-    hash: (location, name) => get().hash(location, name),
-    describe: (location, name) => get().describe(location, name),
+    put: async (location, name, body) => (await get()).put(location, name, body),
+    getBytes: async (location, name) => (await get()).getBytes(location, name),
+    read: async (location, name) => (await get()).read(location, name),
+    exists: async (location, name) => (await get()).exists(location, name),
+    promote: async (location, from, to) => (await get()).promote(location, from, to),
+    hash: async (location, name) => (await get()).hash(location, name),
+    describe: (location, name) => s3Uri(bucket, location, name),
   };
 }
 
@@ -190,18 +197,18 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promi
   const config = parseConfig(env);
   const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
   const base = notifierDeps(config, overrides);
-  const reports = lazyReportStore(
-    () =>
-      new S3ReportStore({
-        bucket,
-        client: createS3Client({
-          region,
-          ...(config.aws.s3Endpoint === undefined ? {} : { endpoint: config.aws.s3Endpoint }),
-          ...credentialsOf(overrides),
-        }),
-        maxBodyBytes: config.reportBodyLimit,
+  const reports = lazyReportStore(bucket, async () => {
+    const { S3ReportStore, createS3Client } = await import("@mam/aws/s3");
+    return new S3ReportStore({
+      bucket,
+      client: createS3Client({
+        region,
+        ...(config.aws.s3Endpoint === undefined ? {} : { endpoint: config.aws.s3Endpoint }),
+        ...credentialsOf(overrides),
       }),
-  );
+      maxBodyBytes: config.reportBodyLimit,
+    });
+  });
   const deps: Deps = { ...base, reports, flags: config.flags };
   const tokens = createTokenService({
     signingKey: await readSigningKey(config, overrides),

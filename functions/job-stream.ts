@@ -16,7 +16,7 @@
  */
 import type { AttributeValue } from "@aws-sdk/client-dynamodb";
 import { unmarshall } from "@aws-sdk/util-dynamodb";
-import { JOB_TABLE_DEFINITION } from "@mam/aws";
+import { JOB_TABLE_DEFINITION } from "@mam/aws/job-table";
 import { flushRecord, type JobRecord, JobRecordSchema, MamError, zodIssues } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import type { NotifierDeps } from "./compose.ts";

@@ -6,11 +6,9 @@
  * bundle, and the CloudFormation template. Offline and without credentials: osls's
  * `package` calls no AWS API, and nothing here asks for an account.
  *
- * Bundles: ESM (`.mjs`), node20, minified, with linked source maps (the functions
- * run with NODE_OPTIONS=--enable-source-maps). Nothing is external: the AWS SDK v3
- * clients are bundled (tree-shaken) at the versions the lockfile pins and the tests
- * ran against, rather than whatever SDK the Lambda runtime ships — the adapters rely
- * on recent client features (S3 checksum settings, ReturnValuesOnConditionCheckFailure).
+ * Bundles: scripts/lambda-bundle.mjs (the AWS SDK is bundled, not taken from the
+ * runtime: the adapters rely on recent client features such as the S3 checksum
+ * settings and ReturnValuesOnConditionCheckFailure).
  *
  * Extra arguments go to osls, e.g. `npm run package -- --stage prod --param iotEndpoint=...`.
  */
@@ -20,17 +18,11 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
+import { LAMBDA_ENTRIES, lambdaBuildOptions } from "./lambda-bundle.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const require = createRequire(join(root, "package.json"));
 const outRoot = join(root, ".build");
-
-/** Function name (as in serverless.yml, kebab-cased for the folder) -> entry point. */
-const ENTRIES = {
-  http: "functions/http.ts",
-  "stream-publisher": "functions/stream-publisher.ts",
-  "recovery-sweep": "functions/recovery-sweep.ts",
-};
 
 /**
  * The docs page's assets (packages/api DOCS_ASSETS), served by the http function
@@ -46,35 +38,12 @@ const DOCS_ASSET_FILES = [
   "favicon-16x16.png",
 ];
 
-// ESM bundles of CommonJS dependencies still call `require` for Node built-ins.
-const banner = [
-  'import { createRequire as __mamCreateRequire } from "node:module";',
-  "const require = __mamCreateRequire(import.meta.url);",
-].join("\n");
-
 async function bundle() {
   rmSync(outRoot, { recursive: true, force: true });
   const sizes = {};
-  for (const [name, entry] of Object.entries(ENTRIES)) {
+  for (const [name, entry] of Object.entries(LAMBDA_ENTRIES)) {
     const outdir = join(outRoot, name);
-    const result = await build({
-      absWorkingDir: root,
-      entryPoints: { [name]: entry },
-      outdir,
-      outExtension: { ".js": ".mjs" },
-      bundle: true,
-      platform: "node",
-      target: "node20",
-      format: "esm",
-      mainFields: ["module", "main"],
-      minify: true,
-      sourcemap: "linked",
-      sourcesContent: false,
-      legalComments: "none",
-      banner: { js: banner },
-      metafile: true,
-      logLevel: "warning",
-    });
+    const result = await build(lambdaBuildOptions(root, name, entry, outdir));
     writeFileSync(join(outRoot, `${name}.meta.json`), JSON.stringify(result.metafile));
     sizes[name] = Object.entries(result.metafile.outputs)
       .filter(([file]) => file.endsWith(".mjs"))

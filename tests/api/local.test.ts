@@ -1,19 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { deadPort } from "../support/dead-port.ts";
 import { apiRoutesSuite } from "./routes.suite.ts";
-
-/** A loopback port nobody listens on (it was free a moment ago). */
-async function deadPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", async ({ publisher }) => {
   const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));

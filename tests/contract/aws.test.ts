@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import net from "node:net";
 import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
@@ -7,6 +6,7 @@ import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@ma
 import { startEmbeddedBroker } from "@mam/local";
 import { afterAll, beforeAll } from "vitest";
 import { type DynalitePeer, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
+import { deadPort } from "../support/dead-port.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { subscribeOn } from "./mqtt-subscriber.ts";
 import { publisherContract } from "./publisher.suite.ts";
@@ -47,15 +47,6 @@ reportStoreContract("S3 (s3rver)", async () => {
 });
 
 // ---------------------------------------------------------------- Publisher
-
-/** A loopback port nobody listens on (it was free a moment ago). */
-async function deadPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 publisherContract("IoT Core data plane (HTTPS stand-in onto aedes)", async () => {
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };

@@ -7,6 +7,7 @@ import { type JobRecord, MamError } from "@mam/core";
 import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { deadPort } from "../support/dead-port.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { subscribeOn } from "./mqtt-subscriber.ts";
 import { publisherContract } from "./publisher.suite.ts";
@@ -195,15 +196,6 @@ describe("FileReportStore, beyond the contract", () => {
 });
 
 // ---------------------------------------------------------------- Publisher
-
-/** A loopback port nobody listens on (it was free a moment ago). */
-async function deadPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 const credentials = () => ({ username: "mam-service", password: randomBytes(16).toString("hex") });
 

@@ -13,7 +13,8 @@ import { type CliIo, runCli } from "@mam/cli";
 import { type JobRecord, randomIds, registerJob, STAGED_REPORT_NAME, verifyManifest } from "@mam/core";
 import { type EmbeddedBroker, FileReportStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { closedPort, mqttSubscribe, tickingClock } from "./harness.ts";
+import { deadPort } from "../support/dead-port.ts";
+import { mqttSubscribe, tickingClock } from "./harness.ts";
 import { sleep } from "./scenario.ts";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -105,7 +106,7 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
   it("B-13 publish-event finalizes before it publishes: broker unreachable exits 2, yet the report was promoted and verifies", async () => {
     const jobId = await registerIn(sandbox.dataDir);
     await writeFile(`${sandbox.reportPath}.tmp`, "the report\n");
-    const port = await closedPort();
+    const port = await deadPort();
 
     const streams = io();
     const code = await runCli(publishArgs(jobId, `mqtt://127.0.0.1:${port}`, "git_push=deadbeef"), streams);
@@ -116,7 +117,7 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
   it("B-13 (subprocess) `mam publish-event` as an agent runs it: exit status 2, finalization kept", async () => {
     const jobId = await registerIn(sandbox.dataDir);
     await writeFile(`${sandbox.reportPath}.tmp`, "the report\n");
-    const port = await closedPort();
+    const port = await deadPort();
 
     const child = spawn(
       process.execPath,

@@ -6,7 +6,6 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
@@ -20,6 +19,7 @@ import { connect, type MqttClient } from "mqtt";
 import { afterAll, afterEach, beforeEach, describe } from "vitest";
 import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
 import { startIotStandIn } from "../support/aws-peers.ts";
+import { deadPort } from "../support/dead-port.ts";
 
 export interface ReceivedMessage {
   readonly topic: string;
@@ -69,18 +69,6 @@ export const CLOCK_START = "2026-11-20T10:10:00.000Z";
 export function tickingClock(start = CLOCK_START): Clock {
   let t = Date.parse(start);
   return { now: () => new Date(t++) };
-}
-
-/** A loopback port that was free a moment ago and that nothing listens on now. */
-export async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => resolve());
-  });
-  const port = (server.address() as net.AddressInfo).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** A plain MQTT subscriber (anonymous: the embedded broker lets anyone subscribe). */
@@ -227,7 +215,7 @@ async function makeEmbedded(): Promise<SeedBackend> {
       return p;
     },
     async unreachablePublisher() {
-      const p = new MqttPublisher({ url: `mqtt://127.0.0.1:${await closedPort()}`, connectTimeoutMs: 2000, publishTimeoutMs: 2000 });
+      const p = new MqttPublisher({ url: `mqtt://127.0.0.1:${await deadPort()}`, connectTimeoutMs: 2000, publishTimeoutMs: 2000 });
       extraPublishers.push(p);
       return p;
     },
@@ -341,7 +329,7 @@ async function makeAws(): Promise<SeedBackend> {
       return iotAt(unauthorised.endpoint);
     },
     async unreachablePublisher() {
-      return iotAt(`http://127.0.0.1:${await closedPort()}`);
+      return iotAt(`http://127.0.0.1:${await deadPort()}`);
     },
     async restart() {
       // New clients over the same table and bucket: what a new Lambda container sees.

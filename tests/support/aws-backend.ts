@@ -1,11 +1,11 @@
 import { randomBytes } from "node:crypto";
-import net from "node:net";
 import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { type DynalitePeer, type IotStandIn, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "./aws-peers.ts";
+import { deadPort } from "./dead-port.ts";
 
 /**
  * The cloud backend, on real local peers, for suites written once for every
@@ -30,15 +30,6 @@ export interface AwsPorts {
   readonly tableName: string;
   readonly bucket: string;
   close(): Promise<void>;
-}
-
-/** A loopback port nobody listens on (it was free a moment ago). */
-export async function deadPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 let counter = 0;

@@ -10,6 +10,7 @@ import {
   type S3ClientConfig,
 } from "@aws-sdk/client-s3";
 import { MamError, type ReportStore } from "@mam/core";
+import { objectKey, s3Uri } from "./s3-keys.ts";
 import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
 
 export interface S3ReportStoreOptions {
@@ -37,24 +38,6 @@ export function s3ClientConfig(config: S3ClientConfig = {}): S3ClientConfig {
 /** `S3Client` built with `s3ClientConfig`; `forcePathStyle` for a local peer by endpoint. */
 export function createS3Client(config: S3ClientConfig = {}): S3Client {
   return new S3Client(s3ClientConfig({ ...(config.endpoint !== undefined ? { forcePathStyle: true } : {}), ...config }));
-}
-
-/** A location is relative: `reports/<job>/<attempt>`, or any `a/b/c` of safe segments. */
-const SEGMENT = /^[A-Za-z0-9_-]{1,128}$/;
-/** A plain file name: no separators, not `.` or `..`. */
-const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$/;
-const MAX_LOCATION_SEGMENTS = 16;
-
-function objectKey(location: string, name: string): string {
-  const segments = location.split("/");
-  if (location.length === 0 || segments.length > MAX_LOCATION_SEGMENTS || !segments.every((s) => SEGMENT.test(s))) {
-    throw new MamError(
-      "report.location",
-      `not a report location: ${JSON.stringify(location)} (relative segments of letters, digits, '_' and '-', e.g. reports/<job>/<attempt>)`,
-    );
-  }
-  if (!NAME.test(name)) throw new MamError("report.location", `not a plain file name: ${JSON.stringify(name)}`);
-  return `${location}/${name}`;
 }
 
 const isMissing = (err: unknown): boolean => {
@@ -230,7 +213,7 @@ export class S3ReportStore implements ReportStore {
   }
 
   describe(location: string, name: string): string {
-    return `s3://${this.bucket}/${objectKey(location, name)}`;
+    return s3Uri(this.bucket, location, name);
   }
 
   async #get(location: string, name: string): Promise<GetObjectCommandOutput | undefined> {

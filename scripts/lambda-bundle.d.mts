@@ -1,0 +1,4 @@
+import type { BuildOptions } from "esbuild";
+
+export declare const LAMBDA_ENTRIES: Readonly<Record<"http" | "stream-publisher" | "recovery-sweep", string>>;
+export declare function lambdaBuildOptions(root: string, name: string, entry: string, outdir: string): BuildOptions & { metafile: true };

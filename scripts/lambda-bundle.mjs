@@ -1,0 +1,48 @@
+/**
+ * How the Lambda functions are bundled: the one place esbuild's options live, used by
+ * `npm run package` (scripts/package.mjs) and by bench/bundles.ts, so what is
+ * measured is what is deployed.
+ *
+ * ESM (`.mjs`), node20, minified, linked source maps (the functions run with
+ * NODE_OPTIONS=--enable-source-maps). Nothing is external: the AWS SDK v3 clients
+ * are bundled (tree-shaken) at the versions the lockfile pins. Code splitting is on
+ * so that a dynamic import (the S3 store, loaded on the first report operation)
+ * becomes a chunk of its own that a cold start does not load.
+ */
+
+/** Function name (as in serverless.yml, kebab-cased for the folder) -> entry point. */
+export const LAMBDA_ENTRIES = {
+  http: "functions/http.ts",
+  "stream-publisher": "functions/stream-publisher.ts",
+  "recovery-sweep": "functions/recovery-sweep.ts",
+};
+
+// ESM bundles of CommonJS dependencies still call `require` for Node built-ins.
+const BANNER = [
+  'import { createRequire as __mamCreateRequire } from "node:module";',
+  "const require = __mamCreateRequire(import.meta.url);",
+].join("\n");
+
+/** esbuild options for one function's bundle, written to `outdir`. */
+export function lambdaBuildOptions(root, name, entry, outdir) {
+  return {
+    absWorkingDir: root,
+    entryPoints: { [name]: entry },
+    outdir,
+    outExtension: { ".js": ".mjs" },
+    bundle: true,
+    splitting: true,
+    chunkNames: "chunks/[name]-[hash]",
+    platform: "node",
+    target: "node20",
+    format: "esm",
+    mainFields: ["module", "main"],
+    minify: true,
+    sourcemap: "linked",
+    sourcesContent: false,
+    legalComments: "none",
+    banner: { js: BANNER },
+    metafile: true,
+    logLevel: "warning",
+  };
+}
