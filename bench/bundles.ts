@@ -208,7 +208,9 @@ function printSizes(bundles: readonly Bundle[]): Map<string, Split> {
       `${b.name.padEnd(18)}${pad(kib(b.bytes), 9)}${pad(kib(b.mapBytes), 9)}${pad(kib(s.own), 9)}${pad(kib(s.sdk), 9)}${pad(kib(s.other), 9)}${pad(kib(s.glue), 7)}${pad(kib(b.lazyBytes), 9)}`,
     );
   }
-  console.log("  .mjs = what a cold start loads (the entry and its static chunks); lazy = chunks loaded on first use (the S3 store; SDK credential providers Lambda never needs)");
+  console.log(
+    "  .mjs = what a cold start loads (the entry and its static chunks); lazy = chunks loaded on first use (the S3 store; SDK credential providers Lambda never needs)",
+  );
   const http = bundles.find((b) => b.name === "http");
   if (http !== undefined) {
     const s = splits.get("http")!;
