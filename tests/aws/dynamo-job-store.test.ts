@@ -16,6 +16,7 @@ import {
 import { type DispatchRecord, type JobRecord, MamError, type NotificationIntent, type Status, TransitionConflict } from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
+import { rejection } from "../support/rejection.ts";
 
 let peer: DynalitePeer;
 let counter: RequestCounter;
@@ -59,15 +60,6 @@ function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
 
 function intent(id: string, seconds: number, seq = 1): NotificationIntent {
   return { id, event: "completed", seq, created_at: at(seconds) };
-}
-
-async function caught(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (e) {
-    return e;
-  }
-  throw new Error("expected a rejection");
 }
 
 describe("createJobTable", () => {
@@ -116,7 +108,7 @@ describe("DynamoJobStore: records", () => {
 
   it("refuses a second create of the same id with job.exists, keeping the first", async () => {
     await store.create(job("job-1"));
-    const err = await caught(store.create(job("job-1", { prompt: "other" })));
+    const err = await rejection(store.create(job("job-1", { prompt: "other" })));
     expect(err).toBeInstanceOf(MamError);
     expect((err as MamError).code).toBe("job.exists");
     expect((await store.get("job-1"))?.prompt).toBe("do job-1");
@@ -124,7 +116,7 @@ describe("DynamoJobStore: records", () => {
 
   it("refuses an id unsafe in a key before asking the table", async () => {
     counter.reset();
-    const err = await caught(store.create(job("JOB#x")));
+    const err = await rejection(store.create(job("JOB#x")));
     expect((err as MamError).code).toBe("input.jobId");
     expect(await store.get("../x")).toBeUndefined();
     expect(counter.total).toBe(0);
@@ -155,7 +147,7 @@ describe("DynamoJobStore: transition", () => {
     await store.transition("job-1", 0, { from: ["pending"], set: { status: "running", updated_at: at(10) } });
     const before = await store.get("job-1");
     counter.reset();
-    const err = await caught(store.transition("job-1", 0, { from: ["pending", "running"], set: { status: "completed" } }));
+    const err = await rejection(store.transition("job-1", 0, { from: ["pending", "running"], set: { status: "completed" } }));
     const cost = { ...counter.byCommand };
     expect(err).toBeInstanceOf(TransitionConflict);
     expect((err as TransitionConflict).code).toBe("job.transitionConflict");
@@ -168,14 +160,14 @@ describe("DynamoJobStore: transition", () => {
   });
 
   it("refuses a status the change does not allow, naming it (job.transitionRefused)", async () => {
-    const err = await caught(store.transition("job-1", 0, { from: ["running"], set: { status: "completed" } }));
+    const err = await rejection(store.transition("job-1", 0, { from: ["running"], set: { status: "completed" } }));
     expect((err as TransitionConflict).code).toBe("job.transitionRefused");
     expect((err as TransitionConflict).message).toContain("pending");
     expect((await store.get("job-1"))?.transition_seq).toBe(0);
   });
 
   it("an empty `from` commits nothing and says why", async () => {
-    const err = await caught(store.transition("job-1", 0, { from: [], set: { status: "completed" } }));
+    const err = await rejection(store.transition("job-1", 0, { from: [], set: { status: "completed" } }));
     expect((err as TransitionConflict).code).toBe("job.transitionRefused");
   });
 
@@ -184,14 +176,14 @@ describe("DynamoJobStore: transition", () => {
     const next = await store.transition("job-1", null, { from: ["running"], set: { progress: { n: 1 } } });
     expect(next.transition_seq).toBe(2);
     await store.transition("job-1", null, { from: ["running"], set: { status: "cancelled" } });
-    const err = await caught(store.transition("job-1", null, { from: ["pending", "running"], set: { status: "completed" } }));
+    const err = await rejection(store.transition("job-1", null, { from: ["pending", "running"], set: { status: "completed" } }));
     expect((err as TransitionConflict).code).toBe("job.transitionRefused");
   });
 
   it("an unknown job is job.notFound", async () => {
-    const err = await caught(store.transition("nobody", 0, { from: ["pending"], set: { status: "running" } }));
+    const err = await rejection(store.transition("nobody", 0, { from: ["pending"], set: { status: "running" } }));
     expect((err as MamError).code).toBe("job.notFound");
-    const err2 = await caught(store.transition("nobody", null, { from: ["pending"], set: { status: "running" } }));
+    const err2 = await rejection(store.transition("nobody", null, { from: ["pending"], set: { status: "running" } }));
     expect((err2 as MamError).code).toBe("job.notFound");
   });
 
@@ -248,7 +240,7 @@ describe("DynamoJobStore: notification bookkeeping and the owed index", () => {
     expect(await store.get("job-1")).toEqual({ ...before, pending_notification: intent("n-1", 7) });
     await store.replaceNotification("job-1", intent("n-2", 8));
     expect((await store.get("job-1"))?.pending_notification?.id).toBe("n-2");
-    const err = await caught(store.replaceNotification("nobody", intent("n-3", 9)));
+    const err = await rejection(store.replaceNotification("nobody", intent("n-3", 9)));
     expect((err as MamError).code).toBe("job.notFound");
   });
 
@@ -314,7 +306,7 @@ describe("DynamoJobStore: dispatches and events", () => {
 
   it("records each attempt once: a second write of it is dispatch.exists and changes nothing", async () => {
     await store.recordDispatch(dispatch(1));
-    const err = await caught(store.recordDispatch(dispatch(1, { agent_session_uuid: "intruder" })));
+    const err = await rejection(store.recordDispatch(dispatch(1, { agent_session_uuid: "intruder" })));
     expect((err as MamError).code).toBe("dispatch.exists");
     expect(await store.getDispatch("job-1", 1)).toEqual(dispatch(1));
     expect(await store.getDispatch("job-1", 2)).toBeUndefined();
@@ -408,10 +400,10 @@ describe("DynamoJobStore: list", () => {
     const page = await store.list({ status: "running", limit: 1 });
     expect(page.cursor).toBeDefined();
     for (const cursor of ["garbage", Buffer.from("{}").toString("base64url"), page.cursor ?? ""]) {
-      const err = await caught(store.list({ limit: 1, cursor }));
+      const err = await rejection(store.list({ limit: 1, cursor }));
       expect((err as MamError).code).toBe("input.invalid");
     }
-    const err = await caught(store.list({ status: "pending", limit: 1, cursor: page.cursor ?? "" }));
+    const err = await rejection(store.list({ status: "pending", limit: 1, cursor: page.cursor ?? "" }));
     expect((err as MamError).code).toBe("input.invalid");
   });
 });
@@ -424,11 +416,11 @@ describe("DynamoJobStore: failures", () => {
     const store = new DynamoJobStore({ client: gone.client, tableName });
     await store.create(job("job-1"));
     await gone.close();
-    const err = await caught(store.get("job-1"));
+    const err = await rejection(store.get("job-1"));
     expect(err).toBeInstanceOf(MamError);
     expect((err as MamError).code).toBe("store.unavailable");
     expect((err as MamError).retryable).toBe(true);
-    const err2 = await caught(store.transition("job-1", 0, { from: ["pending"], set: { status: "running" } }));
+    const err2 = await rejection(store.transition("job-1", 0, { from: ["pending"], set: { status: "running" } }));
     expect((err2 as MamError).code).toBe("store.unavailable");
   });
 

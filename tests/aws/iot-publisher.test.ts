@@ -7,6 +7,7 @@ import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { subscribeOn } from "../contract/mqtt-subscriber.ts";
 import { type IotStandIn, startIotStandIn } from "../support/aws-peers.ts";
+import { rejection } from "../support/rejection.ts";
 
 const SERVICE = { username: "mam-service", password: "s3cret-for-tests" };
 
@@ -35,15 +36,6 @@ function iotClient(endpoint: string, maxAttempts = 3): IoTDataPlaneClient {
   });
   cleanup.push(() => client.destroy());
   return client;
-}
-
-async function caught(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (e) {
-    return e;
-  }
-  throw new Error("expected a rejection");
 }
 
 describe("IotPublisher through the IoT stand-in onto a real broker", () => {
@@ -87,7 +79,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     const counter = countRequests(client);
     const publisher = new IotPublisher({ client });
     for (const payload of ["x".repeat(IOT_MAX_PAYLOAD_BYTES + 1), "é".repeat(IOT_MAX_PAYLOAD_BYTES / 2 + 1)]) {
-      const err = await caught(publisher.publish("mam/jobs/big/events", payload));
+      const err = await rejection(publisher.publish("mam/jobs/big/events", payload));
       expect(err).toBeInstanceOf(MamError);
       expect((err as MamError).code).toBe("publish.tooLarge");
       expect((err as MamError).retryable).toBe(false);
@@ -110,7 +102,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     const topic = "mam/jobs/spoof/events";
     const sub = await subscribeOn(broker.url, topic);
     cleanup.push(() => sub.close());
-    const err = await caught(new IotPublisher({ client: iotClient(noRights.endpoint) }).publish(topic, "spoofed"));
+    const err = await rejection(new IotPublisher({ client: iotClient(noRights.endpoint) }).publish(topic, "spoofed"));
     expect((err as MamError).code).toBe("publish.refused");
     await new IotPublisher({ client: iotClient(standIn.endpoint) }).publish(topic, "real");
     expect(await sub.next()).toEqual({ topic, payload: "real" });
@@ -122,7 +114,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     await down.close();
     const orphan = await startIotStandIn(url);
     cleanup.push(() => orphan.close());
-    const err = await caught(new IotPublisher({ client: iotClient(orphan.endpoint) }).publish("mam/jobs/x/events", "{}"));
+    const err = await rejection(new IotPublisher({ client: iotClient(orphan.endpoint) }).publish("mam/jobs/x/events", "{}"));
     expect((err as MamError).code).toBe("publish.unreachable");
     expect((err as MamError).details.httpStatus).toBe(503);
   });
@@ -132,7 +124,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     const port = (server.address() as AddressInfo).port;
     await new Promise<void>((r) => server.close(() => r()));
-    const err = await caught(new IotPublisher({ client: iotClient(`http://127.0.0.1:${port}`) }).publish("mam/jobs/x/events", "{}"));
+    const err = await rejection(new IotPublisher({ client: iotClient(`http://127.0.0.1:${port}`) }).publish("mam/jobs/x/events", "{}"));
     expect((err as MamError).code).toBe("publish.unreachable");
   });
 
@@ -151,7 +143,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     const endpoint = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
     const publisher = new IotPublisher({ client: iotClient(endpoint), timeoutMs: 300 });
     const started = Date.now();
-    const err = await caught(publisher.publish("mam/jobs/x/events", "{}"));
+    const err = await rejection(publisher.publish("mam/jobs/x/events", "{}"));
     expect((err as MamError).code).toBe("publish.unreachable");
     expect(Date.now() - started).toBeLessThan(3000);
   });
@@ -159,7 +151,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
   it("a wildcard topic is refused before any request", async () => {
     const client = iotClient(standIn.endpoint);
     const counter = countRequests(client);
-    const err = await caught(new IotPublisher({ client }).publish("mam/jobs/+/events", "{}"));
+    const err = await rejection(new IotPublisher({ client }).publish("mam/jobs/+/events", "{}"));
     expect((err as MamError).code).toBe("publish.refused");
     expect(counter.total).toBe(0);
   });

@@ -4,6 +4,7 @@ import { countRequests, createS3Client, type RequestCounter, S3ReportStore } fro
 import { MamError } from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type S3rverPeer, startS3rver } from "../support/aws-peers.ts";
+import { rejection } from "../support/rejection.ts";
 
 let peer: S3rverPeer;
 let counter: RequestCounter;
@@ -35,15 +36,6 @@ async function collect(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const c of stream) parts.push(Buffer.from(c));
   return Buffer.concat(parts);
-}
-
-async function caught(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (e) {
-    return e;
-  }
-  throw new Error("expected a rejection");
 }
 
 describe("S3ReportStore", () => {
@@ -125,14 +117,14 @@ describe("S3ReportStore", () => {
   });
 
   it("promote of a missing source is report.notFound and creates nothing; promote onto itself keeps the object", async () => {
-    const err = await caught(store.promote(loc, "report-final.md.tmp", "report-final.md"));
+    const err = await rejection(store.promote(loc, "report-final.md.tmp", "report-final.md"));
     expect((err as MamError).code).toBe("report.notFound");
     expect(await store.exists(loc, "report-final.md")).toBe(false);
 
     await store.put(loc, "same.md", text("x"));
     await store.promote(loc, "same.md", "same.md");
     expect(await store.exists(loc, "same.md")).toBe(true);
-    expect(((await caught(store.promote(loc, "gone.md", "gone.md"))) as MamError).code).toBe("report.notFound");
+    expect(((await rejection(store.promote(loc, "gone.md", "gone.md"))) as MamError).code).toBe("report.notFound");
   });
 
   it("describe is the s3:// address of the object", () => {
@@ -200,7 +192,7 @@ describe("S3ReportStore", () => {
     await gone.close();
     const lost = new S3ReportStore({ client, bucket: "gone-bucket" });
     for (const call of [() => lost.put(loc, "a.md", text("x")), () => lost.hash(loc, "a.md"), () => lost.exists(loc, "a.md")]) {
-      const err = await caught(call());
+      const err = await rejection(call());
       expect((err as MamError).code).toBe("store.unavailable");
       expect((err as MamError).retryable).toBe(true);
     }
@@ -209,7 +201,7 @@ describe("S3ReportStore", () => {
 
   it("refuses a body over its bound without storing anything", async () => {
     const small = new S3ReportStore({ client: peer.client, bucket: peer.bucket, maxBodyBytes: 8 });
-    expect((await caught(small.put(loc, "a.md", chunks("12345", "67890")))) as MamError).toMatchObject({ code: "input.tooLarge" });
+    expect((await rejection(small.put(loc, "a.md", chunks("12345", "67890")))) as MamError).toMatchObject({ code: "input.tooLarge" });
     expect(counter.total).toBe(0);
   });
 });

@@ -1,7 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { runCli } from "@mam/cli";
 import { dataDirPaths, SqliteJobStore } from "@mam/local";
 import { connectAsync } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -153,6 +154,93 @@ describe("e2e: mam serve", () => {
     } finally {
       await sub.close();
     }
+  });
+
+  it("the agent's `mam` command in API mode: publish-event uploads, finalizes and completes; verify re-derives the hash", async () => {
+    const reg = await call(operator, "POST", "/v1/jobs", { prompt: "p", agent: "codex", expected_artifacts: ["git_push"] });
+    const jobId = reg.body.job_id as string;
+    const dispatch = await call(operator, "POST", `/v1/jobs/${jobId}/dispatches`, {
+      attempt_id: 1,
+      agent_session_uuid: "0c9a2d11-0000-4000-8000-000000000001",
+      pane_process_generation: 1,
+    });
+    const agent = dispatch.body.agent_token as string;
+    const tree = await mkdtemp(join(tmpdir(), "mam-agent-"));
+    await writeFile(join(tree, "report-final.md.tmp"), "# done\n\npushed a1b2c3d\n");
+    const sub = await subscribeOn(served.mqttUrl, `mam/jobs/${jobId}/events`);
+    const out: string[] = [];
+    const err: string[] = [];
+    const io = {
+      env: { MAM_API_URL: served.url, MAM_TOKEN: agent },
+      stdout: (s: string) => out.push(s),
+      stderr: (s: string) => err.push(s),
+    };
+    try {
+      const bad = await runCli(
+        [
+          "publish-event",
+          "--job",
+          jobId,
+          "--event",
+          "completed",
+          "--attempt",
+          "1",
+          "--finalize-report",
+          join(tree, "report-final.md"),
+          "--side-effect",
+          "git_push",
+        ],
+        io,
+      );
+      expect(bad, err.join("")).toBe(1);
+      expect((await call(operator, "GET", `/v1/jobs/${jobId}`)).body.status).toBe("pending");
+
+      const code = await runCli(
+        [
+          "publish-event",
+          "--job",
+          jobId,
+          "--event",
+          "completed",
+          "--attempt",
+          "1",
+          "--finalize-report",
+          join(tree, "report-final.md"),
+          "--side-effect",
+          "git_push=a1b2c3d",
+          "--json",
+        ],
+        io,
+      );
+      expect(code, err.join("")).toBe(0);
+      expect(JSON.parse(out.at(-1) ?? "{}")).toMatchObject({ published: true, record: { status: "completed" } });
+      const message = JSON.parse((await sub.next(10_000)).payload);
+      expect(message).toMatchObject({ event: "completed", job_id: jobId });
+
+      const verify = await runCli(["verify", "--job", jobId, "--attempt", "1", "--json", "--token", operator], io);
+      expect(verify, err.join("")).toBe(0);
+      expect(JSON.parse(out.at(-1) ?? "{}")).toMatchObject({
+        ok: true,
+        manifest: { side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] },
+      });
+      // Terminal: the report tree is frozen, and the CLI says so with exit 1.
+      expect(await runCli(["finalize", "--job", jobId, "--attempt", "1", "--report", join(tree, "report-final.md")], io)).toBe(1);
+      expect(err.join("")).toMatch(/frozen/);
+    } finally {
+      await sub.close();
+      await rm(tree, { recursive: true, force: true });
+    }
+  });
+
+  it("the `mam` command says so, with exit 2, when the service cannot be reached", async () => {
+    const err: string[] = [];
+    const code = await runCli(["publish-event", "--job", "j", "--event", "started", "--api", "http://127.0.0.1:9", "--token", "t"], {
+      env: {},
+      stdout: () => undefined,
+      stderr: (s) => err.push(s),
+    });
+    expect(code).toBe(2);
+    expect(err.join("")).toMatch(/could not be reached/);
   });
 
   it("the embedded broker lets anyone subscribe but only the service publish under mam/", async () => {

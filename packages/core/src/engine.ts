@@ -185,6 +185,6 @@ export async function bookkeeping(deps: Pick<Deps, "jobs">, jobId: string, field
       { issues: zodIssues(intent.error, "fields.pending_notification") },
     );
   }
-  await getJob(deps, jobId);
+  // One conditional write; the store reports a missing job (`job.notFound`).
   await deps.jobs.replaceNotification(jobId, intent.data);
 }

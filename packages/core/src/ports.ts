@@ -40,7 +40,7 @@ export interface JobStore {
   create(record: JobRecord): Promise<void>;
   get(jobId: string): Promise<JobRecord | undefined>;
   transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord>;
-  /** Bookkeeping: write `intent` as the owed notification, whatever was owed before. */
+  /** Bookkeeping: write `intent` as the owed notification, whatever was owed before. `job.notFound` if there is no such job. */
   replaceNotification(jobId: string, intent: NotificationIntent): Promise<void>;
   /** Bookkeeping: clear the owed notification iff its id is `intentId`. True if cleared. */
   settleNotification(jobId: string, intentId: string): Promise<boolean>;
