@@ -100,8 +100,11 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     const requestId = incoming !== undefined && SANE_REQUEST_ID.test(incoming) ? incoming : globalThis.crypto.randomUUID();
     c.set("requestId", requestId);
     c.set("principal", undefined);
+    // Set before the handler builds its response, so the header is part of it: touching
+    // `c.res.headers` afterwards makes the Node adapter rebuild every response's
+    // headers (bench/http.ts). Problem responses carry it themselves.
+    c.header("x-request-id", requestId);
     await next();
-    c.res.headers.set("x-request-id", requestId);
     log(
       JSON.stringify({
         level: c.res.status >= 500 ? "error" : c.res.status >= 400 ? "warn" : "info",

@@ -62,6 +62,7 @@ export function problemBody(
 /** A `Response` with the problem, its status, its content type and the headers its code calls for. */
 export function problemResponse(problem: Problem, headers: Record<string, string> = {}): Response {
   const h = new Headers({ "content-type": PROBLEM_CONTENT_TYPE, "cache-control": "no-store", ...headers });
+  if (typeof problem.request_id === "string") h.set("x-request-id", problem.request_id);
   if (problem.code === "auth.missing") h.set("www-authenticate", 'Bearer realm="mam"');
   if (problem.code === "auth.invalid")
     h.set("www-authenticate", `Bearer realm="mam", error="invalid_token", error_description="${quoteSafe(problem.detail)}"`);

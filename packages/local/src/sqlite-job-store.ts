@@ -44,6 +44,7 @@ export class SqliteJobStore implements JobStore {
       this.#db.pragma("journal_mode = WAL");
       // A WAL that grew under a burst shrinks back after the next checkpoint.
       this.#db.pragma("journal_size_limit = 67108864");
+      this.#db.pragma("mmap_size = 268435456");
     }
     this.#db.exec(SCHEMA);
   }
