@@ -17,8 +17,8 @@ export const LAMBDA_ENTRIES = {
   "recovery-sweep": "functions/recovery-sweep.ts",
 };
 
-// ESM bundles of CommonJS dependencies still call `require` for Node built-ins.
-const BANNER = [
+/** ESM bundles of CommonJS dependencies still call `require` for Node built-ins: give them one. */
+export const ESM_REQUIRE_BANNER = [
   'import { createRequire as __mamCreateRequire } from "node:module";',
   "const require = __mamCreateRequire(import.meta.url);",
 ].join("\n");
@@ -41,7 +41,7 @@ export function lambdaBuildOptions(root, name, entry, outdir) {
     sourcemap: "linked",
     sourcesContent: false,
     legalComments: "none",
-    banner: { js: BANNER },
+    banner: { js: ESM_REQUIRE_BANNER },
     metafile: true,
     logLevel: "warning",
   };

@@ -7,6 +7,7 @@ import { dataDirPaths, SqliteJobStore } from "@mam/local";
 import { connectAsync } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { subscribeOn } from "../contract/mqtt-subscriber.ts";
+import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 
 /**
  * The whole flow against a real `mam serve` process (what `npm start` runs): an
@@ -168,50 +169,17 @@ describe("e2e: mam serve", () => {
     const tree = await mkdtemp(join(tmpdir(), "mam-agent-"));
     await writeFile(join(tree, "report-final.md.tmp"), "# done\n\npushed a1b2c3d\n");
     const sub = await subscribeOn(served.mqttUrl, `mam/jobs/${jobId}/events`);
-    const out: string[] = [];
-    const err: string[] = [];
-    const io = {
-      env: { MAM_API_URL: served.url, MAM_TOKEN: agent },
-      stdout: (s: string) => out.push(s),
-      stderr: (s: string) => err.push(s),
-    };
+    const io = captureIo({ MAM_API_URL: served.url, MAM_TOKEN: agent });
+    const { out, err } = io;
+    const report = join(tree, "report-final.md");
+    const publishCompleted = (sideEffect: string, ...more: string[]) =>
+      runCli([...publishCompletedArgs(jobId, report, sideEffect), ...more], io);
     try {
-      const bad = await runCli(
-        [
-          "publish-event",
-          "--job",
-          jobId,
-          "--event",
-          "completed",
-          "--attempt",
-          "1",
-          "--finalize-report",
-          join(tree, "report-final.md"),
-          "--side-effect",
-          "git_push",
-        ],
-        io,
-      );
+      const bad = await publishCompleted("git_push");
       expect(bad, err.join("")).toBe(1);
       expect((await call(operator, "GET", `/v1/jobs/${jobId}`)).body.status).toBe("pending");
 
-      const code = await runCli(
-        [
-          "publish-event",
-          "--job",
-          jobId,
-          "--event",
-          "completed",
-          "--attempt",
-          "1",
-          "--finalize-report",
-          join(tree, "report-final.md"),
-          "--side-effect",
-          "git_push=a1b2c3d",
-          "--json",
-        ],
-        io,
-      );
+      const code = await publishCompleted("git_push=a1b2c3d", "--json");
       expect(code, err.join("")).toBe(0);
       expect(JSON.parse(out.at(-1) ?? "{}")).toMatchObject({ published: true, record: { status: "completed" } });
       const message = JSON.parse((await sub.next(10_000)).payload);
@@ -224,7 +192,7 @@ describe("e2e: mam serve", () => {
         manifest: { side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] },
       });
       // Terminal: the report tree is frozen, and the CLI says so with exit 1.
-      expect(await runCli(["finalize", "--job", jobId, "--attempt", "1", "--report", join(tree, "report-final.md")], io)).toBe(1);
+      expect(await runCli(["finalize", "--job", jobId, "--attempt", "1", "--report", report], io)).toBe(1);
       expect(err.join("")).toMatch(/frozen/);
     } finally {
       await sub.close();
@@ -233,12 +201,8 @@ describe("e2e: mam serve", () => {
   });
 
   it("the `mam` command says so, with exit 2, when the service cannot be reached", async () => {
-    const err: string[] = [];
-    const code = await runCli(["publish-event", "--job", "j", "--event", "started", "--api", "http://127.0.0.1:9", "--token", "t"], {
-      env: {},
-      stdout: () => undefined,
-      stderr: (s) => err.push(s),
-    });
+    const { err, ...io } = captureIo();
+    const code = await runCli(["publish-event", "--job", "j", "--event", "started", "--api", "http://127.0.0.1:9", "--token", "t"], io);
     expect(code).toBe(2);
     expect(err.join("")).toMatch(/could not be reached/);
   });

@@ -29,6 +29,7 @@ import { type JobStore, OPERATOR, parseFlags, randomIds, registerJob, systemCloc
 import { SqliteJobStore } from "@mam/local";
 import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ESM_REQUIRE_BANNER } from "../../scripts/lambda-bundle.mjs";
 import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
 import type { FromWorker, RaceTarget, RaceWorkerData, ToWorker } from "./protocol.ts";
 
@@ -62,8 +63,7 @@ async function bundleRacers(outDir: string): Promise<Record<RaceTarget["backend"
     target: "node20",
     format: "esm",
     mainFields: ["module", "main"],
-    // CommonJS dependencies inside an ESM bundle still call `require` for Node built-ins.
-    banner: { js: 'import { createRequire as __racerRequire } from "node:module"; const require = __racerRequire(import.meta.url);' },
+    banner: { js: ESM_REQUIRE_BANNER },
     plugins: [
       {
         name: "racer-resolution",

@@ -9,10 +9,11 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { type CliIo, runCli } from "@mam/cli";
+import { runCli } from "@mam/cli";
 import { type JobRecord, randomIds, registerJob, STAGED_REPORT_NAME, verifyManifest } from "@mam/core";
 import { type EmbeddedBroker, FileReportStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { mqttSubscribe, tickingClock } from "./harness.ts";
 import { sleep } from "./scenario.ts";
@@ -59,26 +60,10 @@ async function inspect(dataDir: string, jobId: string) {
   }
 }
 
-function io(): CliIo & { out: string[]; err: string[] } {
-  const out: string[] = [];
-  const err: string[] = [];
-  return { env: {}, stdout: (s) => out.push(s), stderr: (s) => err.push(s), out, err };
-}
-
 const publishArgs = (jobId: string, mqttUrl: string, sideEffect: string): string[] => [
-  "publish-event",
+  ...publishCompletedArgs(jobId, sandbox.reportPath, sideEffect),
   "--data-dir",
   sandbox.dataDir,
-  "--job",
-  jobId,
-  "--event",
-  "completed",
-  "--attempt",
-  "1",
-  "--finalize-report",
-  sandbox.reportPath,
-  "--side-effect",
-  sideEffect,
   "--mqtt-url",
   mqttUrl,
 ];
@@ -108,7 +93,7 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
     await writeFile(`${sandbox.reportPath}.tmp`, "the report\n");
     const port = await deadPort();
 
-    const streams = io();
+    const streams = captureIo();
     const code = await runCli(publishArgs(jobId, `mqtt://127.0.0.1:${port}`, "git_push=deadbeef"), streams);
     expect(code, streams.err.join("")).toBe(2);
     await expectFinalizedButUnpublished(jobId);
@@ -157,7 +142,7 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
       const before = await inspect(sandbox.dataDir, jobId);
       const sub = await mqttSubscribe(broker.url, "mam/#");
       try {
-        const streams = io();
+        const streams = captureIo();
         const code = await runCli(publishArgs(jobId, broker.url, "malformed"), streams);
         expect(code, streams.err.join("")).toBe(1);
 
@@ -171,7 +156,7 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
         expect(sub.received).toEqual([]);
 
         // the same call, well-formed, does publish over this wiring: the silence above was the CLI's
-        const good = io();
+        const good = captureIo();
         expect(await runCli(publishArgs(jobId, broker.url, "git_push=deadbeef"), good), good.err.join("")).toBe(0);
         const message = await sub.waitFor(() => true);
         expect(JSON.parse(message.payload)).toMatchObject({ event: "completed", job_id: jobId });

@@ -92,6 +92,8 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
   const newTokenId = opts.newTokenId ?? (() => globalThis.crypto.randomUUID());
   const nowSeconds = () => Math.floor(opts.clock.now().getTime() / 1000);
   const verified = new Map<string, { principal: Principal; exp: number | undefined }>();
+  const expired = (exp: number | undefined): exp is number => exp !== undefined && exp <= nowSeconds();
+  const expiredAt = (exp: number): MamError => invalid(`the token expired at ${new Date(exp * 1000).toISOString()}`);
   const mac = (signingInput: string) => createHmac("sha256", key).update(signingInput).digest();
 
   const sign = (claims: Claims): string => {
@@ -133,68 +135,64 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
       // on every use; only tokens whose signature verified are ever remembered.
       const known = verified.get(token);
       if (known !== undefined) {
-        if (known.exp !== undefined && known.exp <= nowSeconds()) {
+        if (expired(known.exp)) {
           verified.delete(token);
-          throw invalid(`the token expired at ${new Date(known.exp * 1000).toISOString()}`);
+          throw expiredAt(known.exp);
         }
         return known.principal;
       }
-      const principal = verifyUncached(token);
+      const entry = verifyUncached(token);
       if (verified.size >= VERIFIED_CACHE_SIZE) verified.delete(verified.keys().next().value as string);
-      verified.set(token, principal);
-      return principal.principal;
+      verified.set(token, entry);
+      return entry.principal;
     },
   };
 
   function verifyUncached(token: string): { principal: Principal; exp: number | undefined } {
-    {
-      if (token.length > MAX_TOKEN_LENGTH) throw invalid("the token is too long");
-      const parts = token.split(".");
-      if (parts.length !== 3 || !parts.every((p) => B64URL.test(p))) throw invalid("the token is not a signed JWT");
-      const [header, payload, signature] = parts as [string, string, string];
-      // Only our own header is accepted: no `alg: none`, no algorithm switching.
-      if (header !== HEADER) throw invalid("the token's header is not HS256");
-      const expected = mac(`${header}.${payload}`);
-      const given = Buffer.from(signature, "base64url");
-      // Re-encoding refuses a second spelling of the same bytes (unused trailing bits).
-      const canonical = base64url(given) === signature;
-      if (!canonical || given.length !== expected.length || !timingSafeEqual(given, expected)) {
-        throw invalid("the token's signature does not verify");
-      }
-      let json: unknown;
-      try {
-        json = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
-      } catch {
-        throw invalid("the token's claims are not JSON");
-      }
-      const claims = ClaimsSchema.safeParse(json);
-      if (!claims.success) throw invalid("the token's claims are not ones this service issues");
-      const c = claims.data;
-      if (c.exp !== undefined && c.exp <= nowSeconds()) {
-        throw invalid(`the token expired at ${new Date(c.exp * 1000).toISOString()}`);
-      }
-      if (c.kind === "operator") {
-        return {
-          exp: c.exp,
-          principal: {
-            kind: "operator",
-            tokenId: c.jti,
-            scopes: c.scopes,
-            ...(c.exp === undefined ? {} : { expiresAt: new Date(c.exp * 1000).toISOString() }),
-          },
-        };
-      }
+    if (token.length > MAX_TOKEN_LENGTH) throw invalid("the token is too long");
+    const parts = token.split(".");
+    if (parts.length !== 3 || !parts.every((p) => B64URL.test(p))) throw invalid("the token is not a signed JWT");
+    const [header, payload, signature] = parts as [string, string, string];
+    // Only our own header is accepted: no `alg: none`, no algorithm switching.
+    if (header !== HEADER) throw invalid("the token's header is not HS256");
+    const expected = mac(`${header}.${payload}`);
+    const given = Buffer.from(signature, "base64url");
+    // Re-encoding refuses a second spelling of the same bytes (unused trailing bits).
+    const canonical = base64url(given) === signature;
+    if (!canonical || given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw invalid("the token's signature does not verify");
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
+    } catch {
+      throw invalid("the token's claims are not JSON");
+    }
+    const claims = ClaimsSchema.safeParse(json);
+    if (!claims.success) throw invalid("the token's claims are not ones this service issues");
+    const c = claims.data;
+    if (expired(c.exp)) throw expiredAt(c.exp);
+    if (c.kind === "operator") {
       return {
         exp: c.exp,
         principal: {
-          kind: "agent",
+          kind: "operator",
           tokenId: c.jti,
-          jobId: c.job_id,
-          attemptId: c.attempt_id,
-          expiresAt: new Date(c.exp * 1000).toISOString(),
+          scopes: c.scopes,
+          ...(c.exp === undefined ? {} : { expiresAt: new Date(c.exp * 1000).toISOString() }),
         },
       };
     }
+    return {
+      exp: c.exp,
+      principal: {
+        kind: "agent",
+        tokenId: c.jti,
+        jobId: c.job_id,
+        attemptId: c.attempt_id,
+        expiresAt: new Date(c.exp * 1000).toISOString(),
+      },
+    };
   }
 }
 

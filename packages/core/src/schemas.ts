@@ -14,7 +14,7 @@ export const STATUS = {
   cancelled: "cancelled",
 } as const;
 export type Status = (typeof STATUS)[keyof typeof STATUS];
-export const StatusSchema = z.enum(["pending", "running", "completed", "error", "cancelled"]);
+export const StatusSchema = z.enum(STATUS);
 export const TERMINAL: readonly Status[] = ["completed", "error", "cancelled"];
 export const isTerminal = (s: Status): boolean => TERMINAL.includes(s);
 

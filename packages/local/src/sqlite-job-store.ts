@@ -10,6 +10,7 @@ import {
   type NotificationIntent,
   type Page,
   type Status,
+  StatusSchema,
   zodIssues,
 } from "@mam/core";
 import Database from "better-sqlite3";
@@ -24,8 +25,6 @@ import Database from "better-sqlite3";
  * statement, the SQLite form of a conditional write: there is no read-then-write,
  * so two processes racing from the same seq cannot both commit.
  */
-const STATUSES: readonly Status[] = ["pending", "running", "completed", "error", "cancelled"];
-
 export class SqliteJobStore implements JobStore {
   /**
    * Job rows materialized by reads (`get`, `list`, `listOwed`, and the read-back
@@ -164,7 +163,7 @@ export class SqliteJobStore implements JobStore {
     // Every listing is served by jobs_by_status (status, updated_at, job_id); the
     // unfiltered one merges one ordered search per status, so the table carries no
     // second index on updated_at for each transition to maintain.
-    const statuses = query.status === undefined ? STATUSES : [query.status];
+    const statuses = query.status === undefined ? StatusSchema.options : [query.status];
     const params: unknown[] = [];
     const parts = statuses.map((status) => {
       params.push(status);
