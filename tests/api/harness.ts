@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { type AppOptions, createApp, createTokenService, type TokenService } from "@mam/api";
 import { type Clock, type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds } from "@mam/core";
 import type { Hono } from "hono";
+import { expect } from "vitest";
 
 /** The ports an adapter family provides; the suite assembles Deps around them. */
 export interface ApiPorts {
@@ -142,6 +143,10 @@ export async function send(app: Hono, method: string, path: string, req: Req = {
   if (body !== undefined) init.body = body as NonNullable<RequestInit["body"]>;
   if (body instanceof ReadableStream) init.duplex = "half";
   const res = await app.request(path, init);
+  // Every answer, on every route and every path through it, says which request it was.
+  expect(res.headers.get("x-request-id"), `${method} ${path} answered ${res.status} without X-Request-Id`).toMatch(
+    /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/,
+  );
   const text = await res.text();
   let parsed: unknown;
   try {

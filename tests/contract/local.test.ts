@@ -115,6 +115,50 @@ describe("SqliteJobStore, beyond the contract", () => {
     expect(owed()).toEqual({ owed_intent_id: null, owed_at: null });
   });
 
+  it("get answers a repeated read from its cache, and sees every commit at once: its own, another store's, a bare connection's", async () => {
+    await store.create(job("cached"));
+    const before = store.rowsRead;
+    expect((await store.get("cached"))?.status).toBe("pending");
+    expect((await store.get("cached"))?.status).toBe("pending");
+    expect(store.rowsRead - before).toBe(1); // the second read came from the cache
+
+    // This store's own writes (data_version does not count them).
+    await store.transition("cached", 0, { from: ["pending"], set: { status: "running" } });
+    expect((await store.get("cached"))?.status).toBe("running");
+    await store.replaceNotification("cached", { id: "n1", event: "completed", seq: 1, created_at: "2025-01-15T12:06:00.000Z" });
+    expect((await store.get("cached"))?.pending_notification?.id).toBe("n1");
+    expect(await store.settleNotification("cached", "n1")).toBe(true);
+    expect((await store.get("cached"))?.pending_notification).toBeUndefined();
+
+    // Another store on the same file, as the CLI opens it beside `mam serve`.
+    const other = new SqliteJobStore(file);
+    try {
+      await other.transition("cached", 1, { from: ["running"], set: { status: "completed" } });
+    } finally {
+      await other.close();
+    }
+    expect((await store.get("cached"))?.status).toBe("completed");
+
+    // A connection that is not a store at all.
+    const bare = new Database(file);
+    try {
+      bare.prepare("UPDATE jobs SET doc = json_set(doc, '$.prompt', 'changed behind its back') WHERE job_id = 'cached'").run();
+    } finally {
+      bare.close();
+    }
+    expect((await store.get("cached"))?.prompt).toBe("changed behind its back");
+  });
+
+  it("a record get returns is frozen, so callers sharing it from the cache cannot change it for each other", async () => {
+    await store.create(job("frozen", { expected_artifacts: ["commit"] }));
+    const record = (await store.get("frozen"))!;
+    expect(() => {
+      (record as { status: string }).status = "completed";
+    }).toThrow(TypeError);
+    expect(() => (record.expected_artifacts as string[]).push("pr")).toThrow(TypeError);
+    expect((await store.get("frozen"))?.status).toBe("pending");
+  });
+
   it("records survive closing and reopening the file", async () => {
     await store.create(job("durable"));
     await store.close();

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import {
   type Actor,
   attemptReportLocation,
@@ -92,35 +93,9 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
 
   const app = new Hono<AppEnv>();
 
-  // Request id and the one log line per request. Errors are turned into problems by
-  // onError before this middleware sees the response, so every status is logged.
-  app.use("*", async (c, next) => {
-    const started = performance.now();
-    const incoming = c.req.header("x-request-id");
-    const requestId = incoming !== undefined && SANE_REQUEST_ID.test(incoming) ? incoming : globalThis.crypto.randomUUID();
-    c.set("requestId", requestId);
-    c.set("principal", undefined);
-    // Set before the handler builds its response, so the header is part of it: touching
-    // `c.res.headers` afterwards makes the Node adapter rebuild every response's
-    // headers (bench/http.ts). Problem responses carry it themselves.
-    c.header("x-request-id", requestId);
-    await next();
-    log(
-      JSON.stringify({
-        level: c.res.status >= 500 ? "error" : c.res.status >= 400 ? "warn" : "info",
-        msg: "request",
-        request_id: requestId,
-        method: c.req.method,
-        path: c.req.path,
-        status: c.res.status,
-        duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
-        actor: actorLabel(c.get("principal")),
-      }),
-    );
-  });
-
-  app.onError((err, c) => {
-    const requestId = c.get("requestId");
+  /** A thrown error as its problem answer; one more log line when it was not a MamError. */
+  const problemOf = (err: unknown, c: Context<AppEnv>): Response => {
+    const requestId = c.get("requestId") ?? randomUUID();
     const { problem, unexpected } = problemFor(err, { requestId, instance: c.req.path });
     if (unexpected) {
       log(
@@ -135,18 +110,58 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
       );
     }
     return problemResponse(problem);
-  });
+  };
 
-  app.notFound((c) => {
-    const allowed = ROUTES.filter((r) => pathPattern(r.path).test(c.req.path)).map((r) => r.method.toUpperCase());
-    const code: ProblemCode = allowed.length > 0 ? "route.methodNotAllowed" : "route.notFound";
-    const detail =
-      allowed.length > 0
-        ? `${c.req.method} is not served on ${c.req.path}; try ${allowed.join(", ")}`
-        : `no route ${c.req.method} ${c.req.path}`;
-    const problem = problemBody(code, detail, { requestId: c.get("requestId"), instance: c.req.path });
-    return problemResponse(problem, allowed.length > 0 ? { allow: allowed.join(", ") } : {});
-  });
+  /**
+   * Around every route and the not-found answer: the request id, the answer or the
+   * problem any error becomes, and the one log line per request. A wrapper rather
+   * than `app.use()` middleware: a route with one handler skips Hono's middleware
+   * chain, a measurable share of a request (bench/http.ts).
+   */
+  const served =
+    (work: (c: Context<AppEnv>) => Promise<Response> | Response) =>
+    async (c: Context<AppEnv>): Promise<Response> => {
+      const started = performance.now();
+      const incoming = c.req.header("x-request-id");
+      const requestId = incoming !== undefined && SANE_REQUEST_ID.test(incoming) ? incoming : randomUUID();
+      c.set("requestId", requestId);
+      let res: Response;
+      try {
+        res = await work(c);
+      } catch (err) {
+        res = problemOf(err, c);
+      }
+      const status = res.status;
+      log(
+        JSON.stringify({
+          level: status >= 500 ? "error" : status >= 400 ? "warn" : "info",
+          msg: "request",
+          request_id: requestId,
+          method: c.req.method,
+          path: c.req.path,
+          status,
+          duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+          actor: actorLabel(c.get("principal")),
+        }),
+      );
+      return res;
+    };
+
+  // Only what escapes `served` (nothing should) reaches Hono's own error handler.
+  app.onError((err, c) => problemOf(err, c));
+
+  app.notFound(
+    served((c) => {
+      const allowed = ROUTES.filter((r) => pathPattern(r.path).test(c.req.path)).map((r) => r.method.toUpperCase());
+      const code: ProblemCode = allowed.length > 0 ? "route.methodNotAllowed" : "route.notFound";
+      const detail =
+        allowed.length > 0
+          ? `${c.req.method} is not served on ${c.req.path}; try ${allowed.join(", ")}`
+          : `no route ${c.req.method} ${c.req.path}`;
+      const problem = problemBody(code, detail, { requestId: c.get("requestId"), instance: c.req.path });
+      return problemResponse(problem, allowed.length > 0 ? { allow: allowed.join(", ") } : {});
+    }),
+  );
 
   const handlers = routeHandlers({
     deps,
@@ -162,21 +177,25 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   for (const spec of ROUTES as readonly RouteSpec[]) {
     const access: Access = ROUTE_PERMISSIONS[routeKey(spec)];
     const handler = handlers[spec.operationId as OperationId];
-    app.on(spec.method.toUpperCase(), honoPath(spec.path), async (c) => {
-      // 401 first (who are you), then 400 on the path (before any store is asked),
-      // then 403 (may you), and for an agent, whether its attempt is still current.
-      const principal = access.kind === "protected" ? authenticate(c.req.header("authorization"), tokens) : undefined;
-      c.set("principal", principal);
-      const params = pathParams(c, spec);
-      if (principal !== undefined) {
-        authorize(principal, access, params);
-        if (principal.kind === "agent") {
-          const latest = await deps.jobs.latestDispatch(principal.jobId);
-          assertLatestAttempt(principal, latest?.attempt_id);
+    app.on(
+      spec.method.toUpperCase(),
+      honoPath(spec.path),
+      served(async (c) => {
+        // 401 first (who are you), then 400 on the path (before any store is asked),
+        // then 403 (may you), and for an agent, whether its attempt is still current.
+        const principal = access.kind === "protected" ? authenticate(c.req.header("authorization"), tokens) : undefined;
+        c.set("principal", principal);
+        const params = pathParams(c, spec);
+        if (principal !== undefined) {
+          authorize(principal, access, params);
+          if (principal.kind === "agent") {
+            const latest = await deps.jobs.latestDispatch(principal.jobId);
+            assertLatestAttempt(principal, latest?.attempt_id);
+          }
         }
-      }
-      return handler({ c, params, principal });
-    });
+        return handler({ c, params, principal });
+      }),
+    );
   }
   return app;
 }
@@ -214,7 +233,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         ...(q.cursor === undefined ? {} : { cursor: q.cursor }),
       });
       const body: JobPage = { items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) };
-      return c.json(body, 200);
+      return jsonAnswer(c, body, 200);
     },
 
     async getJob({ c, params }) {
@@ -258,7 +277,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
       const dispatch = await withCurrentRecord(deps, jobId, () => recordDispatch(deps, jobId, body));
       const minted = tokens.mintAgent(jobId, dispatch.attempt_id);
       const res: DispatchResponse = { dispatch, agent_token: minted.token, expires_at: minted.expiresAt };
-      return c.json(res, 201);
+      return jsonAnswer(c, res, 201);
     },
 
     async stageReport({ c, params }) {
@@ -278,14 +297,14 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         await stream.return(undefined);
       }
       const body: StagedReport = { sha256: staged.sha256, bytes: staged.bytes };
-      return c.json(body, 201);
+      return jsonAnswer(c, body, 201);
     },
 
     async finalizeReport({ c, params }) {
       const body = await json(c, FinalizeRequestSchema);
       const f = await finalizeAttemptReport(deps, params.jobId!, params.attempt!, body.side_effects);
       const res: FinalizedBody = { manifest: f.manifest, manifest_sha256: f.manifestSha256 };
-      return c.json(res, 200);
+      return jsonAnswer(c, res, 200);
     },
 
     async verifyReport({ c, params }) {
@@ -297,7 +316,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         manifest: v.manifest ?? null,
         ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
       };
-      return c.json(res, 200);
+      return jsonAnswer(c, res, 200);
     },
 
     async evaluateJob({ c, params }) {
@@ -309,7 +328,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         decision: r.decision,
         ...(r.record === undefined ? {} : { record: r.record }),
       };
-      return c.json(res, 200);
+      return jsonAnswer(c, res, 200);
     },
 
     async publishEvent({ c, params, principal }) {
@@ -358,7 +377,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
           : { finalized: { manifest: r.finalized.manifest, manifest_sha256: r.finalized.manifestSha256 } }),
         ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
       };
-      return c.json(res, 200);
+      return jsonAnswer(c, res, 200);
     },
 
     async listEvents({ c, params }) {
@@ -366,22 +385,22 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
       const q = await query(c, ListEventsQuerySchema);
       await getJob(deps, jobId);
       const body: EventLog = { items: [...(await deps.jobs.listEvents(jobId, q.limit))] };
-      return c.json(body, 200);
+      return jsonAnswer(c, body, 200);
     },
 
     async runRecoverySweep({ c }) {
       await json(c, RecoverySweepRequestSchema, true);
       const r = await recoverNotifications(deps);
       const body: RecoverySweepResult = { owed: r.owed, sent: r.sent, failed: r.failed };
-      return c.json(body, 200);
+      return jsonAnswer(c, body, 200);
     },
 
     getOpenApi({ c }) {
-      return c.body(openApi(), 200, { "content-type": "application/json; charset=utf-8", "cache-control": "no-cache" });
+      return answer(c, openApi(), 200, { "content-type": "application/json; charset=utf-8", "cache-control": "no-cache" });
     },
 
     getDocs({ c }) {
-      return c.html(DOCS_HTML, 200);
+      return answer(c, DOCS_HTML, 200, { "content-type": HTML });
     },
 
     async getDocsAsset({ c }) {
@@ -394,7 +413,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         });
         return problemResponse(problem);
       }
-      return c.body(asset.body, 200, {
+      return answer(c, asset.body, 200, {
         "content-type": asset.contentType,
         "cache-control": "public, max-age=86400",
         "x-content-type-options": "nosniff",
@@ -402,11 +421,12 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
     },
 
     getHealth({ c }) {
-      return c.json({ ok: true as const }, 200);
+      return jsonAnswer(c, { ok: true as const }, 200);
     },
 
     getDashboard({ c }) {
-      return c.html(DASHBOARD_HTML, 200, {
+      return answer(c, DASHBOARD_HTML, 200, {
+        "content-type": HTML,
         "content-security-policy":
           "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
         "x-content-type-options": "nosniff",
@@ -445,7 +465,25 @@ function pathParams(c: Context<AppEnv>, spec: RouteSpec): PathParams {
 }
 
 function recordResponse(c: Context<AppEnv>, record: JobRecord, status: 200 | 201, headers: Record<string, string> = {}): Response {
-  return c.json(record, status, { etag: `"${record.transition_seq}"`, ...headers });
+  return jsonAnswer(c, record, status, { etag: `"${record.transition_seq}"`, ...headers });
+}
+
+const JSON_TYPE = "application/json";
+const HTML = "text/html; charset=UTF-8";
+
+/**
+ * Every answer but a problem (`problemResponse`) is built here, with the request id.
+ * Its headers stay a plain object, which @hono/node-server writes as they are;
+ * `c.header()`, or more than one header through `c.json()`, makes Hono build a
+ * `Headers` object for the response instead, a measurable share of a request
+ * (bench/http.ts).
+ */
+function answer(c: Context<AppEnv>, body: string | Uint8Array<ArrayBuffer>, status: number, headers: Record<string, string>): Response {
+  return new Response(body, { status, headers: { ...headers, "x-request-id": c.get("requestId") } });
+}
+
+function jsonAnswer(c: Context<AppEnv>, value: unknown, status: 200 | 201, headers: Record<string, string> = {}): Response {
+  return answer(c, JSON.stringify(value), status, { "content-type": JSON_TYPE, ...headers });
 }
 
 /** `*`, or the seqs named by strong entity tags (`"3"`; bare digits tolerated). Weak tags never match. */

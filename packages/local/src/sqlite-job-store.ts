@@ -35,6 +35,17 @@ export class SqliteJobStore implements JobStore {
 
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Database.Statement>();
+  /**
+   * Records `get` has read, valid while the database is unchanged since: before
+   * each answer `PRAGMA data_version` (a read transaction that materializes no row)
+   * says whether another connection (the CLI, another process, another store on
+   * the same file) has committed since the last look, and a change empties the
+   * cache; this connection's own writes, which data_version does not count, empty
+   * it as they run. A cached record is frozen: every caller shares it.
+   */
+  readonly #records = new Map<string, JobRecord>();
+  #recordsVersion: unknown;
+  #dataVersion: Database.Statement | undefined;
 
   constructor(path: string) {
     this.#db = new Database(path);
@@ -76,7 +87,22 @@ export class SqliteJobStore implements JobStore {
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
-    return this.#read(jobId);
+    this.#dataVersion ??= this.#db.prepare("PRAGMA data_version").pluck();
+    const statement = this.#dataVersion;
+    const version = storeCall(() => statement.get());
+    if (version !== this.#recordsVersion) {
+      this.#records.clear();
+      this.#recordsVersion = version;
+    }
+    const cached = this.#records.get(jobId);
+    if (cached !== undefined) return cached;
+    // Read after the version was taken: a commit landing in between makes the
+    // record newer than the version, and the next look clears it.
+    const record = this.#read(jobId);
+    if (record === undefined) return undefined;
+    if (this.#records.size >= CACHED_RECORDS) this.#records.delete(this.#records.keys().next().value as string);
+    this.#records.set(jobId, deepFreeze(record));
+    return record;
   }
 
   async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
@@ -252,16 +278,37 @@ export class SqliteJobStore implements JobStore {
   }
 
   #run(sql: string, params: unknown[]): Database.RunResult {
-    return storeCall(() => this.#statement(sql).run(...params));
+    return this.#call(sql, (s) => s.run(...params));
   }
 
   #get<T>(sql: string, params: unknown[]): T | undefined {
-    return storeCall(() => this.#statement(sql).get(...params) as T | undefined);
+    return this.#call(sql, (s) => s.get(...params) as T | undefined);
   }
 
   #all<T>(sql: string, params: unknown[]): T[] {
-    return storeCall(() => this.#statement(sql).all(...params) as T[]);
+    return this.#call(sql, (s) => s.all(...params) as T[]);
   }
+
+  /** Every statement but the data_version probe runs here; one that writes empties the record cache. */
+  #call<T>(sql: string, run: (statement: Database.Statement) => T): T {
+    const statement = this.#statement(sql);
+    try {
+      return storeCall(() => run(statement));
+    } finally {
+      if (!statement.readonly) this.#records.clear();
+    }
+  }
+}
+
+/** Records kept by `get`; past this, the oldest read goes first. */
+const CACHED_RECORDS = 1024;
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
 }
 
 const SCHEMA = `
