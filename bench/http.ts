@@ -11,8 +11,13 @@ import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } fr
  * SQLite store, the request log line, ETag), against one bare Hono route on
  * @hono/node-server answering the same JSON body, both driven by the same load
  * generator in a separate process (bench/support/load.ts): 50 keep-alive
- * connections over loopback, MAM_BENCH_HTTP_SECONDS (10) per run after 2 s of
- * warm-up, MAM_BENCH_HTTP_ROUNDS (3) rounds of one run each, the sides in turn.
+ * connections over loopback, MAM_BENCH_HTTP_SECONDS (2) per run after 1 s of
+ * warm-up, MAM_BENCH_HTTP_ROUNDS (10) rounds of one run per side, the sides in
+ * turn and the order swapped every round (bare-mam, mam-bare, ...). Many short
+ * runs rather than a few long ones: this machine has spells of some seconds in
+ * which a server's syscalls cost more, and a 10 s run that fell into one swung a
+ * round's ratio from 0.55x to 0.36x; alternating often puts both sides through
+ * the same spells, and the median of the rounds' ratios is the typical one.
  * Each server is a child process of its own, started the way `npm start` starts
  * mam (node --import tsx); this process only orchestrates. With two or more CPUs
  * and `taskset`, the server runs on CPU 0 and the load generator on CPU 1: left to
@@ -25,10 +30,11 @@ import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } fr
  */
 
 const ROOT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const SECONDS = sizeFromEnv("MAM_BENCH_HTTP_SECONDS", process.env.MAM_BENCH_HTTP_SECONDS, 10);
+const SECONDS = sizeFromEnv("MAM_BENCH_HTTP_SECONDS", process.env.MAM_BENCH_HTTP_SECONDS, 2);
 const CONNECTIONS = 50;
-const WARMUP_SECONDS = 2;
-const ROUNDS = sizeFromEnv("MAM_BENCH_HTTP_ROUNDS", process.env.MAM_BENCH_HTTP_ROUNDS, 3);
+const WARMUP_SECONDS = 1;
+const ROUNDS = sizeFromEnv("MAM_BENCH_HTTP_ROUNDS", process.env.MAM_BENCH_HTTP_ROUNDS, 10);
+const PROFILE_SECONDS = 5;
 const STARTS = 3;
 const RATIO_GOAL = 0.5;
 const JOB_ID = "bench-http-job";
@@ -284,7 +290,7 @@ try {
   if (check.status !== 200 || (await check.text()) !== body) throw new Error("the baseline does not answer mam's body");
   console.log(
     `GET /v1/jobs/{id}: both answer 200 with the same ${Buffer.byteLength(body)}-byte JSON record; ` +
-      `${CONNECTIONS} keep-alive connections; ${ROUNDS} rounds of ${WARMUP_SECONDS} s warm-up + ${SECONDS} s measured per side, baseline first; ` +
+      `${CONNECTIONS} keep-alive connections; ${ROUNDS} rounds of ${WARMUP_SECONDS} s warm-up + ${SECONDS} s measured per side, the order swapped every round; ` +
       `load generator: ${CLIENT === "raw" ? "raw keep-alive sockets" : "node:http keep-alive Agent"} (MAM_BENCH_HTTP_CLIENT=raw|agent; ` +
       `autocannon is not installed), its own process; ` +
       `${CAN_PIN ? `servers pinned to CPU ${SERVER_CPU}, load generator to CPU ${LOAD_CPU} (taskset)` : "no CPU pinning (one CPU, or no taskset)"}`,
@@ -299,12 +305,19 @@ try {
   const mamRuns: Measured[] = [];
   const ratios: number[] = [];
   for (let round = 1; round <= ROUNDS; round++) {
-    const b = await drive(baselineUrl, headers, baseline.child);
-    const m = await drive(jobUrl, headers, mam.child);
+    let b: Measured;
+    let m: Measured;
+    if (round % 2 === 1) {
+      b = await drive(baselineUrl, headers, baseline.child);
+      m = await drive(jobUrl, headers, mam.child);
+    } else {
+      m = await drive(jobUrl, headers, mam.child);
+      b = await drive(baselineUrl, headers, baseline.child);
+    }
     bareRuns.push(b);
     mamRuns.push(m);
     ratios.push(m.rps / b.rps);
-    console.log(`round ${round}: ratio ${(m.rps / b.rps).toFixed(2)}x`);
+    console.log(`round ${round} (${round % 2 === 1 ? "bare first" : "mam first"}): ratio ${(m.rps / b.rps).toFixed(2)}x`);
     console.log(`  ${describe("bare Hono route", b)}`);
     console.log(`  ${describe("mam serve", m)}`);
   }
@@ -342,7 +355,7 @@ try {
 
   if (ratio < RATIO_GOAL || process.env.MAM_BENCH_PROFILE === "1") {
     // One more run each, servers under `node --cpu-prof`, only the measured window counted.
-    const seconds = Math.min(SECONDS, 5);
+    const seconds = PROFILE_SECONDS;
     const bareDir = path.join(tmp.dir, "profile-bare");
     const mamDir = path.join(tmp.dir, "profile-mam");
     const profiledBare = await startBaseline(recordFile, PROFILE_ARGS(bareDir));

@@ -26,6 +26,9 @@ import {
 } from "@mam/local";
 import type { CliIo } from "./cli.ts";
 
+/** The longest a request's log line waits in memory before it is written. */
+const LOG_FLUSH_MS = 10;
+
 /** Write `credentials.json` once (mode 0600, never over an existing file); return what is there. */
 async function ensureCredentials(dir: string): Promise<{ credentials: Credentials; created: boolean }> {
   const existing = await readCredentials(dir);
@@ -194,8 +197,9 @@ SIGTERM. Every variable: docs/configuration.md.
     io.stderr(`mam serve: takes no arguments (configure it with environment variables; see --help), got ${argv.join(" ")}\n`);
     return 1;
   }
-  // One write per event-loop turn, not per line: under load a write per request
-  // was a measurable share of a request's cost (bench/http.ts).
+  // Lines are written in batches, at most LOG_FLUSH_MS after the first of them, and
+  // at once on stop or exit: under load a write per request, and even one per
+  // event-loop turn, was a measurable share of a request's cost (bench/http.ts).
   let pending: string[] = [];
   const flushLog = () => {
     if (pending.length === 0) return;
@@ -204,12 +208,15 @@ SIGTERM. Every variable: docs/configuration.md.
     io.stdout(`${lines.join("\n")}\n`);
   };
   const log = (line: string) => {
-    if (pending.push(line) === 1) setImmediate(flushLog);
+    if (pending.push(line) === 1) setTimeout(flushLog, LOG_FLUSH_MS);
   };
+  process.on("exit", flushLog);
   let service: RunningService;
   try {
     service = await startService(parseConfig(io.env), log);
   } catch (e) {
+    process.off("exit", flushLog);
+    flushLog();
     io.stderr(`mam serve: ${e instanceof Error ? e.message : String(e)}\n`);
     return isMamError(e) ? e.exitCode : 1;
   }
@@ -224,6 +231,7 @@ SIGTERM. Every variable: docs/configuration.md.
     process.once("SIGINT", () => onSignal("SIGINT"));
     process.once("SIGTERM", () => onSignal("SIGTERM"));
   });
+  process.off("exit", flushLog);
   flushLog();
   io.stderr("mam serve: stopped; nothing owed was lost (owed notifications stay in the store for the next sweep)\n");
   return 0;

@@ -88,8 +88,12 @@ export class SqliteJobStore implements JobStore {
 
   async get(jobId: string): Promise<JobRecord | undefined> {
     this.#dataVersion ??= this.#db.prepare("PRAGMA data_version").pluck();
-    const statement = this.#dataVersion;
-    const version = storeCall(() => statement.get());
+    let version: unknown;
+    try {
+      version = this.#dataVersion.get();
+    } catch (e) {
+      throw storeError(e);
+    }
     if (version !== this.#recordsVersion) {
       this.#records.clear();
       this.#recordsVersion = version;
@@ -293,7 +297,9 @@ export class SqliteJobStore implements JobStore {
   #call<T>(sql: string, run: (statement: Database.Statement) => T): T {
     const statement = this.#statement(sql);
     try {
-      return storeCall(() => run(statement));
+      return run(statement);
+    } catch (e) {
+      throw storeError(e);
     } finally {
       if (!statement.readonly) this.#records.clear();
     }
@@ -371,14 +377,10 @@ function decodeCursor(cursor: string): [string, string] {
 }
 
 /** SQLite's "try again" answers become the port's retryable store.unavailable. */
-function storeCall<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (e) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))) {
-      throw new MamError("store.unavailable", `the job database is busy: ${(e as Error).message}`, { cause: e });
-    }
-    throw e;
+function storeError(e: unknown): unknown {
+  const code = (e as { code?: unknown }).code;
+  if (typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))) {
+    return new MamError("store.unavailable", `the job database is busy: ${(e as Error).message}`, { cause: e });
   }
+  return e;
 }
