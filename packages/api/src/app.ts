@@ -21,6 +21,7 @@ import {
   verifyAttemptReport,
 } from "@mam/core";
 import { type Context, Hono } from "hono";
+import type { BlankEnv } from "hono/types";
 import { type Access, assertLatestAttempt, authorize, type PathParams, ROUTE_PERMISSIONS } from "./access.ts";
 import { checkDeclaredLength, limitedChunks, readJsonBody, tooLarge, validate } from "./body.ts";
 import { DASHBOARD_HTML } from "./dashboard.ts";
@@ -62,18 +63,24 @@ export interface AppOptions {
   readonly log?: (line: string) => void;
 }
 
-export type AppEnv = {
-  Variables: {
-    requestId: string;
-    principal: Principal | undefined;
-  };
-};
+export type AppEnv = BlankEnv;
 
-/** What a handler gets: the request, its validated path parameters, and who is calling. */
+/** What a handler gets: the request, its validated path parameters, who is calling, and the request's id. */
 interface Call {
   readonly c: Context<AppEnv>;
   readonly params: PathParams;
   readonly principal: Principal | undefined;
+  readonly requestId: string;
+}
+
+/**
+ * What `served` keeps of one request, in a plain object rather than Hono's
+ * `c.set()`/`c.get()`: those are closures made anew with every Context, and the
+ * first call of each was a measurable share of a cheap read (bench/http.ts).
+ */
+interface RequestState {
+  readonly requestId: string;
+  principal: Principal | undefined;
 }
 type Handler = (call: Call) => Promise<Response> | Response;
 
@@ -94,8 +101,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
 
   /** A thrown error as its problem answer; one more log line when it was not a MamError. */
-  const problemOf = (err: unknown, c: Context<AppEnv>): Response => {
-    const requestId = c.get("requestId") ?? randomUUID();
+  const problemOf = (err: unknown, c: Context<AppEnv>, requestId: string): Response => {
     const { problem, unexpected } = problemFor(err, { requestId, instance: c.req.path });
     if (unexpected) {
       log(
@@ -119,17 +125,17 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
    * chain, a measurable share of a request (bench/http.ts).
    */
   const served =
-    (work: (c: Context<AppEnv>) => Promise<Response> | Response) =>
+    (work: (c: Context<AppEnv>, state: RequestState) => Promise<Response> | Response) =>
     async (c: Context<AppEnv>): Promise<Response> => {
       const started = performance.now();
       const incoming = c.req.header("x-request-id");
       const requestId = incoming !== undefined && SANE_REQUEST_ID.test(incoming) ? incoming : randomUUID();
-      c.set("requestId", requestId);
+      const state: RequestState = { requestId, principal: undefined };
       let res: Response;
       try {
-        res = await work(c);
+        res = await work(c, state);
       } catch (err) {
-        res = problemOf(err, c);
+        res = problemOf(err, c, requestId);
       }
       const status = res.status;
       log(
@@ -141,24 +147,24 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
           path: c.req.path,
           status,
           duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
-          actor: actorLabel(c.get("principal")),
+          actor: actorLabel(state.principal),
         }),
       );
       return res;
     };
 
   // Only what escapes `served` (nothing should) reaches Hono's own error handler.
-  app.onError((err, c) => problemOf(err, c));
+  app.onError((err, c) => problemOf(err, c, randomUUID()));
 
   app.notFound(
-    served((c) => {
+    served((c, { requestId }) => {
       const allowed = ROUTES.filter((r) => pathPattern(r.path).test(c.req.path)).map((r) => r.method.toUpperCase());
       const code: ProblemCode = allowed.length > 0 ? "route.methodNotAllowed" : "route.notFound";
       const detail =
         allowed.length > 0
           ? `${c.req.method} is not served on ${c.req.path}; try ${allowed.join(", ")}`
           : `no route ${c.req.method} ${c.req.path}`;
-      const problem = problemBody(code, detail, { requestId: c.get("requestId"), instance: c.req.path });
+      const problem = problemBody(code, detail, { requestId, instance: c.req.path });
       return problemResponse(problem, allowed.length > 0 ? { allow: allowed.join(", ") } : {});
     }),
   );
@@ -180,20 +186,21 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     app.on(
       spec.method.toUpperCase(),
       honoPath(spec.path),
-      served((c) => {
+      served((c, state) => {
         // 401 first (who are you), then 400 on the path (before any store is asked),
         // then 403 (may you), and for an agent, whether its attempt is still current.
         // Not an async function: the handler's own promise is passed on as it is, one
         // promise fewer per request (bench/http.ts); `served` catches what throws here.
         const principal = access.kind === "protected" ? authenticate(c.req.header("authorization"), tokens) : undefined;
-        c.set("principal", principal);
+        state.principal = principal;
+        const { requestId } = state;
         const params = pathParams(c, spec);
-        if (principal === undefined) return handler({ c, params, principal });
+        if (principal === undefined) return handler({ c, params, principal, requestId });
         authorize(principal, access, params);
-        if (principal.kind !== "agent") return handler({ c, params, principal });
+        if (principal.kind !== "agent") return handler({ c, params, principal, requestId });
         return deps.jobs.latestDispatch(principal.jobId).then((latest) => {
           assertLatestAttempt(principal, latest?.attempt_id);
-          return handler({ c, params, principal });
+          return handler({ c, params, principal, requestId });
         });
       }),
     );
@@ -220,13 +227,13 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
     validate(schema, Object.fromEntries(Object.entries(c.req.query()).filter(([, v]) => v !== "")), "query");
 
   return {
-    async registerJob({ c }) {
+    async registerJob({ c, requestId }) {
       const body = await json(c, RegisterJobSchema);
       const record = await registerJob(deps, body);
-      return recordResponse(c, record, 201, { location: `/v1/jobs/${record.job_id}` });
+      return recordResponse(requestId, record, 201, { location: `/v1/jobs/${record.job_id}` });
     },
 
-    async listJobs({ c }) {
+    async listJobs({ c, requestId }) {
       const q = await query(c, ListJobsQuerySchema);
       const page = await deps.jobs.list({
         limit: q.limit,
@@ -234,14 +241,14 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         ...(q.cursor === undefined ? {} : { cursor: q.cursor }),
       });
       const body: JobPage = { items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) };
-      return jsonAnswer(c, body, 200);
+      return jsonAnswer(requestId, body, 200);
     },
 
-    async getJob({ c, params }) {
-      return recordResponse(c, await getJob(deps, params.jobId!), 200);
+    async getJob({ params, requestId }) {
+      return recordResponse(requestId, await getJob(deps, params.jobId!), 200);
     },
 
-    async transitionJob({ c, params, principal }) {
+    async transitionJob({ c, params, principal, requestId }) {
       const jobId = params.jobId!;
       const body = await json(c, TransitionRequestSchema);
       let expectedSeq = body.expected_seq;
@@ -269,19 +276,19 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
           actorOf(principal),
         ),
       );
-      return recordResponse(c, record, 200);
+      return recordResponse(requestId, record, 200);
     },
 
-    async recordDispatch({ c, params }) {
+    async recordDispatch({ c, params, requestId }) {
       const jobId = params.jobId!;
       const body = await json(c, DispatchRequestSchema);
       const dispatch = await withCurrentRecord(deps, jobId, () => recordDispatch(deps, jobId, body));
       const minted = tokens.mintAgent(jobId, dispatch.attempt_id);
       const res: DispatchResponse = { dispatch, agent_token: minted.token, expires_at: minted.expiresAt };
-      return jsonAnswer(c, res, 201);
+      return jsonAnswer(requestId, res, 201);
     },
 
-    async stageReport({ c, params }) {
+    async stageReport({ c, params, requestId }) {
       checkDeclaredLength(c.req.header("content-length"), reportLimit, "report");
       let exceeded = false;
       const stream = limitedChunks(c.req.raw.body, reportLimit, "report", () => {
@@ -298,17 +305,17 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         await stream.return(undefined);
       }
       const body: StagedReport = { sha256: staged.sha256, bytes: staged.bytes };
-      return jsonAnswer(c, body, 201);
+      return jsonAnswer(requestId, body, 201);
     },
 
-    async finalizeReport({ c, params }) {
+    async finalizeReport({ c, params, requestId }) {
       const body = await json(c, FinalizeRequestSchema);
       const f = await finalizeAttemptReport(deps, params.jobId!, params.attempt!, body.side_effects);
       const res: FinalizedBody = { manifest: f.manifest, manifest_sha256: f.manifestSha256 };
-      return jsonAnswer(c, res, 200);
+      return jsonAnswer(requestId, res, 200);
     },
 
-    async verifyReport({ c, params }) {
+    async verifyReport({ c, params, requestId }) {
       const q = await query(c, VerificationQuerySchema);
       const v = await verifyAttemptReport(deps, params.jobId!, params.attempt!, q.expected_artifacts);
       const res: VerificationBody = {
@@ -317,10 +324,10 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         manifest: v.manifest ?? null,
         ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
       };
-      return jsonAnswer(c, res, 200);
+      return jsonAnswer(requestId, res, 200);
     },
 
-    async evaluateJob({ c, params }) {
+    async evaluateJob({ c, params, requestId }) {
       const body = await json(c, EvaluationRequestSchema);
       const r = await evaluateJob(deps, params.jobId!, body.scenario);
       const res: GateResponse = {
@@ -329,10 +336,10 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         decision: r.decision,
         ...(r.record === undefined ? {} : { record: r.record }),
       };
-      return jsonAnswer(c, res, 200);
+      return jsonAnswer(requestId, res, 200);
     },
 
-    async publishEvent({ c, params, principal }) {
+    async publishEvent({ c, params, principal, requestId }) {
       const jobId = params.jobId!;
       const body = await json(c, PublishEventRequestSchema);
       const fin = body.finalize;
@@ -378,55 +385,55 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
           : { finalized: { manifest: r.finalized.manifest, manifest_sha256: r.finalized.manifestSha256 } }),
         ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
       };
-      return jsonAnswer(c, res, 200);
+      return jsonAnswer(requestId, res, 200);
     },
 
-    async listEvents({ c, params }) {
+    async listEvents({ c, params, requestId }) {
       const jobId = params.jobId!;
       const q = await query(c, ListEventsQuerySchema);
       await getJob(deps, jobId);
       const body: EventLog = { items: [...(await deps.jobs.listEvents(jobId, q.limit))] };
-      return jsonAnswer(c, body, 200);
+      return jsonAnswer(requestId, body, 200);
     },
 
-    async runRecoverySweep({ c }) {
+    async runRecoverySweep({ c, requestId }) {
       await json(c, RecoverySweepRequestSchema, true);
       const r = await recoverNotifications(deps);
       const body: RecoverySweepResult = { owed: r.owed, sent: r.sent, failed: r.failed };
-      return jsonAnswer(c, body, 200);
+      return jsonAnswer(requestId, body, 200);
     },
 
-    getOpenApi({ c }) {
-      return answer(c, openApi(), 200, { "content-type": "application/json; charset=utf-8", "cache-control": "no-cache" });
+    getOpenApi({ requestId }) {
+      return answer(requestId, openApi(), 200, { "content-type": "application/json; charset=utf-8", "cache-control": "no-cache" });
     },
 
-    getDocs({ c }) {
-      return answer(c, DOCS_HTML, 200, { "content-type": HTML });
+    getDocs({ requestId }) {
+      return answer(requestId, DOCS_HTML, 200, { "content-type": HTML });
     },
 
-    async getDocsAsset({ c }) {
+    async getDocsAsset({ c, requestId }) {
       const name = c.req.param("file") ?? "";
       const asset = await readDocsAsset(name);
       if (asset === undefined) {
         const problem = problemBody("route.notFound", `no docs asset ${JSON.stringify(name).slice(0, 80)} in this deployment`, {
-          requestId: c.get("requestId"),
+          requestId,
           instance: c.req.path,
         });
         return problemResponse(problem);
       }
-      return answer(c, asset.body, 200, {
+      return answer(requestId, asset.body, 200, {
         "content-type": asset.contentType,
         "cache-control": "public, max-age=86400",
         "x-content-type-options": "nosniff",
       });
     },
 
-    getHealth({ c }) {
-      return jsonAnswer(c, { ok: true as const }, 200);
+    getHealth({ requestId }) {
+      return jsonAnswer(requestId, { ok: true as const }, 200);
     },
 
-    getDashboard({ c }) {
-      return answer(c, DASHBOARD_HTML, 200, {
+    getDashboard({ requestId }) {
+      return answer(requestId, DASHBOARD_HTML, 200, {
         "content-type": HTML,
         "content-security-policy":
           "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -465,8 +472,8 @@ function pathParams(c: Context<AppEnv>, spec: RouteSpec): PathParams {
   return { ...(p.job_id === undefined ? {} : { jobId: p.job_id }), ...(p.attempt === undefined ? {} : { attempt: p.attempt }) };
 }
 
-function recordResponse(c: Context<AppEnv>, record: JobRecord, status: 200 | 201, headers: Record<string, string> = {}): Response {
-  return answer(c, recordJson(record), status, { "content-type": JSON_TYPE, etag: `"${record.transition_seq}"`, ...headers });
+function recordResponse(requestId: string, record: JobRecord, status: 200 | 201, headers: Record<string, string> = {}): Response {
+  return answer(requestId, recordJson(record), status, { "content-type": JSON_TYPE, etag: `"${record.transition_seq}"`, ...headers });
 }
 
 /**
@@ -495,12 +502,12 @@ const HTML = "text/html; charset=UTF-8";
  * `Headers` object for the response instead, a measurable share of a request
  * (bench/http.ts).
  */
-function answer(c: Context<AppEnv>, body: string | Uint8Array<ArrayBuffer>, status: number, headers: Record<string, string>): Response {
-  return new Response(body, { status, headers: { ...headers, "x-request-id": c.get("requestId") } });
+function answer(requestId: string, body: string | Uint8Array<ArrayBuffer>, status: number, headers: Record<string, string>): Response {
+  return new Response(body, { status, headers: { ...headers, "x-request-id": requestId } });
 }
 
-function jsonAnswer(c: Context<AppEnv>, value: unknown, status: 200 | 201, headers: Record<string, string> = {}): Response {
-  return answer(c, JSON.stringify(value), status, { "content-type": JSON_TYPE, ...headers });
+function jsonAnswer(requestId: string, value: unknown, status: 200 | 201, headers: Record<string, string> = {}): Response {
+  return answer(requestId, JSON.stringify(value), status, { "content-type": JSON_TYPE, ...headers });
 }
 
 /** `*`, or the seqs named by strong entity tags (`"3"`; bare digits tolerated). Weak tags never match. */
