@@ -241,8 +241,12 @@ describe("e2e: mam serve", () => {
   it("a publish nobody could deliver stays owed across a SIGTERM and is sent by the sweep after a restart", async () => {
     // Commit an intent behind the service's back (as the CLI in another process would),
     // with the service stopped: nothing can send it until the restarted sweep does.
+    // The request log is written in batches; a SIGTERM right after a request loses no line.
+    const last = await fetch(new URL("/healthz", served.url), { headers: { "x-request-id": "last-before-sigterm" } });
+    expect(last.status).toBe(200);
     expect(await stopServe(served)).toBe(0);
     expect(served.stderr()).toContain("stopped");
+    expect(served.stdout()).toContain('"request_id":"last-before-sigterm"');
     const store = new SqliteJobStore(dataDirPaths(dir).database);
     const now = new Date().toISOString();
     await store.create({
