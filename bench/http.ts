@@ -8,7 +8,7 @@ import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } fr
 
 /**
  * Requests per second `mam serve` sustains on `GET /v1/jobs/{id}` (operator token,
- * SQLite store, the request log line, ETag), against one bare Hono route on
+ * SQLite store and its checked cache, the request log line, ETag), against one bare Hono route on
  * @hono/node-server answering the same JSON body, both driven by the same load
  * generator in a separate process (bench/support/load.ts): 50 keep-alive
  * connections over loopback, MAM_BENCH_HTTP_SECONDS (2) per run after 1 s of
@@ -175,12 +175,12 @@ interface CpuProfile {
  */
 const CONCERNS: readonly [string, (f: { functionName: string; url: string }) => boolean][] = [
   ["auth: verify the bearer token (HMAC-SHA256, zod claims)", (f) => f.url.includes("/packages/api/src/tokens.")],
-  ["store: SQLite read (better-sqlite3, JSON.parse)", (f) => f.url.includes("/packages/local/src/")],
+  ["store: SQLite (the data_version check; a read and JSON.parse on a cache miss)", (f) => f.url.includes("/packages/local/src/")],
   ["log: the request line, written synchronously to stdout", (f) => f.functionName === "writeSync" || f.url.includes("sync_write_stream")],
   ["socket: writing the answer (writev)", (f) => f.functionName === "writev" || f.functionName === "writevGeneric"],
   ["zod: other validation (path parameters, ...)", (f) => f.url.includes("/node_modules/zod/")],
   ["mam core (getJob)", (f) => f.url.includes("/packages/core/src/")],
-  ["mam api: middleware, route glue, ETag, log JSON", (f) => f.url.includes("/packages/api/src/")],
+  ["mam api: the route wrapper, request id, ETag, log line JSON", (f) => f.url.includes("/packages/api/src/")],
   ["hono: routing, context, c.json", (f) => f.url.includes("/node_modules/hono/")],
   ["@hono/node-server: request and response adapter", (f) => f.url.includes("/node_modules/@hono/node-server/")],
   ["node:http: parsing, headers, socket reads", (f) => f.url.startsWith("node:_http") || f.url.startsWith("node:internal/http")],
