@@ -1,14 +1,15 @@
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { SourceMap } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createTokenService } from "@mam/api";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
 import { randomIds, registerJob, systemClock } from "@mam/core";
-import { type BuildOptions, build, type Metafile, type Plugin } from "esbuild";
+import { build, type Metafile, type Plugin } from "esbuild";
 import { LAMBDA_ENTRIES, lambdaBuildOptions } from "../scripts/lambda-bundle.mjs";
 import { startDynalite } from "../tests/support/aws-peers.ts";
+import { type CallFrame, type CpuProfile, cpuProfArgs, readMainThreadProfile, tallySamples } from "./support/cpu-profile.ts";
 import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } from "./support/measure.ts";
 
 /**
@@ -51,10 +52,6 @@ const BASELINE = { name: "hello", entry: "bench/support/hello-lambda.ts" } as co
 const SDK_REFERENCE = { name: "sdk-reference", entry: "bench/support/dynamodb-lambda.ts" } as const;
 const DRIVER = path.join(ROOT, "bench", "support", "lambda-cold-start.mjs");
 
-function packageOptions(name: string, entry: string, outdir: string): BuildOptions & { metafile: true } {
-  return lambdaBuildOptions(ROOT, name, entry, outdir);
-}
-
 // ---------------------------------------------------------------- sizes
 
 interface Bundle {
@@ -73,7 +70,7 @@ interface Bundle {
 
 async function bundleOne(name: string, entry: string, outRoot: string): Promise<Bundle> {
   const outdir = path.join(outRoot, name);
-  const { metafile } = await build(packageOptions(name, entry, outdir));
+  const { metafile } = await build(lambdaBuildOptions(ROOT, name, entry, outdir));
   const outputs = metafile.outputs;
   const main = Object.entries(outputs).find(([file, o]) => file.endsWith(".mjs") && o.entryPoint === entry);
   if (main === undefined) throw new Error(`esbuild wrote no entry .mjs for ${name}`);
@@ -320,18 +317,6 @@ function describeRuns(side: Side): string {
 
 // ---------------------------------------------------------------- where the time goes
 
-/** The part of a V8 CPU profile (`node --cpu-prof`) read here. */
-interface CpuProfile {
-  readonly nodes: readonly {
-    readonly id: number;
-    readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number; readonly columnNumber: number };
-    readonly children?: readonly number[];
-  }[];
-  readonly startTime: number;
-  readonly samples: readonly number[];
-  readonly timeDeltas: readonly number[];
-}
-
 /**
  * Sort every sample of one cold start's profile into what it was doing, by the
  * innermost frame that says so: bundle code is named by the package its source map
@@ -346,62 +331,44 @@ function whereTheTimeGoes(
 ): Map<string, { load: number; request: number }> {
   const bundleUrl = `file://${bundleFile}`;
   const map = new SourceMap(JSON.parse(readFileSync(`${bundleFile}.map`, "utf8")) as ConstructorParameters<typeof SourceMap>[0]);
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const parentOf = new Map<number, number>();
-  for (const n of profile.nodes) for (const c of n.children ?? []) parentOf.set(c, n.id);
-  const memo = new Map<number, string>();
-  const classify = (leaf: number): string => {
-    const known = memo.get(leaf);
-    if (known !== undefined) return known;
-    let kind: string | undefined;
-    const top = byId.get(leaf)?.callFrame;
+  const kindOf = (stack: readonly CallFrame[]): string => {
+    const top = stack[0];
     if (top !== undefined && top.url === "") {
-      kind = { "(garbage collector)": "garbage collection", "(idle)": "idle (waiting on I/O)", "(program)": "V8 native (program)" }[
+      const native = { "(garbage collector)": "garbage collection", "(idle)": "idle (waiting on I/O)", "(program)": "V8 native (program)" }[
         top.functionName
       ];
-      kind ??= `V8 native ${top.functionName}`;
+      return native ?? `V8 native ${top.functionName}`;
     }
-    for (let id: number | undefined = leaf; kind === undefined && id !== undefined; id = parentOf.get(id)) {
-      const frame = byId.get(id)!.callFrame;
-      if (frame.functionName === "maybeCacheSourceMap") kind = "Node: --enable-source-maps bookkeeping";
-      else if (["requireBuiltin", "compileForPublicLoader", "compileForInternalLoader"].includes(frame.functionName))
-        kind = "Node: built-ins loaded on first use (undici for Request/Response, http, crypto...)";
-      else if (frame.url === bundleUrl) {
+    for (const frame of stack) {
+      if (frame.functionName === "maybeCacheSourceMap") return "Node: --enable-source-maps bookkeeping";
+      if (["requireBuiltin", "compileForPublicLoader", "compileForInternalLoader"].includes(frame.functionName))
+        return "Node: built-ins loaded on first use (undici for Request/Response, http, crypto...)";
+      if (frame.url === bundleUrl) {
         const source = map.findEntry(frame.lineNumber, frame.columnNumber) as { originalSource?: string };
         const input = source.originalSource?.replace(/^(\.\.\/)+/, "").replace(/^.*?\/node_modules\//, "node_modules/");
-        kind =
-          input === undefined
-            ? "bundle: module top level, esbuild init helpers"
-            : `bundle: ${packageOf(input) ?? `(ours) ${ownArea(input.replace(/^.*?\/(packages|functions|bench)\//, "$1/"))}`}`;
-      } else if (frame.functionName === "compileSourceTextModule") kind = "V8: compiling the bundle (parse)";
-      else if (frame.url.endsWith("lambda-cold-start.mjs")) kind = "driver";
+        return input === undefined
+          ? "bundle: module top level, esbuild init helpers"
+          : `bundle: ${packageOf(input) ?? `(ours) ${ownArea(input.replace(/^.*?\/(packages|functions|bench)\//, "$1/"))}`}`;
+      }
+      if (frame.functionName === "compileSourceTextModule") return "V8: compiling the bundle (parse)";
+      if (frame.url.endsWith("lambda-cold-start.mjs")) return "driver";
     }
-    kind ??= "Node: start-up and module loader";
-    memo.set(leaf, kind);
-    return kind;
+    return "Node: start-up and module loader";
   };
   const out = new Map<string, { load: number; request: number }>();
-  let at = profile.startTime;
-  for (let i = 0; i < profile.samples.length; i++) {
-    at += profile.timeDeltas[i] ?? 0;
-    const us = profile.timeDeltas[i + 1] ?? 0;
-    const kind = classify(profile.samples[i]!);
+  tallySamples(profile, kindOf, (kind, at, us) => {
     const row = out.get(kind) ?? { load: 0, request: 0 };
     if (at <= importedClockUs) row.load += us / 1000;
     else row.request += us / 1000;
     out.set(kind, row);
-  }
+  });
   return out;
 }
 
 async function profileColdStart(side: Side, eventFile: string, env: Record<string, string>, dir: string): Promise<void> {
   const profDir = path.join(dir, `profile-${side.name.replace(/\W+/g, "-")}`);
-  const run = await coldStart(side.file, eventFile, env, ["--cpu-prof", "--cpu-prof-interval", "250", "--cpu-prof-dir", profDir]);
-  const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
-  if (file === undefined) throw new Error(`node --cpu-prof wrote no profile in ${profDir}`);
-  const rows = [
-    ...whereTheTimeGoes(JSON.parse(readFileSync(path.join(profDir, file), "utf8")) as CpuProfile, side.file, run.importedClockUs),
-  ];
+  const run = await coldStart(side.file, eventFile, env, cpuProfArgs(profDir, 250));
+  const rows = [...whereTheTimeGoes(readMainThreadProfile(profDir), side.file, run.importedClockUs)];
   const sum = (pick: (r: { load: number; request: number }) => number) => rows.reduce((n, [, r]) => n + pick(r), 0);
   console.log(
     `  ${side.name}, one profiled cold start (node --cpu-prof, 250 us samples; the profiler slows it): ${fixed(run.ms)} ms spawn-to-answer, ` +
@@ -473,7 +440,10 @@ async function whatIf(
   const sizes = new Map<string, number>();
   for (const [label, modules] of variants) {
     const name = `http-${label.replace(/\W+/g, "-")}`;
-    const { metafile } = await build({ ...packageOptions(name, FUNCTIONS.http, path.join(dir, name)), plugins: [stubPlugin(modules)] });
+    const { metafile } = await build({
+      ...lambdaBuildOptions(ROOT, name, FUNCTIONS.http, path.join(dir, name)),
+      plugins: [stubPlugin(modules)],
+    });
     sizes.set(label, Object.entries(metafile.outputs).find(([f]) => f.endsWith(".mjs"))?.[1].bytes ?? 0);
     sides.push({ name: label, file: path.join(dir, name, `${name}.mjs`), runs: [] });
   }

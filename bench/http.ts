@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { closeSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { type CallFrame, type CpuProfile, cpuProfArgs, readMainThreadProfile, tallySamples } from "./support/cpu-profile.ts";
 import type { LoadPlan, LoadResult } from "./support/load.ts";
 import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } from "./support/measure.ts";
 
@@ -35,6 +36,7 @@ const CONNECTIONS = 50;
 const WARMUP_SECONDS = 1;
 const ROUNDS = sizeFromEnv("MAM_BENCH_HTTP_ROUNDS", process.env.MAM_BENCH_HTTP_ROUNDS, 10);
 const PROFILE_SECONDS = 5;
+const PROFILE_INTERVAL_US = 200;
 const STARTS = 3;
 const RATIO_GOAL = 0.5;
 const JOB_ID = "bench-http-job";
@@ -155,25 +157,13 @@ async function drive(url: string, headers: Record<string, string>, server: Child
 
 // ---------------------------------------------------------------- where the time goes
 
-/** The part of a V8 CPU profile (`node --cpu-prof`) read here. */
-interface CpuProfile {
-  readonly nodes: readonly {
-    readonly id: number;
-    readonly callFrame: { readonly functionName: string; readonly url: string };
-    readonly children?: readonly number[];
-  }[];
-  readonly startTime: number;
-  readonly samples: readonly number[];
-  readonly timeDeltas: readonly number[];
-}
-
 /**
  * What a server's CPU went to, by concern. A sample belongs to the first concern,
  * in this order, that any frame of its stack shows: so the HMAC and the zod parse
  * inside token verification count as verification, the write(2) under the log
  * line as logging, and the writev(2) of the answer as the socket write.
  */
-const CONCERNS: readonly [string, (f: { functionName: string; url: string }) => boolean][] = [
+const CONCERNS: readonly [string, (f: CallFrame) => boolean][] = [
   ["auth: verify the bearer token (HMAC-SHA256, zod claims)", (f) => f.url.includes("/packages/api/src/tokens.")],
   ["store: SQLite (the data_version check; a read and JSON.parse on a cache miss)", (f) => f.url.includes("/packages/local/src/")],
   ["log: the request line, written synchronously to stdout", (f) => f.functionName === "writeSync" || f.url.includes("sync_write_stream")],
@@ -191,41 +181,21 @@ const GC = "garbage collection";
 
 /** CPU ms per concern over `windowUs`; idle time is left out. */
 function concernsOf(profile: CpuProfile, windowUs: readonly [number, number]): Map<string, number> {
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const parentOf = new Map<number, number>();
-  for (const n of profile.nodes) for (const c of n.children ?? []) parentOf.set(c, n.id);
-  const memo = new Map<number, string | undefined>();
-  const classify = (leaf: number): string | undefined => {
-    if (memo.has(leaf)) return memo.get(leaf);
-    const stack: { functionName: string; url: string }[] = [];
-    for (let id: number | undefined = leaf; id !== undefined; id = parentOf.get(id)) stack.push(byId.get(id)!.callFrame);
-    const top = stack[0];
-    let kind: string | undefined;
-    if (top?.functionName === "(idle)") kind = undefined;
-    else if (top?.functionName === "(garbage collector)") kind = GC;
-    else kind = CONCERNS.find(([, matches]) => stack.some(matches))?.[0] ?? OTHER;
-    memo.set(leaf, kind);
-    return kind;
-  };
   const ms = new Map<string, number>();
-  let at = profile.startTime;
-  for (let i = 0; i < profile.samples.length; i++) {
-    at += profile.timeDeltas[i] ?? 0;
-    if (at < windowUs[0] || at > windowUs[1]) continue;
-    const kind = classify(profile.samples[i]!);
-    if (kind !== undefined) ms.set(kind, (ms.get(kind) ?? 0) + (profile.timeDeltas[i + 1] ?? 0) / 1000);
-  }
+  tallySamples(
+    profile,
+    (stack) => {
+      const top = stack[0]?.functionName;
+      if (top === "(idle)") return undefined;
+      if (top === "(garbage collector)") return GC;
+      return CONCERNS.find(([, matches]) => stack.some(matches))?.[0] ?? OTHER;
+    },
+    (kind, at, us) => {
+      if (at >= windowUs[0] && at <= windowUs[1]) ms.set(kind, (ms.get(kind) ?? 0) + us / 1000);
+    },
+  );
   return ms;
 }
-
-/** The main thread's profile in `dir` (tsx's loader thread writes one too: thread id != 0). */
-function mainThreadProfile(dir: string): CpuProfile {
-  const file = readdirSync(dir).find((f) => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f));
-  if (file === undefined) throw new Error(`no main-thread profile in ${dir}: ${readdirSync(dir).join(", ")}`);
-  return JSON.parse(readFileSync(path.join(dir, file), "utf8")) as CpuProfile;
-}
-
-const PROFILE_ARGS = (dir: string) => ["--cpu-prof", "--cpu-prof-interval", "200", "--cpu-prof-dir", dir];
 
 function describe(name: string, m: Measured): string {
   const pct = (share: number | undefined) => (share === undefined ? "?" : `${fixed(share * 100, 0)}%`);
@@ -358,16 +328,16 @@ try {
     const seconds = PROFILE_SECONDS;
     const bareDir = path.join(tmp.dir, "profile-bare");
     const mamDir = path.join(tmp.dir, "profile-mam");
-    const profiledBare = await startBaseline(recordFile, PROFILE_ARGS(bareDir));
+    const profiledBare = await startBaseline(recordFile, cpuProfArgs(bareDir, PROFILE_INTERVAL_US));
     children.push(profiledBare.child);
     const bareRun = await drive(`${profiledBare.url}/v1/jobs/${JOB_ID}`, headers, profiledBare.child, seconds);
     await stop(profiledBare.child);
-    const profiledMam = await startMam(dataDir, logFile, PROFILE_ARGS(mamDir));
+    const profiledMam = await startMam(dataDir, logFile, cpuProfArgs(mamDir, PROFILE_INTERVAL_US));
     children.push(profiledMam.child);
     const mamRun = await drive(`${profiledMam.url}/v1/jobs/${JOB_ID}`, headers, profiledMam.child, seconds);
     await stop(profiledMam.child);
-    const bareUs = concernsOf(mainThreadProfile(bareDir), bareRun.windowUs);
-    const mamUs = concernsOf(mainThreadProfile(mamDir), mamRun.windowUs);
+    const bareUs = concernsOf(readMainThreadProfile(bareDir), bareRun.windowUs);
+    const mamUs = concernsOf(readMainThreadProfile(mamDir), mamRun.windowUs);
     const perRequest = (ms: number | undefined, run: Measured) => ((ms ?? 0) * 1000) / Math.max(1, run.requests);
     const total = (m: Map<string, number>, run: Measured) =>
       perRequest(
@@ -376,7 +346,7 @@ try {
       );
     console.log(
       `\nwhere the time goes (${ratio < RATIO_GOAL ? "the goal is missed" : "MAM_BENCH_PROFILE=1"}): server CPU per request, ` +
-        `one more ${seconds} s run each under node --cpu-prof (200 us samples; idle left out; the profiler slows both): ` +
+        `one more ${seconds} s run each under node --cpu-prof (${PROFILE_INTERVAL_US} us samples; idle left out; the profiler slows both): ` +
         `bare ${grouped(bareRun.rps)} req/s, mam ${grouped(mamRun.rps)} req/s`,
     );
     console.log(`  ${"bare us".padStart(8)} ${"mam us".padStart(8)}  what`);

@@ -1,10 +1,9 @@
 import { MamError } from "@mam/core";
 
-/**
- * Object keys for the S3 report store, apart from the S3 client: the http function
- * can describe a report's address without loading the S3 SDK, which it loads only
- * on the first report operation.
- */
+// Object keys for the S3 report store, apart from the S3 client: the http function
+// can describe a report's address without loading the S3 SDK, which it loads only
+// on the first report operation.
+
 /** A location is relative: `reports/<job>/<attempt>`, or any `a/b/c` of safe segments. */
 const SEGMENT = /^[A-Za-z0-9_-]{1,128}$/;
 /** A plain file name: no separators, not `.` or `..`. */
