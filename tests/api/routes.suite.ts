@@ -900,7 +900,9 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           token: h.operator,
           json: { attempt_id: 1, agent_session_uuid: "again", pane_process_generation: 1 },
         });
-        expectProblem(twice, 409, "dispatch.exists");
+        // not greater than the latest (1): refused naming it, and attempt 1's dispatch stands
+        expectProblem(twice, 409, "dispatch.outOfOrder");
+        expect(twice.body.detail).toContain("latest dispatched attempt 1");
         expectProblem(await stage(h, job.job_id, 2, h.operator), 404, "dispatch.notFound");
         await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
         expectProblem(await stage(h, job.job_id, 1, h.operator), 409, "report.frozen");

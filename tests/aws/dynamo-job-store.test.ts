@@ -50,6 +50,7 @@ function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
     status: "pending",
     iteration: 0,
     transition_seq: 0,
+    evidence_seq: 0,
     expected_artifacts: [],
     auto_complete: false,
     created_at: at(0),
@@ -312,11 +313,11 @@ describe("DynamoJobStore: dispatches and events", () => {
     expect(await store.getDispatch("job-1", 2)).toBeUndefined();
   });
 
-  it("latestDispatch is the highest attempt (numerically: 10 after 9)", async () => {
-    expect(await store.latestDispatch("job-1")).toBeUndefined();
-    for (const a of [9, 2, 10, 1]) await store.recordDispatch(dispatch(a));
-    expect((await store.latestDispatch("job-1"))?.attempt_id).toBe(10);
-    expect(await store.latestDispatch("job-2")).toBeUndefined();
+  it("latest_attempt moves up numerically (10 after 9), never down", async () => {
+    for (const a of [9, 10]) await store.recordEvidence("job-1", { guard: { newAttempt: a } });
+    const err = await rejection(store.recordEvidence("job-1", { guard: { newAttempt: 2 } }));
+    expect((err as MamError).code).toBe("dispatch.outOfOrder");
+    expect((await store.get("job-1"))?.latest_attempt).toBe(10);
   });
 
   it("keeps the event log oldest first, bounded by the limit; the same entry twice is one line", async () => {
@@ -456,6 +457,7 @@ describe("the record a lost write comes back with (DynamoDB's ALL_OLD)", () => {
         status: { S: "running" },
         iteration: { N: "0" },
         transition_seq: { N: "3" },
+        evidence_seq: { N: "0" },
         expected_artifacts: { L: [{ S: "git_commit" }] },
         auto_complete: { BOOL: false },
         progress: { M: { big: { N: "12345678901234567890" }, none: { NULL: true }, list: { L: [{ N: "1.5" }] } } },

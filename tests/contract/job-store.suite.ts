@@ -233,11 +233,63 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       expect(await store.getDispatch("other", 2)).toBeUndefined();
     });
 
-    it("latestDispatch picks the highest attempt id (numerically), undefined when none", async () => {
-      expect(await store.latestDispatch("ld")).toBeUndefined();
-      for (const attempt of [2, 10, 9, 1]) await store.recordDispatch(dispatch("ld", attempt, `s-${attempt}`));
-      await store.recordDispatch(dispatch("ld-other", 50, "x"));
-      expect(await store.latestDispatch("ld")).toEqual(dispatch("ld", 10, "s-10"));
+    it("recordEvidence with newAttempt moves latest_attempt up and bumps evidence_seq only; an attempt not above the latest is dispatch.outOfOrder and writes nothing", async () => {
+      await store.create(job("ev-order"));
+      const first = await store.recordEvidence("ev-order", { guard: { newAttempt: 5 } });
+      expect(first).toMatchObject({ latest_attempt: 5, evidence_seq: 1, transition_seq: 0 });
+      const stale = await expectMamError(store.recordEvidence("ev-order", { guard: { newAttempt: 3 } }), "dispatch.outOfOrder");
+      expect(stale.message).toContain("latest dispatched attempt 5");
+      await expectMamError(store.recordEvidence("ev-order", { guard: { newAttempt: 5 } }), "dispatch.outOfOrder");
+      expect(await store.get("ev-order")).toEqual(first);
+      expect(await store.recordEvidence("ev-order", { guard: { newAttempt: 10 } })).toMatchObject({ latest_attempt: 10, evidence_seq: 2 });
+    });
+
+    it("recordEvidence for an attempt requires it to be the latest and the job not terminal, and sets only what it names", async () => {
+      await store.create(job("ev-attempt", { latest_attempt: 2 }));
+      const pointer = { attempt_id: 2, report_sha256: "a".repeat(64), manifest_sha256: "b".repeat(64), finalized_at: at(3) };
+      const after = await store.recordEvidence("ev-attempt", { guard: { attempt: 2 }, set: { finalized_report: pointer } });
+      expect(after).toEqual({ ...job("ev-attempt", { latest_attempt: 2 }), evidence_seq: 1, finalized_report: pointer });
+      await expectMamError(store.recordEvidence("ev-attempt", { guard: { attempt: 1 } }), "report.notLatest");
+      await store.transition("ev-attempt", 0, { from: ["pending"], set: { status: "cancelled" } });
+      const frozen = await store.get("ev-attempt");
+      await expectMamError(store.recordEvidence("ev-attempt", { guard: { attempt: 2 } }), "report.frozen");
+      await expectMamError(store.recordEvidence("ev-attempt", { guard: { newAttempt: 3 } }), "report.frozen");
+      expect(await store.get("ev-attempt")).toEqual(frozen);
+    });
+
+    it("a transition guarded on evidence commits only at that evidence_seq and attempt, and can bump evidence_seq in the same write", async () => {
+      await store.create(job("ev-guard", { latest_attempt: 1, evidence_seq: 4 }));
+      await expectMamError(
+        store.transition("ev-guard", 0, { from: ["pending"], set: { status: "running" }, evidence: { seq: 3 } }),
+        "job.evidenceConflict",
+      );
+      await expectMamError(
+        store.transition("ev-guard", 0, { from: ["pending"], set: { status: "running" }, evidence: { seq: 4, attempt: 2 } }),
+        "report.notLatest",
+      );
+      expect(await store.get("ev-guard")).toEqual(job("ev-guard", { latest_attempt: 1, evidence_seq: 4 }));
+      const moved = await store.transition("ev-guard", 0, {
+        from: ["pending"],
+        set: { status: "running" },
+        evidence: { seq: 4, attempt: 1, bump: true },
+      });
+      expect(moved).toMatchObject({ status: "running", transition_seq: 1, evidence_seq: 5 });
+    });
+
+    it("16 concurrent evidence writes and a transition guarded on the evidence it read: the transition commits only if it read the final evidence_seq", async () => {
+      await store.create(job("ev-race", { latest_attempt: 1 }));
+      const results = await Promise.allSettled([
+        store.transition("ev-race", 0, { from: ["pending"], set: { status: "cancelled" }, evidence: { seq: 0 } }),
+        ...Array.from({ length: 16 }, () => store.recordEvidence("ev-race", { guard: { attempt: 1 } })),
+      ]);
+      const final = await store.get("ev-race");
+      const cancelled = results[0]?.status === "fulfilled";
+      // Either the cancel came first (every evidence write after it was refused, frozen)
+      // or an evidence write came first (the cancel lost on evidence_seq).
+      if (cancelled) expect(final).toMatchObject({ status: "cancelled", evidence_seq: 0 });
+      else expect(final).toMatchObject({ status: "pending", evidence_seq: 16 });
+      const evidenceWins = results.slice(1).filter((r) => r.status === "fulfilled").length;
+      expect(evidenceWins).toBe(cancelled ? 0 : 16);
     });
 
     it("appendEvent then listEvents returns the job's own entries, oldest first, up to the limit", async () => {
@@ -288,6 +340,7 @@ function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
     status: "pending",
     iteration: 0,
     transition_seq: 0,
+    evidence_seq: 0,
     expected_artifacts: [],
     auto_complete: false,
     created_at: at(0),

@@ -54,6 +54,7 @@ describe("SqliteJobStore, beyond the contract", () => {
     status: "pending",
     iteration: 0,
     transition_seq: 0,
+    evidence_seq: 0,
     expected_artifacts: [],
     auto_complete: false,
     created_at: "2025-01-15T12:00:00.000Z",

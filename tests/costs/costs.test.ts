@@ -137,6 +137,14 @@ class CountingReports implements ReportStore {
     this.#count("hash");
     return this.#inner.hash(location, name);
   }
+  delete(location: string, name: string) {
+    this.#count("delete");
+    return this.#inner.delete(location, name);
+  }
+  copyOnce(from: { location: string; name: string }, to: { location: string; name: string }, sha256: string) {
+    this.#count("copyOnce");
+    return this.#inner.copyOnce(from, to, sha256);
+  }
   describe(location: string, name: string): string {
     return this.#inner.describe(location, name);
   }
@@ -156,6 +164,7 @@ function fleetJob(i: number): JobRecord {
     status: FLEET_STATUSES[i % FLEET_STATUSES.length] ?? "pending",
     iteration: 1,
     transition_seq: i % 3,
+    evidence_seq: 0,
     expected_artifacts: [],
     auto_complete: false,
     created_at: at,
@@ -274,7 +283,8 @@ describe("cost per operation: DynamoDB (dynalite), S3 (s3rver), IoT Core (stand-
 
     const { result: workerResult, cost: workerCost } = await evaluateCounted(worker);
     expect(workerResult).toMatchObject({ committed: true, record: { status: "completed", completed_by: "auto_complete" } });
-    expect(s3.byCommand).toEqual({ GetObjectCommand: 2 });
+    // the manifest, the live report, and the pinned copy the completion names
+    expect(s3.byCommand).toEqual({ GetObjectCommand: 3 });
 
     const { result: reviewerResult, cost: reviewerCost } = await evaluateCounted(reviewer);
     expect(reviewerResult).toMatchObject({ committed: true, record: { role: "Reviewer", status: "completed" } });
@@ -385,7 +395,8 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
     expect(await evaluateJob(deps, worker.jobId, worker.scenario)).toMatchObject({ committed: true });
     const workerCost = { jobRowsRead: deps.jobs.rowsRead - before, reportCalls: { ...deps.reports.calls } };
     expect(workerCost.jobRowsRead).toBeLessThanOrEqual(2);
-    expect(deps.reports.calls).toEqual({ getBytes: 1, hash: 1 });
+    // the manifest, the live report hashed, the pinned copy read and hashed
+    expect(deps.reports.calls).toEqual({ getBytes: 1, hash: 1, read: 1 });
 
     deps.reports.reset();
     before = deps.jobs.rowsRead;
@@ -393,6 +404,7 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
     const reviewerCost = { jobRowsRead: deps.jobs.rowsRead - before, reportCalls: { ...deps.reports.calls } };
     expect(reviewerCost.jobRowsRead).toBeLessThanOrEqual(2);
     expect(deps.reports.total).toBeLessThanOrEqual(3);
+    // the verdict token is found in the same read of the pinned copy that re-hashes it
     expect(deps.reports.calls).toEqual({ getBytes: 1, hash: 1, read: 1 });
     note("sqlite+files", "gate evaluation (evaluateJob, commits)", { worker: workerCost, reviewer: reviewerCost });
   });

@@ -257,6 +257,7 @@ describe("e2e: mam serve", () => {
       status: "pending",
       iteration: 1,
       transition_seq: 0,
+      evidence_seq: 0,
       expected_artifacts: [],
       auto_complete: false,
       created_at: now,

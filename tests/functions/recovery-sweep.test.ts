@@ -31,6 +31,7 @@ function job(jobId: string, owes: boolean, minute: number): JobRecord {
     status: "completed",
     iteration: 0,
     transition_seq: 2,
+    evidence_seq: 0,
     expected_artifacts: [],
     auto_complete: false,
     created_at: "2025-01-15T11:00:00.000Z",

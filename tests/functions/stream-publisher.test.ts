@@ -181,6 +181,7 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
       status: "completed",
       iteration: 0,
       transition_seq: 3,
+      evidence_seq: 0,
       expected_artifacts: ["commit"],
       auto_complete: false,
       pending_notification: {

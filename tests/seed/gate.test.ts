@@ -4,6 +4,7 @@ import {
   type Deps,
   type EvaluateInput,
   evaluateGate,
+  finalizeAttemptReport,
   finalizeReport,
   type GateDeps,
   OPERATOR,
@@ -230,7 +231,7 @@ describeBackends("seed 3: the gate", (backend) => {
 
     // writing the verdict requires a fresh finalization, and then it passes
     await deps.reports.put(r.reportLocation, REPORT_NAME, utf8("a thorough review\n\n[VERDICT: PASS]\n"));
-    await finalizeReport(deps.reports, deps.clock, { location: r.reportLocation, jobId: r.jobId, attemptId: r.attemptId, sideEffects: [] });
+    await finalizeAttemptReport(deps, r.jobId, r.attemptId, []);
     const ok = await evaluate(deps, r);
     expect(ok.committed, ok.reason).toBe(true);
     expect(await status(deps, r.jobId)).toBe("completed");

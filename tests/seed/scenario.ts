@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import {
   attemptReportLocation,
   type Deps,
+  finalizeAttemptReport,
   finalizeReport,
   OPERATOR,
   parseSideEffects,
@@ -15,6 +16,7 @@ import {
   recordDispatch,
   registerJob,
   STAGED_REPORT_NAME,
+  stageAttemptReport,
   transitionJob,
 } from "@mam/core";
 
@@ -128,12 +130,15 @@ export async function readyJob(deps: Deps, opts: ReadyJobOptions = {}): Promise<
   }
 
   const reportLocation = attemptReportLocation(jobId, dispatch.attempt_id);
-  await deps.reports.put(reportLocation, STAGED_REPORT_NAME, utf8(opts.body ?? "report\n"));
-  await finalizeReport(deps.reports, deps.clock, {
-    location: reportLocation,
-    jobId,
-    attemptId: dispatch.attempt_id,
-    sideEffects: parseSideEffects(artifacts.map((a) => `${a}=ref`)),
-  });
+  const sideEffects = parseSideEffects(artifacts.map((a) => `${a}=ref`));
+  if (opts.dispatch ?? true) {
+    // As the agent would, through mam: the finalize mam committed is what the gate trusts.
+    await stageAttemptReport(deps, jobId, dispatch.attempt_id, utf8(opts.body ?? "report\n"));
+    await finalizeAttemptReport(deps, jobId, dispatch.attempt_id, sideEffects);
+  } else {
+    // No dispatch, so mam takes no report for the attempt: the files alone.
+    await deps.reports.put(reportLocation, STAGED_REPORT_NAME, utf8(opts.body ?? "report\n"));
+    await finalizeReport(deps.reports, deps.clock, { location: reportLocation, jobId, attemptId: dispatch.attempt_id, sideEffects });
+  }
   return { jobId, scenario, reportLocation, attemptId: dispatch.attempt_id };
 }

@@ -198,8 +198,8 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
         if (principal === undefined) return handler({ c, params, principal, requestId });
         authorize(principal, access, params);
         if (principal.kind !== "agent") return handler({ c, params, principal, requestId });
-        return deps.jobs.latestDispatch(principal.jobId).then((latest) => {
-          assertLatestAttempt(principal, latest?.attempt_id);
+        return deps.jobs.get(principal.jobId).then((job) => {
+          assertLatestAttempt(principal, job?.latest_attempt);
           return handler({ c, params, principal, requestId });
         });
       }),
@@ -323,6 +323,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
         reason: v.reason,
         manifest: v.manifest ?? null,
         ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
+        ...(v.pinned === undefined ? {} : { pinned: v.pinned }),
       };
       return jsonAnswer(requestId, res, 200);
     },
@@ -384,6 +385,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
           ? {}
           : { finalized: { manifest: r.finalized.manifest, manifest_sha256: r.finalized.manifestSha256 } }),
         ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
+        ...(r.warnings.length > 0 ? { warnings: [...r.warnings] } : {}),
       };
       return jsonAnswer(requestId, res, 200);
     },

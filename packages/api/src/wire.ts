@@ -104,6 +104,15 @@ export const VerificationSchema = z.strictObject({
     .string()
     .regex(/^[0-9a-f]{64}$/)
     .optional(),
+  pinned: z
+    .strictObject({
+      ok: z.boolean(),
+      reason: z.string(),
+      report_sha256: z.string().regex(/^[0-9a-f]{64}$/),
+      evidence_location: z.string(),
+    })
+    .optional()
+    .describe("once the job completed on this attempt: the write-once copy its completion pinned, re-hashed"),
 });
 export type VerificationBody = z.infer<typeof VerificationSchema>;
 
@@ -120,6 +129,7 @@ export const PublishEventResponseSchema = z.strictObject({
   published: z.boolean().describe("false: the commit stands and the notification stays owed for the recovery sweep"),
   finalized: FinalizedSchema.optional(),
   publish_error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
+  warnings: z.array(z.string()).optional().describe("what went wrong after the commit; the commit stands"),
 });
 export type PublishEventResponse = z.infer<typeof PublishEventResponseSchema>;
 

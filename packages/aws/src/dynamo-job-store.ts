@@ -14,6 +14,7 @@ import {
   conflictFor,
   type DispatchRecord,
   type EventLogEntry,
+  type EvidenceChange,
   JOB_ID_PATTERN,
   type JobChange,
   type JobRecord,
@@ -36,6 +37,8 @@ export interface DynamoJobStoreOptions {
 const KEY_ATTRIBUTES = ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "owed_pk", "owed_at"] as const;
 
 const RECORD_SK = "JOB";
+/** The statuses an evidence write requires: any but terminal. */
+const OPEN: readonly Status[] = ["pending", "running"];
 const ALL_JOBS = "JOBS";
 const OWED = "OWED";
 
@@ -148,24 +151,43 @@ export class DynamoJobStore implements JobStore {
   }
 
   async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    return this.#update(jobId, expectedSeq, change, true);
+  }
+
+  async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
+    return this.#update(jobId, null, { from: OPEN, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+  }
+
+  /**
+   * One `UpdateItem` whose condition carries every requirement: a transition (bumping
+   * `transition_seq`) or an evidence write (not), with the evidence conditions on the
+   * same item.
+   */
+  async #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): Promise<JobRecord> {
     if (!JOB_ID_PATTERN.test(jobId)) throw notFound(jobId);
+    const evidence = change.evidence ?? {};
     if (change.from.length === 0) {
       // No status allows it: nothing to write; say why against the current record.
       const current = await this.#read(jobId);
       if (current === undefined) throw notFound(jobId);
-      throw conflictFor(current, expectedSeq, change.from);
+      throw conflictFor(current, expectedSeq, change.from, evidence);
     }
 
     const names: Record<string, string> = { "#status": "status" };
-    const values: Record<string, unknown> = { ":one": 1 };
-    const sets: string[] = ["transition_seq = transition_seq + :one"];
+    const values: Record<string, unknown> = {};
+    const sets: string[] = [];
     const removes: string[] = [];
     const unset = new Set<string>(change.unset ?? []);
+    if (bumpTransition || evidence.bump) values[":one"] = 1;
+    if (bumpTransition) sets.push("transition_seq = transition_seq + :one");
+    if (evidence.bump) sets.push("evidence_seq = evidence_seq + :one");
 
     let n = 0;
-    for (const [field, value] of Object.entries(change.set)) {
+    const fields: [string, unknown][] = Object.entries(change.set);
+    if (evidence.newAttempt !== undefined) fields.push(["latest_attempt", evidence.newAttempt]);
+    for (const [field, value] of fields) {
       if (value === undefined) continue;
-      if (field === "job_id" || field === "transition_seq" || field === "created_at") {
+      if (field === "job_id" || field === "transition_seq" || field === "evidence_seq" || field === "created_at") {
         throw new MamError("internal", `a transition may not set ${field}`);
       }
       if (unset.has(field)) throw new MamError("internal", `a transition may not both set and unset ${field}`);
@@ -208,6 +230,18 @@ export class DynamoJobStore implements JobStore {
       return `:s${i}`;
     });
     conditions.push(`#status IN (${fromKeys.join(", ")})`);
+    if (evidence.seq !== undefined) {
+      values[":evidenceSeq"] = evidence.seq;
+      conditions.push("evidence_seq = :evidenceSeq");
+    }
+    if (evidence.attempt !== undefined) {
+      values[":attempt"] = evidence.attempt;
+      conditions.push("latest_attempt = :attempt");
+    }
+    if (evidence.newAttempt !== undefined) {
+      values[":newAttempt"] = evidence.newAttempt;
+      conditions.push("(attribute_not_exists(latest_attempt) OR latest_attempt < :newAttempt)");
+    }
 
     let updateExpression = `SET ${sets.join(", ")}`;
     if (removes.length > 0) updateExpression += ` REMOVE ${removes.join(", ")}`;
@@ -227,13 +261,13 @@ export class DynamoJobStore implements JobStore {
       );
       return stripKeys<JobRecord>(out.Attributes ?? {});
     } catch (err) {
-      if (!isConditionalFailure(err)) throw storeFailure(err, `transition job ${jobId}`);
+      if (!isConditionalFailure(err)) throw storeFailure(err, `update job ${jobId}`);
       // DynamoDB hands back the record the write lost to (low-level shape: the
       // document client does not translate error payloads). dynalite does not, so
       // read it: the record as it stands now, which is what a caller retries from.
       const current = recordFromConditionFailure(err) ?? (await this.#read(jobId));
       if (current === undefined) throw notFound(jobId);
-      throw conflictFor(current, expectedSeq, change.from);
+      throw conflictFor(current, expectedSeq, change.from, evidence);
     }
   }
 
@@ -348,23 +382,6 @@ export class DynamoJobStore implements JobStore {
     } catch (err) {
       throw storeFailure(err, `get dispatch ${attemptId} of job ${jobId}`);
     }
-  }
-
-  async latestDispatch(jobId: string): Promise<DispatchRecord | undefined> {
-    if (!JOB_ID_PATTERN.test(jobId)) return undefined;
-    const items = await this.#queryUpTo(
-      {
-        TableName: this.tableName,
-        KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
-        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":prefix": "DISPATCH#" },
-        ScanIndexForward: false,
-        ConsistentRead: true,
-      },
-      1,
-      `latest dispatch of job ${jobId}`,
-    );
-    const first = items[0];
-    return first === undefined ? undefined : stripKeys<DispatchRecord>(first);
   }
 
   async appendEvent(entry: EventLogEntry): Promise<void> {

@@ -1,8 +1,12 @@
 import type { Actor, Deps } from "./deps.ts";
 import { MamError } from "./errors.ts";
-import type { JobChange } from "./ports.ts";
+import { attemptReportLocation, type PreparedFinalize, verifyFinalizedEvidence } from "./finalize.ts";
+import type { EvidenceGuard, JobChange } from "./ports.ts";
 import {
   type Action,
+  type CompletedEvidence,
+  type FinalizedReport,
+  type IntentCause,
   isTerminal,
   JobId,
   type JobRecord,
@@ -75,6 +79,7 @@ export async function registerJob(deps: Pick<Deps, "jobs" | "clock" | "ids">, in
     status: "pending",
     iteration: 1,
     transition_seq: 0,
+    evidence_seq: 0,
     expected_artifacts: req.expected_artifacts ?? [],
     auto_complete: req.auto_complete ?? false,
     created_at: now,
@@ -84,12 +89,19 @@ export async function registerJob(deps: Pick<Deps, "jobs" | "clock" | "ids">, in
   return record;
 }
 
-export function newIntent(deps: Pick<Deps, "clock" | "ids">, event: string, seq: number, reason?: string): NotificationIntent {
+export function newIntent(
+  deps: Pick<Deps, "clock" | "ids">,
+  event: string,
+  seq: number,
+  reason?: string,
+  by?: IntentCause,
+): NotificationIntent {
   return {
     id: deps.ids.uuid(),
     event,
     seq,
     ...(reason === undefined ? {} : { reason }),
+    ...(by === undefined ? {} : { by }),
     created_at: deps.clock.now().toISOString(),
   };
 }
@@ -102,6 +114,14 @@ export interface TransitionInput {
   /** Commit a notification intent with the state. Default: on for terminal actions. */
   readonly notify?: boolean | undefined;
   readonly reason?: string | undefined;
+  /**
+   * A finalize prepared for an attempt, committed in the same conditional write: its
+   * `finalized_report` pointer and an `evidence_seq` bump, under `guard` (the attempt
+   * still the latest; or, for a job never dispatched, no evidence write since it was read).
+   */
+  readonly finalized?: { readonly prepared: PreparedFinalize; readonly guard: Omit<EvidenceGuard, "bump"> } | undefined;
+  /** Where the attempt's report tree is, for an agent's completion on evidence; derived from the attempt by default. */
+  readonly reportLocation?: string | undefined;
 }
 
 /**
@@ -112,7 +132,8 @@ export interface TransitionInput {
  * does not allow it), each writing nothing.
  */
 export async function transitionJob(
-  deps: Pick<Deps, "jobs" | "clock" | "ids" | "flags">,
+  // `reports` is read only for an agent's completion of a job that expects artifacts.
+  deps: Pick<Deps, "jobs" | "clock" | "ids" | "flags"> & Partial<Pick<Deps, "reports">>,
   jobId: string,
   input: TransitionInput,
   actor: Actor,
@@ -137,8 +158,28 @@ export async function transitionJob(
     });
   }
 
+  const terminal = isTerminal(rule.to);
+  if (actor.kind === "agent") {
+    // What subscribers read is mam's to say: an agent reports what happened, not how it is announced.
+    if (input.reason !== undefined) {
+      throw new MamError("job.fieldNotAllowed", "an agent may not choose the reason subscribers read; only an operator may", {
+        issues: [{ path: "reason", message: "operator only" }],
+      });
+    }
+    if (terminal && input.notify === false) {
+      throw new MamError(
+        "job.fieldNotAllowed",
+        `an agent may not suppress the notification of ${input.action}: every subscriber hears how a job ended`,
+        {
+          issues: [{ path: "notify", message: "an agent's terminal transition always notifies" }],
+        },
+      );
+    }
+  }
+
   let expectedSeq: number | null;
   let nextSeq: number;
+  let current: JobRecord | undefined;
   if (deps.flags.engineCas) {
     if (input.expectedSeq === undefined) {
       throw new MamError("input.invalid", "expected_seq is required: every transition is compare-and-swap on transition_seq", {
@@ -152,13 +193,75 @@ export async function transitionJob(
     // the status still is. The intent's seq comes from a fresh read; a writer that
     // lands between the read and the write makes it trail the record (documented).
     expectedSeq = null;
-    nextSeq = (await getJob(deps, jobId)).transition_seq + 1;
+    current = await getJob(deps, jobId);
+    nextSeq = current.transition_seq + 1;
   }
 
-  const notify = input.notify ?? isTerminal(rule.to);
-  const set: Record<string, unknown> = { ...fields, status: rule.to, updated_at: deps.clock.now().toISOString() };
-  if (notify) set.pending_notification = newIntent(deps, rule.event, nextSeq, input.reason);
-  const change: JobChange = { from: rule.from, set: set as JobChange["set"] };
+  const now = deps.clock.now().toISOString();
+  const set: Record<string, unknown> = { ...fields, status: rule.to, updated_at: now };
+  let evidence: EvidenceGuard | undefined;
+  const prepared = input.finalized?.prepared;
+  if (prepared !== undefined) {
+    // The finalize commits with the transition: one write, so a refused transition
+    // leaves no finalize visible, and a finalize for a superseded attempt is refused.
+    const attemptId = prepared.manifest.attempt_id;
+    set.finalized_report = {
+      attempt_id: attemptId,
+      report_sha256: prepared.manifest.sha256,
+      manifest_sha256: prepared.manifestSha256,
+      finalized_at: prepared.manifest.finalized_at,
+    } satisfies FinalizedReport;
+    evidence = { ...input.finalized?.guard, bump: true };
+    if (rule.to === "completed") {
+      current ??= await getJob(deps, jobId);
+      const missing = current.expected_artifacts.filter((k) => !prepared.manifest.side_effects.some((s) => s.kind === k));
+      if (missing.length > 0) {
+        throw new MamError("job.evidenceMissing", `no side-effect evidence for ${missing.join(", ")} (expected by the job): not completed`);
+      }
+      set.completed_evidence = {
+        attempt_id: attemptId,
+        report_sha256: prepared.manifest.sha256,
+        manifest_sha256: prepared.manifestSha256,
+        report_location: prepared.manifest.report_location,
+        evidence_location: prepared.evidence,
+        verified_at: now,
+      } satisfies CompletedEvidence;
+    }
+  } else if (actor.kind === "agent" && rule.to === "completed") {
+    // An agent's own completion of a job that expects artifacts rests on evidence, as
+    // the gate's does: a verified manifest of its current attempt, committed under the
+    // same evidence_seq condition, pinned in completed_evidence (completed_by stays absent).
+    current ??= await getJob(deps, jobId);
+    if (current.expected_artifacts.length > 0) {
+      const attemptId = current.latest_attempt;
+      if (attemptId === undefined || attemptId !== actor.attemptId) {
+        throw new MamError(
+          "job.evidenceMissing",
+          `job ${jobId} expects ${current.expected_artifacts.join(", ")}: completing it needs a finalized report of its latest attempt${attemptId === undefined ? ", and it has no recorded dispatch" : ` (${attemptId}), not attempt ${actor.attemptId}`}`,
+        );
+      }
+      if (deps.reports === undefined) throw new MamError("internal", "an agent's completion on evidence needs the report store");
+      const verified = await verifyFinalizedEvidence(deps.reports, {
+        location: input.reportLocation ?? attemptReportLocation(jobId, attemptId),
+        jobId,
+        attemptId,
+        expectedArtifacts: current.expected_artifacts,
+        finalized: current.finalized_report,
+      });
+      if (!verified.ok) {
+        throw new MamError(
+          "job.evidenceMissing",
+          `job ${jobId} expects ${current.expected_artifacts.join(", ")}: not completed, because ${verified.reason}`,
+        );
+      }
+      set.completed_evidence = { ...verified.evidence, verified_at: now } satisfies CompletedEvidence;
+      evidence = { seq: current.evidence_seq, attempt: attemptId };
+    }
+  }
+
+  const notify = input.notify ?? terminal;
+  if (notify) set.pending_notification = newIntent(deps, rule.event, nextSeq, input.reason, actor.kind);
+  const change: JobChange = { from: rule.from, set: set as JobChange["set"], ...(evidence === undefined ? {} : { evidence }) };
   return deps.jobs.transition(jobId, expectedSeq, change);
 }
 

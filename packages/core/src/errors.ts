@@ -1,3 +1,6 @@
+import type { EvidenceGuard } from "./ports.ts";
+import { isTerminal, type JobRecord } from "./schemas.ts";
+
 /**
  * The closed set of error codes. Each is mapped once, here, to an HTTP status, a
  * problem `type`, a CLI exit code and whether retrying may help. Codes are dotted
@@ -13,14 +16,29 @@ export const ERROR_TABLE = {
   "job.exists": { status: 409, exit: 1, retryable: false, title: "The job already exists" },
   "job.transitionConflict": { status: 409, exit: 1, retryable: false, title: "The job moved on: stale transition_seq" },
   "job.transitionRefused": { status: 409, exit: 1, retryable: false, title: "The job's status does not allow this transition" },
+  "job.evidenceConflict": {
+    status: 409,
+    exit: 1,
+    retryable: false,
+    title: "The job's evidence moved on: another report write, finalize or dispatch landed first",
+  },
+  "job.evidenceMissing": { status: 409, exit: 1, retryable: false, title: "The job expects evidence that is not there" },
   "job.preconditionFailed": { status: 412, exit: 1, retryable: false, title: "If-Match does not match the job's transition_seq" },
   "job.fieldNotAllowed": { status: 403, exit: 1, retryable: false, title: "This actor may not write that field" },
   "job.actionForbidden": { status: 403, exit: 1, retryable: false, title: "This actor may not take that action" },
   "bookkeeping.fieldRefused": { status: 400, exit: 1, retryable: false, title: "Bookkeeping may only write pending_notification" },
   "dispatch.exists": { status: 409, exit: 1, retryable: false, title: "That attempt was already dispatched" },
+  "dispatch.outOfOrder": {
+    status: 409,
+    exit: 1,
+    retryable: false,
+    title: "The attempt is not greater than the job's latest dispatched attempt",
+  },
   "dispatch.notFound": { status: 404, exit: 1, retryable: false, title: "No such dispatch" },
   "report.notFound": { status: 404, exit: 1, retryable: false, title: "No report to finalize" },
   "report.frozen": { status: 409, exit: 1, retryable: false, title: "The job is terminal; its report tree is frozen" },
+  "report.notLatest": { status: 409, exit: 1, retryable: false, title: "Reports are accepted only for the job's latest attempt" },
+  "report.changed": { status: 409, exit: 1, retryable: false, title: "The report changed while it was being pinned" },
   "report.location": { status: 400, exit: 1, retryable: false, title: "Not a valid report location" },
   "auth.missing": { status: 401, exit: 1, retryable: false, title: "A bearer token is required" },
   "auth.invalid": { status: 401, exit: 1, retryable: false, title: "The token is not valid" },
@@ -82,33 +100,68 @@ export function problemType(code: ErrorCode): string {
 }
 
 /**
- * A compare-and-swap lost: the stored record no longer has the expected
- * `transition_seq`, or its status does not allow the change. Carries the record it
- * lost to, so a caller can show it (HTTP 409) or retry from it.
+ * A conditional write lost: the stored record no longer has the expected
+ * `transition_seq` or evidence, or its status does not allow the change. Carries the
+ * record it lost to, so a caller can show it (HTTP 409) or retry from it.
  */
 export class TransitionConflict extends MamError {
-  readonly current: import("./schemas.ts").JobRecord;
-  constructor(message: string, current: import("./schemas.ts").JobRecord, stale: boolean) {
-    super(stale ? "job.transitionConflict" : "job.transitionRefused", message, { details: { current } });
+  readonly current: JobRecord;
+  constructor(code: ErrorCode, message: string, current: JobRecord) {
+    super(code, message, { details: { current } });
     this.current = current;
   }
 }
 
 /**
  * The one way an adapter turns a failed conditional write into a conflict: given
- * the record as it now stands, say why the write could not commit.
+ * the record as it now stands and what the write required, say which requirement
+ * failed, in the order a caller can act on.
  */
 export function conflictFor(
-  current: import("./schemas.ts").JobRecord,
+  current: JobRecord,
   expectedSeq: number | null,
   from: readonly string[],
+  evidence: EvidenceGuard = {},
 ): TransitionConflict {
+  const id = current.job_id;
   if (expectedSeq !== null && current.transition_seq !== expectedSeq) {
     return new TransitionConflict(
-      `stale transition_seq: you expected ${expectedSeq}, but job ${current.job_id} is at ${current.transition_seq} (status ${current.status}); re-read it and decide again`,
+      "job.transitionConflict",
+      `stale transition_seq: you expected ${expectedSeq}, but job ${id} is at ${current.transition_seq} (status ${current.status}); re-read it and decide again`,
       current,
-      true,
     );
   }
-  return new TransitionConflict(`job ${current.job_id} is ${current.status}; this transition needs ${from.join(" or ")}`, current, false);
+  if (!from.includes(current.status)) {
+    const code = isTerminal(current.status) && expectedSeq === null && evidence.bump ? "report.frozen" : "job.transitionRefused";
+    const message =
+      code === "report.frozen"
+        ? `job ${id} is ${current.status}: its report tree and dispatches are frozen`
+        : `job ${id} is ${current.status}; this change needs ${from.join(" or ") || "a status it can never have"}`;
+    return new TransitionConflict(code, message, current);
+  }
+  const latest = current.latest_attempt;
+  if (evidence.newAttempt !== undefined && latest !== undefined && latest >= evidence.newAttempt) {
+    return new TransitionConflict(
+      "dispatch.outOfOrder",
+      `attempt ${evidence.newAttempt} is not greater than job ${id}'s latest dispatched attempt ${latest}; dispatch attempt ${latest + 1} or later`,
+      current,
+    );
+  }
+  if (evidence.attempt !== undefined && latest !== evidence.attempt) {
+    return new TransitionConflict(
+      "report.notLatest",
+      latest === undefined
+        ? `job ${id} has no recorded dispatch, so attempt ${evidence.attempt} takes no report`
+        : `attempt ${evidence.attempt} is not job ${id}'s latest attempt (${latest} is); reports and completions are accepted for the latest attempt only`,
+      current,
+    );
+  }
+  if (evidence.seq !== undefined && current.evidence_seq !== evidence.seq) {
+    return new TransitionConflict(
+      "job.evidenceConflict",
+      `job ${id}'s evidence changed (evidence_seq ${evidence.seq} is now ${current.evidence_seq}): a report write, finalize or dispatch landed first; verify again`,
+      current,
+    );
+  }
+  return new TransitionConflict("job.transitionRefused", `job ${id} did not take the change (status ${current.status})`, current);
 }

@@ -1,8 +1,17 @@
 import { createHash } from "node:crypto";
 import * as z from "zod";
-import { MamError } from "./errors.ts";
+import { isMamError, MamError } from "./errors.ts";
 import type { Clock, ReportStore } from "./ports.ts";
-import { AttemptId, IsoTime, JobId, type SideEffect, SideEffectSchema, zodIssues } from "./schemas.ts";
+import {
+  AttemptId,
+  type CompletedEvidence,
+  type FinalizedReport,
+  IsoTime,
+  JobId,
+  type SideEffect,
+  SideEffectSchema,
+  zodIssues,
+} from "./schemas.ts";
 
 /**
  * The completion manifest has one author (B-02): its name and format are defined
@@ -73,12 +82,30 @@ export interface Finalized {
   readonly manifestSha256: string;
 }
 
+/** Where an attempt's write-once, content-addressed copies of finalized reports live: `<location>/evidence/<sha256>`. */
+export function evidenceLocation(location: string): string {
+  return `${location.replace(/\/+$/, "")}/evidence`;
+}
+
+/** A finalize whose bytes are pinned and whose manifest is built, but not yet visible at the live names. */
+export interface PreparedFinalize extends Finalized {
+  readonly location: string;
+  /** The manifest as it will be written. */
+  readonly manifestBytes: Uint8Array;
+  /** The name the report was read from: the staged upload, or the live report finalized again. */
+  readonly source: typeof STAGED_REPORT_NAME | typeof REPORT_NAME;
+  /** The write-once copy of the report's bytes (`evidence/<sha256>`), as the store describes it. */
+  readonly evidence: string;
+}
+
 /**
- * Promote the staged report (if there is one) atomically to its final name, hash the
- * promoted bytes by streaming, and write the manifest. Bad side effects are refused
- * before anything is written. Finalizing again replaces the manifest (B-33).
+ * The first half of a finalize: everything that nothing references yet. The report
+ * to finalize (the staged upload, else the live report) is hashed and copied to its
+ * write-once, content-addressed name, and the manifest is built; no live name
+ * changes. A finalize that is then refused leaves at most an unreferenced copy.
+ * Bad side effects are refused before anything is written.
  */
-export async function finalizeReport(reports: ReportStore, clock: Clock, input: FinalizeInput): Promise<Finalized> {
+export async function prepareFinalize(reports: ReportStore, clock: Clock, input: FinalizeInput): Promise<PreparedFinalize> {
   const sideEffects = validateSideEffects(input.sideEffects);
   const job = JobId.safeParse(input.jobId);
   if (!job.success)
@@ -89,16 +116,21 @@ export async function finalizeReport(reports: ReportStore, clock: Clock, input: 
       issues: zodIssues(attempt.error, "attempt_id"),
     });
   }
-  if (await reports.exists(input.location, STAGED_REPORT_NAME)) {
-    await reports.promote(input.location, STAGED_REPORT_NAME, REPORT_NAME);
-  }
-  const digest = await reports.hash(input.location, REPORT_NAME);
+  const source = (await reports.exists(input.location, STAGED_REPORT_NAME)) ? STAGED_REPORT_NAME : REPORT_NAME;
+  const digest = await reports.hash(input.location, source);
   if (!digest) {
     throw new MamError(
       "report.notFound",
-      `no report to finalize: neither ${STAGED_REPORT_NAME} nor ${REPORT_NAME} exists at ${reports.describe(input.location, "")}`,
+      `no report to finalize: neither ${STAGED_REPORT_NAME} nor ${REPORT_NAME} exists for attempt ${input.attemptId}`,
     );
   }
+  // Refused (`report.changed`) when the bytes changed since they were hashed: what is
+  // pinned is exactly what the manifest names.
+  await reports.copyOnce(
+    { location: input.location, name: source },
+    { location: evidenceLocation(input.location), name: digest.sha256 },
+    digest.sha256,
+  );
   const manifest: Manifest = {
     schema: MANIFEST_SCHEMA_ID,
     job_id: input.jobId,
@@ -109,9 +141,47 @@ export async function finalizeReport(reports: ReportStore, clock: Clock, input: 
     side_effects: sideEffects,
     finalized_at: clock.now().toISOString(),
   };
-  const bytes = new TextEncoder().encode(`${JSON.stringify(manifest, null, 2)}\n`);
-  await reports.put(input.location, MANIFEST_NAME, bytes);
-  return { manifest, manifestSha256: sha256Hex(bytes) };
+  const manifestBytes = new TextEncoder().encode(`${JSON.stringify(manifest, null, 2)}\n`);
+  return {
+    location: input.location,
+    manifest,
+    manifestBytes,
+    manifestSha256: sha256Hex(manifestBytes),
+    source,
+    evidence: reports.describe(evidenceLocation(input.location), digest.sha256),
+  };
+}
+
+/**
+ * The second half: make a prepared finalize visible at the live names, once whatever
+ * references it has committed. The staged report is promoted atomically (B-06); if
+ * another finalize promoted it first there is nothing to promote. A report staged
+ * again meanwhile is promoted as it is: the live report then differs from the
+ * manifest, and verification says so (fail closed) until the next finalize.
+ */
+export async function applyFinalize(reports: ReportStore, prepared: PreparedFinalize): Promise<void> {
+  if (prepared.source === STAGED_REPORT_NAME) {
+    try {
+      await reports.promote(prepared.location, STAGED_REPORT_NAME, REPORT_NAME);
+    } catch (e) {
+      if (!isMamError(e, "report.notFound")) throw e;
+    }
+  }
+  await reports.put(prepared.location, MANIFEST_NAME, prepared.manifestBytes);
+}
+
+/**
+ * Promote the staged report (if there is one) atomically to its final name, hash the
+ * promoted bytes by streaming, and write the manifest, with a write-once copy of the
+ * bytes beside them. Bad side effects are refused before anything is written.
+ * Finalizing again replaces the manifest (B-33). This is the finalize of a tree no
+ * job store watches (the CLI, in the agent's own tree); the service's finalize
+ * commits in between (`finalizeAttemptReport`).
+ */
+export async function finalizeReport(reports: ReportStore, clock: Clock, input: FinalizeInput): Promise<Finalized> {
+  const prepared = await prepareFinalize(reports, clock, input);
+  await applyFinalize(reports, prepared);
+  return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
 }
 
 export interface VerifyInput {
@@ -169,6 +239,84 @@ export async function verifyManifest(reports: ReportStore, input: VerifyInput): 
     return { ok: false, reason: `no side-effect evidence for ${missing.join(", ")} (expected by the job)`, manifest: m };
   }
   return { ok: true, reason: "the manifest verifies against the stored report", manifest: m, manifestSha256: sha256Hex(raw) };
+}
+
+/**
+ * The evidence a commit may pin: the live manifest verifies (everything
+ * `verifyManifest` checks), it is the manifest the job's latest finalize committed
+ * (`finalized_report`), and the write-once copy of the report re-hashes to what the
+ * manifest names. Every failure is a refusal naming what is wrong.
+ */
+export async function verifyFinalizedEvidence(
+  reports: ReportStore,
+  input: VerifyInput & { readonly attemptId: number; readonly finalized: FinalizedReport | undefined; readonly find?: RegExp },
+): Promise<
+  | { ok: true; reason: string; manifest: Manifest; evidence: Omit<CompletedEvidence, "verified_at">; found: boolean }
+  | { ok: false; reason: string }
+> {
+  const verification = await verifyManifest(reports, input);
+  if (!verification.ok) return verification;
+  const finalized = input.finalized;
+  if (finalized === undefined || finalized.attempt_id !== input.attemptId) {
+    return {
+      ok: false,
+      reason: `no finalize of attempt ${input.attemptId} was committed by mam for job ${input.jobId}; finalize the report through mam first`,
+    };
+  }
+  if (finalized.manifest_sha256 !== verification.manifestSha256) {
+    return {
+      ok: false,
+      reason: `the completion manifest is not the one job ${input.jobId}'s latest finalize committed (a finalize is in flight, or the manifest was written another way); finalize again`,
+    };
+  }
+  const pinned = await verifyPinnedReport(reports, input.location, verification.manifest.sha256, input.find ? { find: input.find } : {});
+  if (!pinned.ok) return pinned;
+  return {
+    ok: true,
+    found: pinned.found,
+    reason: verification.reason,
+    manifest: verification.manifest,
+    evidence: {
+      attempt_id: input.attemptId,
+      report_sha256: verification.manifest.sha256,
+      manifest_sha256: verification.manifestSha256,
+      report_location: verification.manifest.report_location,
+      evidence_location: pinned.evidence,
+    },
+  };
+}
+
+/**
+ * Re-derive the hash of the write-once copy of a report (`evidence/<sha256>`) by
+ * streaming it; with `find`, also say whether the text matches it, in the same read
+ * (a match may straddle chunks).
+ */
+export async function verifyPinnedReport(
+  reports: ReportStore,
+  location: string,
+  sha256: string,
+  opts: { readonly find?: RegExp } = {},
+): Promise<{ ok: true; reason: string; evidence: string; found: boolean } | { ok: false; reason: string }> {
+  const evidence = reports.describe(evidenceLocation(location), sha256);
+  const stream = await reports.read(evidenceLocation(location), sha256);
+  if (!stream) return { ok: false, reason: `the pinned copy of the report (${evidence}) is missing` };
+  const hash = createHash("sha256");
+  const decoder = new TextDecoder();
+  const find = opts.find;
+  let found = false;
+  let carry = "";
+  for await (const chunk of stream) {
+    hash.update(chunk);
+    if (find !== undefined && !found) {
+      const text = carry + decoder.decode(chunk, { stream: true });
+      found = find.test(text);
+      carry = text.slice(-256);
+    }
+  }
+  if (find !== undefined && !found) found = find.test(carry + decoder.decode());
+  const digest = hash.digest("hex");
+  if (digest !== sha256) return { ok: false, reason: `the pinned copy of the report (${evidence}) hashes to ${digest}, not ${sha256}` };
+  return { ok: true, reason: "the pinned copy of the report re-hashes to what the completion names", evidence, found };
 }
 
 export function sha256Hex(bytes: Uint8Array): string {

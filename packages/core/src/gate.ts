@@ -1,9 +1,8 @@
 import type { Deps } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
-import { REPORT_NAME, verifyManifest } from "./finalize.ts";
+import { verifyFinalizedEvidence } from "./finalize.ts";
 import { decide as defaultDecide } from "./policy.ts";
-import type { ReportStore } from "./ports.ts";
 import type { Decision, DispatchRecord, JobRecord } from "./schemas.ts";
 
 export interface GateResult {
@@ -38,20 +37,6 @@ const refuse = (reason: string, decision: Decision | null = null): GateResult =>
 
 const VERDICT = /\[VERDICT: (PASS|FAIL)\]/;
 
-/** Scan a report for a reviewer's verdict token by streaming it (a token may straddle chunks). */
-async function hasVerdictToken(reports: ReportStore, location: string): Promise<boolean> {
-  const stream = await reports.read(location, REPORT_NAME);
-  if (!stream) return false;
-  const decoder = new TextDecoder();
-  let carry = "";
-  for await (const chunk of stream) {
-    const text = carry + decoder.decode(chunk, { stream: true });
-    if (VERDICT.test(text)) return true;
-    carry = text.slice(-32);
-  }
-  return VERDICT.test(carry + decoder.decode());
-}
-
 /**
  * The auto-completion gate. Commits only if every condition holds, checked in
  * DESIGN.md's order; returns the first that fails and writes nothing. A refusal is
@@ -75,7 +60,8 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
   if (input.reportLocation === undefined) {
     return refuse("no report location was given, so the gate cannot independently verify the report");
   }
-  const dispatch = await deps.jobs.latestDispatch(job.job_id);
+  // "Latest" is the job's own `latest_attempt`, written by the dispatch's conditional write.
+  const dispatch = job.latest_attempt === undefined ? undefined : await deps.jobs.getDispatch(job.job_id, job.latest_attempt);
   if (!dispatch) return refuse(`job ${job.job_id} has no recorded dispatch`);
 
   // Bind the evidence to the target before anything else reads the scenario:
@@ -102,14 +88,18 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
   }
 
   const location = typeof input.reportLocation === "function" ? input.reportLocation(dispatch) : input.reportLocation;
-  const verification = await verifyManifest(deps.reports, {
+  const verification = await verifyFinalizedEvidence(deps.reports, {
     location,
     jobId: job.job_id,
     attemptId: dispatch.attempt_id,
     expectedArtifacts: job.expected_artifacts,
+    finalized: job.finalized_report,
+    // A reviewer's verdict is read from the pinned copy, the bytes the completion will
+    // name, in the same read that re-hashes it.
+    ...(job.role === "Reviewer" ? { find: VERDICT } : {}),
   });
   if (!verification.ok) return refuse(verification.reason);
-  if (job.role === "Reviewer" && !(await hasVerdictToken(deps.reports, location))) {
+  if (job.role === "Reviewer" && !verification.found) {
     return refuse("the reviewer's report has no verdict token ([VERDICT: PASS] or [VERDICT: FAIL])");
   }
 
@@ -121,6 +111,8 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
   }
   if (decision.decision !== "candidate_approved") return refuse(`the policy holds: ${decision.reason}`, decision);
 
+  //   gate: read record (T, E) .. verify .. policy .. commit if seq = T and evidence_seq = E
+  //   agent:                 stage / finalize / dispatch: evidence_seq E -> E+1   => the gate loses
   const now = deps.clock.now().toISOString();
   try {
     const record = await deps.jobs.transition(job.job_id, job.transition_seq, {
@@ -128,20 +120,16 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
       set: {
         status: "completed",
         completed_by: "auto_complete",
-        completed_evidence: {
-          attempt_id: dispatch.attempt_id,
-          report_sha256: verification.manifest.sha256,
-          manifest_sha256: verification.manifestSha256,
-          report_location: verification.manifest.report_location,
-          verified_at: now,
-        },
+        completed_evidence: { ...verification.evidence, verified_at: now },
         updated_at: now,
-        pending_notification: newIntent(deps, "completed", job.transition_seq + 1, "auto_complete"),
+        pending_notification: newIntent(deps, "completed", job.transition_seq + 1, "auto_complete", "gate"),
       },
+      evidence: { seq: job.evidence_seq, attempt: dispatch.attempt_id },
     });
     return { committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record };
   } catch (e) {
-    if (isMamError(e, "job.transition")) return refuse(`the job moved while the gate was deciding: ${e.message}`, decision);
+    if (isMamError(e, "job.") || isMamError(e, "report."))
+      return refuse(`the job moved while the gate was deciding: ${e.message}`, decision);
     throw e;
   }
 }

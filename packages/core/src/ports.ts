@@ -8,8 +8,31 @@ import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Stat
 export interface JobChange {
   /** Statuses the record must currently have. */
   readonly from: readonly Status[];
-  readonly set: Partial<Omit<JobRecord, "job_id" | "transition_seq" | "created_at">>;
+  readonly set: Partial<Omit<JobRecord, "job_id" | "transition_seq" | "evidence_seq" | "created_at">>;
   readonly unset?: readonly ("completed_by" | "completed_evidence" | "pending_notification" | "agent_session" | "progress")[];
+  /** Conditions on the job's evidence, checked in the same write (and bumping `evidence_seq` when asked). */
+  readonly evidence?: EvidenceGuard;
+}
+
+/**
+ * What a write requires of the job's evidence. Every field is a condition of the one
+ * conditional write; none is checked by a read before it.
+ */
+export interface EvidenceGuard {
+  /** `evidence_seq` must still be this: the evidence the writer verified has not moved. */
+  readonly seq?: number;
+  /** `latest_attempt` must be this attempt (a report write, a completion on it). */
+  readonly attempt?: number;
+  /** `latest_attempt` must be absent or below this one, which becomes the latest (a dispatch). */
+  readonly newAttempt?: number;
+  /** Bump `evidence_seq` by one. */
+  readonly bump?: boolean;
+}
+
+/** An evidence write: bumps `evidence_seq`, never `transition_seq`; the job must not be terminal. */
+export interface EvidenceChange {
+  readonly guard: Omit<EvidenceGuard, "bump">;
+  readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
 }
 
 export interface Page<T> {
@@ -26,6 +49,11 @@ export interface Page<T> {
  *   `transition_seq` by one. Otherwise it writes nothing and throws
  *   `TransitionConflict` carrying the current record. An unknown job throws
  *   `MamError("job.notFound")`.
+ * - `recordEvidence` is one atomic conditional write too: it commits only if the job
+ *   is not terminal and `change.guard` holds, bumps `evidence_seq` (never
+ *   `transition_seq`), and otherwise writes nothing and throws the conflict
+ *   (`conflictFor`) carrying the current record. A transition with `change.evidence`
+ *   checks (and bumps, when asked) the same conditions in its own single write.
  * - bookkeeping (`replaceNotification`, `settleNotification`) writes only
  *   `pending_notification`, never bumps `transition_seq`; settling is conditional on
  *   the exact intent id that was sent.
@@ -40,6 +68,8 @@ export interface JobStore {
   create(record: JobRecord): Promise<void>;
   get(jobId: string): Promise<JobRecord | undefined>;
   transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord>;
+  /** The evidence write: see the guarantees above. */
+  recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord>;
   /** Bookkeeping: write `intent` as the owed notification, whatever was owed before. `job.notFound` if there is no such job. */
   replaceNotification(jobId: string, intent: NotificationIntent): Promise<void>;
   /** Bookkeeping: clear the owed notification iff its id is `intentId`. True if cleared. */
@@ -51,8 +81,6 @@ export interface JobStore {
   /** Write-once: `dispatch.exists` if this attempt was already recorded. */
   recordDispatch(dispatch: DispatchRecord): Promise<void>;
   getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined>;
-  /** The dispatch with the highest attempt id. */
-  latestDispatch(jobId: string): Promise<DispatchRecord | undefined>;
   /** Append to the job's event log; `entry.id` must be unique within the job. */
   appendEvent(entry: EventLogEntry): Promise<void>;
   /** Oldest first. */
@@ -81,6 +109,19 @@ export interface ReportStore {
   promote(location: string, from: string, to: string): Promise<void>;
   /** SHA-256 (hex) and size of the stored bytes, by streaming; undefined when absent. */
   hash(location: string, name: string): Promise<{ sha256: string; bytes: number } | undefined>;
+  /** Remove an object; an absent one is not an error. */
+  delete(location: string, name: string): Promise<void>;
+  /**
+   * Write-once copy for content-addressed evidence: copy `from`'s bytes to `to` only if
+   * they hash to `sha256` (else `report.changed`, nothing written) and `to` does not
+   * exist yet (`created: false`, left untouched, when it does and hashes to `sha256`).
+   * `report.notFound` when `from` is absent.
+   */
+  copyOnce(
+    from: { location: string; name: string },
+    to: { location: string; name: string },
+    sha256: string,
+  ): Promise<{ bytes: number; created: boolean }>;
   /** The absolute address of an object: a file path, or `s3://bucket/key`. */
   describe(location: string, name: string): string;
 }

@@ -25,23 +25,46 @@ export type Role = z.infer<typeof RoleSchema>;
 export const ArtifactKind = z.string().regex(/^[a-z][a-z0-9_]{0,63}$/, "an artifact kind is lowercase letters, digits and '_'");
 
 export const NOTIFY_EVENTS = ["completed", "error", "cancelled", "running", "progress"] as const;
+/** Who caused a notified change: for a terminal one, who ended the job. Set by mam, never by a caller. */
+export const INTENT_CAUSES = ["agent", "operator", "gate"] as const;
+export const IntentCauseSchema = z.enum(INTENT_CAUSES);
+export type IntentCause = z.infer<typeof IntentCauseSchema>;
+
 export const NotificationIntentSchema = z.strictObject({
   id: z.string().min(1).max(128),
   event: z.string().min(1).max(64),
   seq: z.number().int().min(0),
   reason: z.string().max(1024).optional(),
+  by: IntentCauseSchema.optional(),
   created_at: IsoTime,
 });
 export type NotificationIntent = z.infer<typeof NotificationIntentSchema>;
 
+const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, "sha256 is 64 lowercase hex digits");
+
 export const CompletedEvidenceSchema = z.strictObject({
   attempt_id: AttemptId,
-  report_sha256: z.string().regex(/^[0-9a-f]{64}$/),
-  manifest_sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  report_sha256: Sha256Hex,
+  manifest_sha256: Sha256Hex,
   report_location: z.string(),
+  /** The write-once, content-addressed copy of the verified bytes: `<attempt tree>/evidence/<report_sha256>`. */
+  evidence_location: z.string(),
   verified_at: IsoTime,
 });
 export type CompletedEvidence = z.infer<typeof CompletedEvidenceSchema>;
+
+/**
+ * The report the job's latest finalize committed: what the live manifest must be for
+ * the gate to trust it. Written with an `evidence_seq` bump, so a finalize that lands
+ * while the gate decides makes the gate's commit fail.
+ */
+export const FinalizedReportSchema = z.strictObject({
+  attempt_id: AttemptId,
+  report_sha256: Sha256Hex,
+  manifest_sha256: Sha256Hex,
+  finalized_at: IsoTime,
+});
+export type FinalizedReport = z.infer<typeof FinalizedReportSchema>;
 
 /** Free-form progress an agent may report; bounded so a record stays small. */
 export const ProgressSchema = z.record(z.string().max(64), z.json()).refine((v) => JSON.stringify(v).length <= 8192, {
@@ -56,6 +79,15 @@ export const JobRecordSchema = z.strictObject({
   status: StatusSchema,
   iteration: z.number().int().min(0),
   transition_seq: z.number().int().min(0),
+  /**
+   * Bumped by every write the gate's evidence depends on (dispatch, report stage,
+   * finalize), never by a state transition; the gate commits on it and on
+   * `transition_seq`.
+   */
+  evidence_seq: z.number().int().min(0),
+  /** The job's latest dispatched attempt (not `attempt_id`: attempt identity lives in the dispatch, B-03). */
+  latest_attempt: AttemptId.optional(),
+  finalized_report: FinalizedReportSchema.optional(),
   expected_artifacts: z.array(ArtifactKind),
   auto_complete: z.boolean(),
   agent_session: z.string().max(256).optional(),

@@ -1,14 +1,17 @@
 import type { Actor, Deps } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
-import { conflictFor, MamError } from "./errors.ts";
+import { conflictFor, isMamError, MamError, TransitionConflict } from "./errors.ts";
 import {
+  applyFinalize,
   attemptReportLocation,
   type Finalized,
-  finalizeReport,
+  type PreparedFinalize,
+  prepareFinalize,
   STAGED_REPORT_NAME,
   type Verification,
   validateSideEffects,
   verifyManifest,
+  verifyPinnedReport,
 } from "./finalize.ts";
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
@@ -17,8 +20,10 @@ import {
   type DispatchRecord,
   type DispatchRequest,
   DispatchRequestSchema,
+  type FinalizedReport,
   isTerminal,
   type JobRecord,
+  type Status,
   zodIssues,
 } from "./schemas.ts";
 
@@ -27,13 +32,25 @@ import {
  * handlers): one function per thing a user can do, so there is one way to do it.
  */
 
-/** Record a dispatch (write-once per attempt) with its execution anchor. */
+/** The statuses an evidence write (dispatch, report stage, finalize) requires. */
+const OPEN: readonly Status[] = ["pending", "running"];
+
+/**
+ * Record a dispatch with its execution anchor. Two writes, in this order: the job's
+ * `latest_attempt` moves to this attempt in one conditional write (the job not
+ * terminal, the attempt greater than the latest: `dispatch.outOfOrder` otherwise,
+ * naming the latest), bumping `evidence_seq` so a gate deciding on the older attempt
+ * loses; then the write-once dispatch item. A dispatch whose second write was lost
+ * (a crash between the two) is completed by the same request again.
+ */
 export async function recordDispatch(deps: Pick<Deps, "jobs" | "clock">, jobId: string, req: DispatchRequest): Promise<DispatchRecord> {
   const parsed = DispatchRequestSchema.safeParse(req);
   if (!parsed.success) throw new MamError("input.invalid", "invalid dispatch", { issues: zodIssues(parsed.error) });
   const job = await getJob(deps, jobId);
   if (isTerminal(job.status))
-    throw new MamError("job.transitionRefused", `job ${jobId} is ${job.status}; a terminal job is not dispatched again`);
+    throw new MamError("job.transitionRefused", `job ${jobId} is ${job.status}; a terminal job is not dispatched again`, {
+      details: { current: job },
+    });
   const now = deps.clock.now().toISOString();
   const d = parsed.data;
   const record: DispatchRecord = {
@@ -48,32 +65,76 @@ export async function recordDispatch(deps: Pick<Deps, "jobs" | "clock">, jobId: 
     },
     recorded_at: now,
   };
+  try {
+    await deps.jobs.recordEvidence(jobId, { guard: { newAttempt: d.attempt_id } });
+  } catch (e) {
+    if (!(e instanceof TransitionConflict)) throw e;
+    if (isTerminal(e.current.status)) {
+      throw new MamError("job.transitionRefused", `job ${jobId} is ${e.current.status}; a terminal job is not dispatched again`, {
+        details: { current: e.current },
+      });
+    }
+    // This very attempt is the latest, but its dispatch item is missing: a dispatch
+    // that committed its first write and was lost before its second. Complete it.
+    const unfinished = e.current.latest_attempt === d.attempt_id && (await deps.jobs.getDispatch(jobId, d.attempt_id)) === undefined;
+    if (!unfinished) throw e;
+  }
   await deps.jobs.recordDispatch(record);
   return record;
 }
 
-/** The job exists, is not terminal (its report tree is frozen once it is), and this attempt was dispatched. */
+/**
+ * The job exists, is not terminal (its report tree is frozen once it is), and this
+ * attempt is its latest dispatch. A cheap early refusal only: the write that ends a
+ * report write checks the same in its own condition.
+ */
 async function writableAttempt(deps: Pick<Deps, "jobs">, jobId: string, attemptId: number): Promise<string> {
   const job = await getJob(deps, jobId);
   if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
-  if (!(await deps.jobs.getDispatch(jobId, attemptId))) {
-    throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attemptId}`);
+  if (job.latest_attempt !== attemptId) {
+    if (job.latest_attempt === undefined || job.latest_attempt < attemptId) {
+      throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attemptId}`);
+    }
+    throw conflictFor(job, null, OPEN, { attempt: attemptId });
   }
   return attemptReportLocation(jobId, attemptId);
 }
 
-/** Stage a report body for an attempt (`report-final.md.tmp`), atomically. */
+/**
+ * Stage a report body for an attempt (`report-final.md.tmp`). The body streams into
+ * a name nothing reads; the check that ends the upload is made when its last byte
+ * is written — one conditional write (job not terminal, the attempt still the
+ * latest) bumping `evidence_seq` — and only then does the upload take the staged
+ * name. An upload refused at its end is deleted.
+ *
+ *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
+ */
 export async function stageAttemptReport(
-  deps: Pick<Deps, "jobs" | "reports">,
+  deps: Pick<Deps, "jobs" | "reports" | "ids">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
 ): Promise<{ sha256: string; bytes: number }> {
   const location = await writableAttempt(deps, jobId, attemptId);
-  return deps.reports.put(location, STAGED_REPORT_NAME, body);
+  const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
+  let staged: { sha256: string; bytes: number };
+  try {
+    staged = await deps.reports.put(location, upload, body);
+    await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId } });
+  } catch (e) {
+    await deps.reports.delete(location, upload).catch(() => undefined);
+    throw e;
+  }
+  await deps.reports.promote(location, upload, STAGED_REPORT_NAME);
+  return staged;
 }
 
-/** Finalize an attempt's report on the service (location derived, never supplied). */
+/**
+ * Finalize an attempt's report on the service (location derived, never supplied):
+ * pin the bytes and build the manifest (nothing visible yet), commit the
+ * `finalized_report` pointer in one conditional write (not terminal, the latest
+ * attempt, `evidence_seq` bumped), then write the live names.
+ */
 export async function finalizeAttemptReport(
   deps: Pick<Deps, "jobs" | "reports" | "clock">,
   jobId: string,
@@ -82,22 +143,73 @@ export async function finalizeAttemptReport(
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
   const location = await writableAttempt(deps, jobId, attemptId);
-  return finalizeReport(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
+  const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
+  const committed = await deps.jobs.recordEvidence(jobId, {
+    guard: { attempt: attemptId },
+    set: { finalized_report: pointerOf(prepared) },
+  });
+  await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
+  return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
 }
 
+/** The `finalized_report` a prepared finalize commits. */
+export function pointerOf(prepared: PreparedFinalize): FinalizedReport {
+  return {
+    attempt_id: prepared.manifest.attempt_id,
+    report_sha256: prepared.manifest.sha256,
+    manifest_sha256: prepared.manifestSha256,
+    finalized_at: prepared.manifest.finalized_at,
+  };
+}
+
+/**
+ * Write the live names of a committed finalize, unless a later evidence write has
+ * superseded it (its live names would then be stale). The gate trusts the live
+ * manifest only when it is the one `finalized_report` names, so a late writer can
+ * delay a completion, never make one rest on other bytes.
+ */
+async function applyFinalizeIfCurrent(
+  deps: Pick<Deps, "jobs" | "reports">,
+  prepared: PreparedFinalize,
+  evidenceSeq: number,
+): Promise<void> {
+  const now = await deps.jobs.get(prepared.manifest.job_id);
+  if (now !== undefined && now.evidence_seq !== evidenceSeq && now.finalized_report?.manifest_sha256 !== prepared.manifestSha256) return;
+  await applyFinalize(deps.reports, prepared);
+}
+
+/**
+ * Verify an attempt's live report tree (B-06..B-08), and, once the job completed on
+ * this attempt, the write-once copy its completion pinned.
+ */
 export async function verifyAttemptReport(
   deps: Pick<Deps, "jobs" | "reports">,
   jobId: string,
   attemptId: number,
   expectedArtifacts?: readonly string[],
-): Promise<Verification> {
+): Promise<Verification & { readonly pinned?: PinnedVerification }> {
   const job = await getJob(deps, jobId);
-  return verifyManifest(deps.reports, {
-    location: attemptReportLocation(jobId, attemptId),
+  const location = attemptReportLocation(jobId, attemptId);
+  const live = await verifyManifest(deps.reports, {
+    location,
     jobId,
     attemptId,
     expectedArtifacts: expectedArtifacts ?? job.expected_artifacts,
   });
+  const pinned = job.completed_evidence;
+  if (pinned === undefined || pinned.attempt_id !== attemptId) return live;
+  const check = await verifyPinnedReport(deps.reports, location, pinned.report_sha256);
+  return {
+    ...live,
+    pinned: { ok: check.ok, reason: check.reason, report_sha256: pinned.report_sha256, evidence_location: pinned.evidence_location },
+  };
+}
+
+export interface PinnedVerification {
+  readonly ok: boolean;
+  readonly reason: string;
+  readonly report_sha256: string;
+  readonly evidence_location: string;
 }
 
 /** The gate over the service's own report tree: the location comes from the latest dispatch. */
@@ -127,6 +239,8 @@ export interface PublishEventResult {
   readonly record: JobRecord;
   readonly finalized?: Finalized;
   readonly flush: FlushResult;
+  /** What went wrong after the commit (the commit stands; nothing here undoes it). */
+  readonly warnings: readonly string[];
 }
 
 /**
@@ -139,30 +253,65 @@ export async function publishAgentEvent(deps: Deps, jobId: string, input: Publis
   if (input.finalize) validateSideEffects(input.finalize.sideEffects);
   const job = await getJob(deps, jobId);
   const action = EVENT_ACTIONS[input.event];
-  let finalized: Finalized | undefined;
+  let prepared: PreparedFinalize | undefined;
   if (input.finalize) {
     if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
-    // Refuse what the commit would refuse before finalizing anything: bad input changes nothing.
+    // Refuse what the commit would refuse before preparing anything: bad input changes nothing.
     const rule = TRANSITIONS[action];
     if (!(rule.from as readonly string[]).includes(job.status)) throw conflictFor(job, null, rule.from);
-    finalized = await finalizeReport(deps.reports, deps.clock, { ...input.finalize, jobId });
+    // Only unreferenced, write-once bytes are written before the commit; the finalize
+    // becomes visible once the transition that carries its pointer has committed.
+    prepared = await prepareFinalize(deps.reports, deps.clock, { ...input.finalize, jobId });
   }
-  const t: TransitionInput = { action, expectedSeq: input.expectedSeq ?? job.transition_seq, notify: true };
+  const t: TransitionInput = {
+    action,
+    expectedSeq: input.expectedSeq ?? job.transition_seq,
+    notify: true,
+    ...(prepared === undefined
+      ? {}
+      : {
+          finalized: {
+            prepared,
+            // A job never dispatched (the CLI, in the agent's own tree) has no latest
+            // attempt to hold to: then no evidence write may land since it was read.
+            guard: job.latest_attempt === undefined ? { seq: job.evidence_seq } : { attempt: prepared.manifest.attempt_id },
+          },
+        }),
+    ...(input.finalize === undefined ? {} : { reportLocation: input.finalize.location }),
+  };
   const record = await transitionJob(deps, jobId, t, actor);
+  // From here on the commit stands: nothing below may turn it into a failure of the request.
+  const warnings: string[] = [];
+  if (prepared !== undefined) {
+    await applyFinalizeIfCurrent(deps, prepared, record.evidence_seq).catch((e: unknown) => {
+      warnings.push(`the finalize committed, but its live report and manifest were not written: ${messageOf(e)}; finalize again`);
+    });
+  }
   const attemptId = input.attemptId ?? input.finalize?.attemptId;
-  await deps.jobs.appendEvent({
-    job_id: jobId,
-    at: deps.clock.now().toISOString(),
-    id: deps.ids.uuid(),
-    event: "publish_event",
-    data: {
-      event: input.event,
-      transition_seq: record.transition_seq,
-      ...(attemptId === undefined ? {} : { attempt_id: attemptId }),
-      ...(finalized ? { report_sha256: finalized.manifest.sha256 } : {}),
-      ...(input.data ? { data: input.data } : {}),
-    },
+  await deps.jobs
+    .appendEvent({
+      job_id: jobId,
+      at: deps.clock.now().toISOString(),
+      id: deps.ids.uuid(),
+      event: "publish_event",
+      data: {
+        event: input.event,
+        transition_seq: record.transition_seq,
+        ...(attemptId === undefined ? {} : { attempt_id: attemptId }),
+        ...(prepared ? { report_sha256: prepared.manifest.sha256 } : {}),
+        ...(input.data ? { data: input.data } : {}),
+      },
+    })
+    .catch((e: unknown) => {
+      warnings.push(`the transition committed, but its event log line was not written: ${messageOf(e)}`);
+    });
+  const flush = await flushNotification(deps, jobId).catch((e: unknown): FlushResult => {
+    const intent = record.pending_notification;
+    const error = isMamError(e) ? e : new MamError("internal", messageOf(e));
+    return intent === undefined ? { outcome: "nothing_owed" } : { outcome: "failed", intent, error };
   });
-  const flush = await flushNotification(deps, jobId);
-  return { record, ...(finalized ? { finalized } : {}), flush };
+  const finalized = prepared === undefined ? undefined : { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+  return { record, ...(finalized ? { finalized } : {}), flush, warnings };
 }
+
+const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));

@@ -1,4 +1,14 @@
-import type { DispatchRecord, EventLogEntry, JobChange, JobRecord, JobStore, NotificationIntent, Page, Status } from "@mam/core";
+import type {
+  DispatchRecord,
+  EventLogEntry,
+  EvidenceChange,
+  JobChange,
+  JobRecord,
+  JobStore,
+  NotificationIntent,
+  Page,
+  Status,
+} from "@mam/core";
 
 /**
  * The embedded stand-in for DynamoDB Streams: a JobStore decorator that sees every
@@ -29,6 +39,10 @@ export class ChangeRelay implements JobStore {
     return record;
   }
 
+  recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
+    return this.#inner.recordEvidence(jobId, change);
+  }
+
   async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
     await this.#inner.replaceNotification(jobId, intent);
     this.#observe(await this.#inner.get(jobId));
@@ -54,9 +68,6 @@ export class ChangeRelay implements JobStore {
   }
   getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
     return this.#inner.getDispatch(jobId, attemptId);
-  }
-  latestDispatch(jobId: string): Promise<DispatchRecord | undefined> {
-    return this.#inner.latestDispatch(jobId);
   }
   appendEvent(entry: EventLogEntry): Promise<void> {
     return this.#inner.appendEvent(entry);

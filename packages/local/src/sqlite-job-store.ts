@@ -2,6 +2,7 @@ import {
   conflictFor,
   type DispatchRecord,
   type EventLogEntry,
+  type EvidenceChange,
   type JobChange,
   type JobRecord,
   JobRecordSchema,
@@ -110,6 +111,19 @@ export class SqliteJobStore implements JobStore {
   }
 
   async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    return this.#update(jobId, expectedSeq, change, true);
+  }
+
+  async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
+    return this.#update(jobId, null, { from: OPEN, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+  }
+
+  /**
+   * One `UPDATE ... WHERE <every condition> RETURNING`: a transition (bumping
+   * `transition_seq`) or an evidence write (not), with the evidence conditions read
+   * from the stored document in the same statement.
+   */
+  #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): JobRecord {
     const setPairs: [string, unknown][] = [];
     for (const [key, value] of Object.entries(change.set)) {
       if (value === undefined) continue;
@@ -120,6 +134,8 @@ export class SqliteJobStore implements JobStore {
     for (const key of unset) {
       if (!SETTABLE.has(key)) throw new MamError("internal", `a transition may not unset ${key}`);
     }
+    const evidence = change.evidence ?? {};
+    if (evidence.newAttempt !== undefined) setPairs.push(["latest_attempt", evidence.newAttempt]);
 
     const params: unknown[] = [];
     // unset first, then set, so a field named in both ends up set.
@@ -128,10 +144,14 @@ export class SqliteJobStore implements JobStore {
       doc = `json_remove(doc${", ?".repeat(unset.length)})`;
       params.push(...unset.map((k) => `$.${k}`));
     }
-    doc = `json_set(${doc}${", ?, json(?)".repeat(setPairs.length)}, '$.transition_seq', transition_seq + 1)`;
+    const counters: string[] = [];
+    if (bumpTransition) counters.push("'$.transition_seq', transition_seq + 1");
+    if (evidence.bump) counters.push("'$.evidence_seq', json_extract(doc, '$.evidence_seq') + 1");
+    doc = `json_set(${doc}${", ?, json(?)".repeat(setPairs.length)}${counters.map((c) => `, ${c}`).join("")})`;
     for (const [key, value] of setPairs) params.push(`$.${key}`, JSON.stringify(value));
 
-    const assignments = [`doc = ${doc}`, "transition_seq = transition_seq + 1"];
+    const assignments = [`doc = ${doc}`];
+    if (bumpTransition) assignments.push("transition_seq = transition_seq + 1");
     const set = change.set;
     if (set.status !== undefined) {
       assignments.push("status = ?");
@@ -156,6 +176,18 @@ export class SqliteJobStore implements JobStore {
     }
     where += ` AND status IN (${change.from.map(() => "?").join(", ")})`;
     params.push(...change.from);
+    if (evidence.seq !== undefined) {
+      where += " AND json_extract(doc, '$.evidence_seq') = ?";
+      params.push(evidence.seq);
+    }
+    if (evidence.attempt !== undefined) {
+      where += " AND json_extract(doc, '$.latest_attempt') = ?";
+      params.push(evidence.attempt);
+    }
+    if (evidence.newAttempt !== undefined) {
+      where += " AND coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?";
+      params.push(evidence.newAttempt);
+    }
 
     // `.all()`, not `.get()`: a statement stepped only to its first row never
     // finishes, and SQLite then never reaches its WAL auto-checkpoint (measured:
@@ -166,7 +198,7 @@ export class SqliteJobStore implements JobStore {
     // Nothing committed. Read what stands now only to say why; the write is over.
     const current = this.#read(jobId);
     if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    throw conflictFor(current, expectedSeq, change.from);
+    throw conflictFor(current, expectedSeq, change.from, evidence);
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
@@ -238,11 +270,6 @@ export class SqliteJobStore implements JobStore {
     return row === undefined ? undefined : (JSON.parse(row.doc) as DispatchRecord);
   }
 
-  async latestDispatch(jobId: string): Promise<DispatchRecord | undefined> {
-    const row = this.#get<{ doc: string }>("SELECT doc FROM dispatches WHERE job_id = ? ORDER BY attempt_id DESC LIMIT 1", [jobId]);
-    return row === undefined ? undefined : (JSON.parse(row.doc) as DispatchRecord);
-  }
-
   /**
    * Appending an entry whose id the job already has is a no-op: a retried append
    * (the CLI after a lost reply) does no harm, and the first entry stays.
@@ -306,6 +333,9 @@ export class SqliteJobStore implements JobStore {
   }
 }
 
+/** The statuses an evidence write requires: any but terminal. */
+const OPEN: readonly Status[] = ["pending", "running"];
+
 /** Records kept by `get`; past this, the oldest read goes first. */
 const CACHED_RECORDS = 1024;
 
@@ -350,7 +380,7 @@ CREATE INDEX IF NOT EXISTS events_by_time ON events (job_id, at, id);
 
 /** Top-level fields a transition may write; the key also becomes a JSON path. */
 const SETTABLE: ReadonlySet<string> = new Set(
-  Object.keys(JobRecordSchema.shape).filter((k) => k !== "job_id" && k !== "transition_seq" && k !== "created_at"),
+  Object.keys(JobRecordSchema.shape).filter((k) => k !== "job_id" && k !== "transition_seq" && k !== "evidence_seq" && k !== "created_at"),
 );
 
 function checkLimit(limit: number): number {

@@ -1,0 +1,306 @@
+/**
+ * The gate against every write its evidence depends on — finalize, report upload,
+ * a newer dispatch — with each interleaving forced, not hoped for: a decorator
+ * around the real ports holds one call at a chosen point until the racer's write
+ * has landed (or the reverse). Every completed job is then checked the same way: the
+ * pinned object, read through the store and hashed here, is what `completed_evidence`
+ * names, and so is the live manifest.
+ *
+ * MAM_RACE_TRIALS sets the trials per interleaving (3 by default; the reliability
+ * tier runs 100).
+ */
+import { createHash } from "node:crypto";
+import {
+  type Deps,
+  evaluateJob,
+  evidenceLocation,
+  finalizeAttemptReport,
+  isMamError,
+  type JobRecord,
+  type JobStore,
+  parseFlags,
+  REPORT_NAME,
+  type ReportStore,
+  recordDispatch,
+  STAGED_REPORT_NAME,
+  stageAttemptReport,
+} from "@mam/core";
+import { afterAll, expect, it } from "vitest";
+import { describeBackends, type SeedBackend } from "../seed/harness.ts";
+import { MANIFEST_FILE, type ReadyJob, readyJob, utf8 } from "../seed/scenario.ts";
+import { rejection } from "../support/rejection.ts";
+
+const TRIALS = Number(process.env.MAM_RACE_TRIALS ?? 3);
+const ON = parseFlags({ MAM_AUTO_COMPLETE: "1" });
+
+// ---- forcing interleavings
+
+interface Held {
+  /** Resolves when the held call has been reached (and is waiting). */
+  readonly reached: Promise<void>;
+  /** Lets the held call go on to the real port. */
+  release(): void;
+}
+
+/**
+ * Holds chosen calls of a port until released. Everything else passes straight to
+ * the real adapter: this is a pause button, not a mock.
+ */
+class Holds {
+  readonly #pending: { method: string; when: (args: unknown[]) => boolean; reached: () => void; gate: Promise<void> }[] = [];
+
+  hold(method: string, when: (args: unknown[]) => boolean = () => true): Held {
+    let reached!: () => void;
+    let release!: () => void;
+    const reachedP = new Promise<void>((r) => {
+      reached = r;
+    });
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    this.#pending.push({ method, when, reached, gate });
+    return { reached: reachedP, release };
+  }
+
+  wrap<T extends object>(target: T): T {
+    const pending = this.#pending;
+    return new Proxy(target, {
+      get(t, prop) {
+        const value: unknown = Reflect.get(t, prop, t);
+        if (typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          const i = pending.findIndex((h) => h.method === prop && h.when(args));
+          if (i < 0) return (value as (...a: unknown[]) => unknown).apply(t, args);
+          const [h] = pending.splice(i, 1);
+          return (async () => {
+            h?.reached();
+            await h?.gate;
+            return (value as (...a: unknown[]) => unknown).apply(t, args);
+          })();
+        };
+      },
+    });
+  }
+}
+
+/** The backend's ports with holds in front of the job store and the report store. */
+function heldDeps(backend: SeedBackend): { deps: Deps; holds: Holds } {
+  const holds = new Holds();
+  const base = backend.deps(ON);
+  return { holds, deps: { ...base, jobs: holds.wrap<JobStore>(base.jobs), reports: holds.wrap<ReportStore>(base.reports) } };
+}
+
+const isGateCommit = (args: unknown[]): boolean => (args[2] as { set?: { completed_by?: string } }).set?.completed_by === "auto_complete";
+const isFinalizeCommit = (args: unknown[]): boolean =>
+  (args[1] as { set?: { finalized_report?: unknown } }).set?.finalized_report !== undefined;
+const isDispatchCommit = (args: unknown[]): boolean => (args[1] as { guard?: { newAttempt?: number } }).guard?.newAttempt !== undefined;
+const isStagePromotion = (args: unknown[]): boolean => args[1] === STAGED_REPORT_NAME && args[2] === REPORT_NAME;
+
+// ---- what every completed job must show
+
+async function sha256Of(stream: AsyncIterable<Uint8Array> | undefined): Promise<string> {
+  if (stream === undefined) throw new Error("the pinned object is missing");
+  const hash = createHash("sha256");
+  for await (const chunk of stream) hash.update(chunk);
+  return hash.digest("hex");
+}
+
+/** The pinned object and the live manifest are exactly what `completed_evidence` names. */
+async function expectPinned(deps: Deps, ready: ReadyJob, expectedBody: string): Promise<JobRecord> {
+  const record = await deps.jobs.get(ready.jobId);
+  expect(record?.status).toBe("completed");
+  const evidence = record?.completed_evidence;
+  expect(evidence, "a completion names its evidence").toBeDefined();
+  if (evidence === undefined || record === undefined) throw new Error("unreachable");
+  const pinned = await sha256Of(await deps.reports.read(evidenceLocation(ready.reportLocation), evidence.report_sha256));
+  expect(pinned).toBe(evidence.report_sha256);
+  expect(evidence.report_sha256).toBe(createHash("sha256").update(expectedBody).digest("hex"));
+  const manifest = await deps.reports.getBytes(ready.reportLocation, MANIFEST_FILE);
+  expect(manifest && createHash("sha256").update(manifest).digest("hex")).toBe(evidence.manifest_sha256);
+  expect(evidence.evidence_location).toBe(deps.reports.describe(evidenceLocation(ready.reportLocation), evidence.report_sha256));
+  return record;
+}
+
+async function stage(deps: Deps, ready: ReadyJob, body: string, attempt = ready.attemptId) {
+  return stageAttemptReport(deps, ready.jobId, attempt, utf8(body));
+}
+
+const hits: Record<string, number> = {};
+const hit = (backend: string, name: string) => {
+  const key = `${backend}: ${name}`;
+  hits[key] = (hits[key] ?? 0) + 1;
+};
+afterAll(() => {
+  console.log(`evidence races, ${TRIALS} trial(s) per interleaving:`);
+  for (const [k, n] of Object.entries(hits).sort()) console.log(`  ${String(n).padStart(4)}  ${k}`);
+  for (const n of Object.values(hits)) expect(n).toBe(TRIALS);
+});
+
+const trials = Array.from({ length: TRIALS }, (_, i) => i + 1);
+
+describeBackends("races: the gate against the evidence it verified", (backend) => {
+  it("gate verified v1, then a finalize of v2 lands before its commit: the gate loses; evaluated again it completes on v2", async () => {
+    for (const _ of trials) {
+      const { deps, holds } = heldDeps(backend());
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      const held = holds.hold("transition", isGateCommit);
+      const gate = evaluateJob(deps, r.jobId, r.scenario);
+      await held.reached;
+      await stage(deps, r, "v2\n");
+      await finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+      held.release();
+      const lost = await gate;
+      expect(lost.committed).toBe(false);
+      expect(lost.reason).toContain("moved while the gate was deciding");
+      expect((await deps.jobs.get(r.jobId))?.status).toBe("running");
+      const again = await evaluateJob(deps, r.jobId, r.scenario);
+      expect(again.committed, again.reason).toBe(true);
+      await expectPinned(deps, r, "v2\n");
+      hit(backend().name, "finalize landed between verify and commit");
+    }
+  });
+
+  it("a finalize of v2 prepared, then the gate completes on v1 before the finalize commits: the finalize is refused and nothing live changes", async () => {
+    for (const _ of trials) {
+      const { deps, holds } = heldDeps(backend());
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      await stage(deps, r, "v2\n");
+      const held = holds.hold("recordEvidence", isFinalizeCommit);
+      const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+      await held.reached;
+      const gate = await evaluateJob(deps, r.jobId, r.scenario);
+      expect(gate.committed, gate.reason).toBe(true);
+      held.release();
+      const refused = await rejection(finalize);
+      expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
+      await expectPinned(deps, r, "v1\n");
+      const live = await deps.reports.getBytes(r.reportLocation, REPORT_NAME);
+      expect(new TextDecoder().decode(live)).toBe("v1\n");
+      hit(backend().name, "gate committed between finalize's prepare and its commit");
+    }
+  });
+
+  it("a finalize of v2 committed but not yet written live when the gate verifies: the gate refuses, and completes on v2 once it is", async () => {
+    for (const _ of trials) {
+      const { deps, holds } = heldDeps(backend());
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      await stage(deps, r, "v2\n");
+      const held = holds.hold("promote", isStagePromotion);
+      const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+      await held.reached;
+      const gate = await evaluateJob(deps, r.jobId, r.scenario);
+      expect(gate.committed).toBe(false);
+      expect(gate.reason).toContain("latest finalize committed");
+      held.release();
+      await finalize;
+      const again = await evaluateJob(deps, r.jobId, r.scenario);
+      expect(again.committed, again.reason).toBe(true);
+      await expectPinned(deps, r, "v2\n");
+      hit(backend().name, "finalize committed, live names not yet written");
+    }
+  });
+
+  it("gate verified, then an upload for the attempt lands before its commit: the gate loses", async () => {
+    for (const _ of trials) {
+      const { deps, holds } = heldDeps(backend());
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      const held = holds.hold("transition", isGateCommit);
+      const gate = evaluateJob(deps, r.jobId, r.scenario);
+      await held.reached;
+      await stage(deps, r, "v2, staged while the gate decided\n");
+      held.release();
+      const lost = await gate;
+      expect(lost.committed).toBe(false);
+      expect((await deps.jobs.get(r.jobId))?.status).toBe("running");
+      hit(backend().name, "upload landed between verify and commit");
+    }
+  });
+
+  it("a slow upload begun before the completion and finished after it is refused, and leaves nothing staged", async () => {
+    for (const _ of trials) {
+      const b = backend();
+      const deps = b.deps(ON);
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      let completed!: () => void;
+      const completion = new Promise<void>((resolve) => {
+        completed = resolve;
+      });
+      async function* slowBody(): AsyncGenerator<Uint8Array> {
+        yield utf8("the first half, sent before the completion; ");
+        await completion;
+        yield utf8("the second half, after it\n");
+      }
+      const upload = stageAttemptReport(deps, r.jobId, r.attemptId, slowBody());
+      const gate = await evaluateJob(deps, r.jobId, r.scenario);
+      expect(gate.committed, gate.reason).toBe(true);
+      completed();
+      const refused = await rejection(upload);
+      expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
+      expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
+      await expectPinned(deps, r, "v1\n");
+      hit(b.name, "upload open across the completion");
+    }
+  });
+
+  it("an upload whose attempt is superseded by a newer dispatch while it streams is refused at its last byte", async () => {
+    for (const _ of trials) {
+      const b = backend();
+      const deps = b.deps(ON);
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      let dispatched!: () => void;
+      const newer = new Promise<void>((resolve) => {
+        dispatched = resolve;
+      });
+      async function* slowBody(): AsyncGenerator<Uint8Array> {
+        yield utf8("begun under attempt 1; ");
+        await newer;
+        yield utf8("finished after attempt 2 was dispatched\n");
+      }
+      const upload = stageAttemptReport(deps, r.jobId, r.attemptId, slowBody());
+      await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
+      dispatched();
+      const refused = await rejection(upload);
+      expect(isMamError(refused, "report.notLatest"), String(refused)).toBe(true);
+      expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
+      hit(b.name, "upload's attempt superseded while it streamed");
+    }
+  });
+
+  it("gate verified attempt 1, then attempt 2 is dispatched before its commit: the gate loses", async () => {
+    for (const _ of trials) {
+      const { deps, holds } = heldDeps(backend());
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      const held = holds.hold("transition", isGateCommit);
+      const gate = evaluateJob(deps, r.jobId, r.scenario);
+      await held.reached;
+      await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
+      held.release();
+      const lost = await gate;
+      expect(lost.committed).toBe(false);
+      expect(await deps.jobs.get(r.jobId)).toMatchObject({ status: "running", latest_attempt: r.attemptId + 1 });
+      hit(backend().name, "newer dispatch between verify and commit");
+    }
+  });
+
+  it("a newer dispatch read the job, then the gate completes before the dispatch commits: the dispatch is refused", async () => {
+    for (const _ of trials) {
+      const { deps, holds } = heldDeps(backend());
+      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+      const held = holds.hold("recordEvidence", isDispatchCommit);
+      const dispatch = recordDispatch(deps, r.jobId, {
+        attempt_id: r.attemptId + 1,
+        agent_session_uuid: "next",
+        pane_process_generation: 9,
+      });
+      await held.reached;
+      const gate = await evaluateJob(deps, r.jobId, r.scenario);
+      expect(gate.committed, gate.reason).toBe(true);
+      held.release();
+      const refused = await rejection(dispatch);
+      expect(isMamError(refused, "job.transitionRefused"), String(refused)).toBe(true);
+      expect(await deps.jobs.getDispatch(r.jobId, r.attemptId + 1)).toBeUndefined();
+      await expectPinned(deps, r, "v1\n");
+      hit(backend().name, "gate committed between a dispatch's read and its commit");
+    }
+  });
+});
