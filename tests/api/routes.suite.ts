@@ -941,6 +941,223 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
 
     // ------------------------------------------------------------------ cross-cutting
 
+    // ------------------------------------------------------------------ integrity (issue 8): one test per finding
+
+    describe("integrity under attack", () => {
+      /** A job ready for the gate: opted in, dispatched as the reference scenario, claimed, its report finalized. */
+      async function readyForGate(h: Harness, over: Record<string, unknown> = {}) {
+        const job = await register(h, { agent: "claude-code", auto_complete: true, ...over });
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, { token: h.operator, json: CANDIDATE_DISPATCH });
+        expect(res.status, res.text).toBe(201);
+        const agent: string = res.body.agent_token;
+        expect((await transition(h, job.job_id, agent, { action: "claim", expected_seq: 0 })).status).toBe(200);
+        expect((await stage(h, job.job_id, 1, agent, "v1\n")).status).toBe(201);
+        const fin = await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, {
+          token: agent,
+          json: { side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] },
+        });
+        expect(fin.status, fin.text).toBe(200);
+        return { jobId: job.job_id, agent };
+      }
+      const evaluate = (h: Harness, jobId: string) =>
+        h.call("POST", `/v1/jobs/${jobId}/evaluations`, { token: h.operator, json: { scenario: candidateScenario(jobId) } });
+
+      it("finding 1: a chunked upload begun before the completion and finished after it is refused (409), and the completion's evidence verifies", async () => {
+        const h = await harness({ env: { MAM_AUTO_COMPLETE: "1" } });
+        const { jobId, agent } = await readyForGate(h, { expected_artifacts: ["git_push"] });
+        let finish!: () => void;
+        const completed = new Promise<void>((resolve) => {
+          finish = resolve;
+        });
+        const body = new ReadableStream<Uint8Array>({
+          async start(ctrl) {
+            ctrl.enqueue(new TextEncoder().encode("v2, begun before the completion; "));
+            await completed;
+            ctrl.enqueue(new TextEncoder().encode("finished after it\n"));
+            ctrl.close();
+          },
+        });
+        const upload = h.call("PUT", `/v1/jobs/${jobId}/attempts/1/report`, {
+          token: agent,
+          body,
+          headers: { "content-type": "text/markdown" },
+        });
+        const gate = await evaluate(h, jobId);
+        expect(gate.body.committed, gate.text).toBe(true);
+        finish();
+        expectProblem(await upload, 409, "report.frozen");
+        const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
+        expect(v.body).toMatchObject({ ok: true, pinned: { ok: true, report_sha256: gate.body.record.completed_evidence.report_sha256 } });
+        expect(v.body.manifest_sha256).toBe(gate.body.record.completed_evidence.manifest_sha256);
+      });
+
+      it("finding 1: an upload whose token is retired by a newer dispatch while it streams is refused at its last byte (409)", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id, 1);
+        let finish!: () => void;
+        const dispatched = new Promise<void>((resolve) => {
+          finish = resolve;
+        });
+        const body = new ReadableStream<Uint8Array>({
+          async start(ctrl) {
+            ctrl.enqueue(new TextEncoder().encode("begun under attempt 1; "));
+            await dispatched;
+            ctrl.enqueue(new TextEncoder().encode("finished under attempt 2\n"));
+            ctrl.close();
+          },
+        });
+        const upload = h.call("PUT", `/v1/jobs/${job.job_id}/attempts/1/report`, {
+          token: agent,
+          body,
+          headers: { "content-type": "text/markdown" },
+        });
+        await dispatch(h, job.job_id, 2);
+        finish();
+        const res = await upload;
+        expectProblem(res, 409, "report.notLatest");
+        expect(res.body.detail).toContain("latest attempt (2");
+      });
+
+      it("finding 4: POST /events with finalize and a stale expected_seq is 409 and writes nothing: no manifest, the upload still staged", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id, 1);
+        expect((await stage(h, job.job_id, 1, agent)).status).toBe(201);
+        const before = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator });
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: { event: "started", expected_seq: 7, finalize: { attempt_id: 1, side_effects: [] } },
+        });
+        expectProblem(res, 409, "job.transitionConflict");
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body).toEqual(before.body);
+        const v = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification`, { token: h.operator });
+        expect(v.body).toMatchObject({ ok: false, manifest: null });
+        expect(v.body.reason).toContain("no completion manifest");
+        // the staged upload is still there for the agent's corrected request
+        const ok = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: { event: "started", expected_seq: 0, finalize: { attempt_id: 1, side_effects: [] } },
+        });
+        expect(ok.status, ok.text).toBe(200);
+        expect(ok.body.record.finalized_report).toMatchObject({ attempt_id: 1, manifest_sha256: ok.body.finalized.manifest_sha256 });
+      });
+
+      it("finding 6: a dispatch whose attempt is not greater than the latest is 409 naming the latest; the latest attempt's token stays valid", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const five = await dispatch(h, job.job_id, 5);
+        const three = await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, {
+          token: h.operator,
+          json: { attempt_id: 3, agent_session_uuid: "late", pane_process_generation: 1 },
+        });
+        expectProblem(three, 409, "dispatch.outOfOrder");
+        expect(three.body.detail).toContain("latest dispatched attempt 5");
+        expect(three.body.agent_token).toBeUndefined();
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: five })).status).toBe(200);
+        const record = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator });
+        expect(record.body).toMatchObject({ latest_attempt: 5 });
+        expect(record.body).not.toHaveProperty("attempt_id");
+      });
+
+      it("finding 7: an agent may not suppress its terminal notification nor choose the reason subscribers read (403, nothing written)", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id, 1);
+        const quiet = await transition(h, job.job_id, agent, { action: "completed", expected_seq: 0, notify: false });
+        expectProblem(quiet, 403, "job.fieldNotAllowed");
+        expect(quiet.body.detail).toContain("suppress");
+        const disguised = await transition(h, job.job_id, agent, { action: "completed", expected_seq: 0, reason: "auto_complete" });
+        expectProblem(disguised, 403, "job.fieldNotAllowed");
+        expect(disguised.body.detail).toContain("reason");
+        const record = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator });
+        expect(record.body).toMatchObject({ status: "pending", transition_seq: 0 });
+        // the agent's plain completion notifies, saying who ended the job
+        const done = await transition(h, job.job_id, agent, { action: "completed", expected_seq: 0 });
+        expect(done.status, done.text).toBe(200);
+        expect(done.body.pending_notification).toMatchObject({ event: "completed", by: "agent" });
+        expect(done.body.pending_notification).not.toHaveProperty("reason");
+        expect(done.body).not.toHaveProperty("completed_by");
+      });
+
+      it("finding 7: an agent's own completed on a job with expected_artifacts needs a verified manifest of its attempt; with one it pins completed_evidence", async () => {
+        const h = await harness();
+        const job = await register(h, { expected_artifacts: ["git_push"] });
+        const agent = await dispatch(h, job.job_id, 1);
+        const bare = await transition(h, job.job_id, agent, { action: "completed", expected_seq: 0 });
+        expectProblem(bare, 409, "job.evidenceMissing");
+        expect(bare.body.detail).toContain("git_push");
+        expect((await stage(h, job.job_id, 1, agent, "done\n")).status).toBe(201);
+        const withoutPush = await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, {
+          token: agent,
+          json: { side_effects: [] },
+        });
+        expect(withoutPush.status).toBe(200);
+        const stillMissing = await transition(h, job.job_id, agent, { action: "completed", expected_seq: 0 });
+        expectProblem(stillMissing, 409, "job.evidenceMissing");
+        expect(stillMissing.body.detail).toContain("git_push");
+        const fin = await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, {
+          token: agent,
+          json: { side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] },
+        });
+        expect(fin.status).toBe(200);
+        const done = await transition(h, job.job_id, agent, { action: "completed", expected_seq: 0 });
+        expect(done.status, done.text).toBe(200);
+        expect(done.body).not.toHaveProperty("completed_by");
+        expect(done.body.completed_evidence).toMatchObject({ attempt_id: 1, manifest_sha256: fin.body.manifest_sha256 });
+        expect(done.body.pending_notification).toMatchObject({ event: "completed", by: "agent" });
+      });
+
+      it("finding 7: an agent's completed through POST /events with finalize pins the evidence it finalized in the same write", async () => {
+        const h = await harness();
+        const job = await register(h, { expected_artifacts: ["git_push"] });
+        const agent = await dispatch(h, job.job_id, 1);
+        expect((await stage(h, job.job_id, 1, agent, "done\n")).status).toBe(201);
+        const missing = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: { event: "completed", finalize: { attempt_id: 1, side_effects: [] } },
+        });
+        expectProblem(missing, 409, "job.evidenceMissing");
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body).toMatchObject({
+          status: "pending",
+          evidence_seq: 2,
+        });
+        const done = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: { event: "completed", finalize: { attempt_id: 1, side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] } },
+        });
+        expect(done.status, done.text).toBe(200);
+        expect(done.body.record.completed_evidence).toMatchObject({ manifest_sha256: done.body.finalized.manifest_sha256 });
+        const v = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification`, { token: h.operator });
+        expect(v.body).toMatchObject({ ok: true, manifest_sha256: done.body.finalized.manifest_sha256, pinned: { ok: true } });
+      });
+
+      it("finding 3: a store failure after the commit (the event log line) is not a 5xx: 200, the commit stands, a warning says what was lost", async () => {
+        const h = await harness({ failJobStore: ["appendEvent"] });
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id, 1);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/events`, { token: agent, json: { event: "completed", expected_seq: 0 } });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body.record).toMatchObject({ status: "completed", transition_seq: 1 });
+        expect(res.body.warnings).toEqual([expect.stringContaining("event log line was not written")]);
+        // the agent's retry is told the truth: the job is already completed
+        const retry = await h.call("POST", `/v1/jobs/${job.job_id}/events`, {
+          token: agent,
+          json: { event: "completed", expected_seq: 0 },
+        });
+        expectProblem(retry, 409, "job.transitionConflict");
+      });
+
+      it("finding 7: the gate's completion notification says the gate ended the job", async () => {
+        const h = await harness({ env: { MAM_AUTO_COMPLETE: "1" } });
+        const { jobId } = await readyForGate(h);
+        const res = await evaluate(h, jobId);
+        expect(res.body.committed, res.text).toBe(true);
+        expect(res.body.record.pending_notification).toMatchObject({ event: "completed", reason: "auto_complete", by: "gate" });
+        expect(res.body.record.completed_evidence.evidence_location).not.toMatch(/^\//);
+      });
+    });
+
     describe("request ids and logs", () => {
       it("every response carries X-Request-Id: a sane incoming one is kept, anything else replaced", async () => {
         const h = await harness();

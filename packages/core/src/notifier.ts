@@ -24,6 +24,8 @@ export interface NotificationPayload {
     readonly status: string;
     readonly completed_by?: string;
     readonly reason?: string;
+    /** Who caused the change (for a terminal one, who ended the job): agent, operator or gate. */
+    readonly by?: string;
   };
 }
 
@@ -39,6 +41,7 @@ export function notificationPayload(record: JobRecord, intent: NotificationInten
       status: record.status,
       ...(record.completed_by === undefined ? {} : { completed_by: record.completed_by }),
       ...(intent.reason === undefined ? {} : { reason: intent.reason }),
+      ...(intent.by === undefined ? {} : { by: intent.by }),
     },
   };
 }

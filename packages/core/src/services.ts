@@ -283,13 +283,15 @@ export async function publishAgentEvent(deps: Deps, jobId: string, input: Publis
   // From here on the commit stands: nothing below may turn it into a failure of the request.
   const warnings: string[] = [];
   if (prepared !== undefined) {
-    await applyFinalizeIfCurrent(deps, prepared, record.evidence_seq).catch((e: unknown) => {
+    try {
+      await applyFinalizeIfCurrent(deps, prepared, record.evidence_seq);
+    } catch (e) {
       warnings.push(`the finalize committed, but its live report and manifest were not written: ${messageOf(e)}; finalize again`);
-    });
+    }
   }
   const attemptId = input.attemptId ?? input.finalize?.attemptId;
-  await deps.jobs
-    .appendEvent({
+  try {
+    await deps.jobs.appendEvent({
       job_id: jobId,
       at: deps.clock.now().toISOString(),
       id: deps.ids.uuid(),
@@ -301,15 +303,19 @@ export async function publishAgentEvent(deps: Deps, jobId: string, input: Publis
         ...(prepared ? { report_sha256: prepared.manifest.sha256 } : {}),
         ...(input.data ? { data: input.data } : {}),
       },
-    })
-    .catch((e: unknown) => {
-      warnings.push(`the transition committed, but its event log line was not written: ${messageOf(e)}`);
     });
-  const flush = await flushNotification(deps, jobId).catch((e: unknown): FlushResult => {
+  } catch (e) {
+    warnings.push(`the transition committed, but its event log line was not written: ${messageOf(e)}`);
+  }
+  let flush: FlushResult;
+  try {
+    flush = await flushNotification(deps, jobId);
+  } catch (e) {
+    // The intent stays owed in the store; the sweep sends it.
     const intent = record.pending_notification;
     const error = isMamError(e) ? e : new MamError("internal", messageOf(e));
-    return intent === undefined ? { outcome: "nothing_owed" } : { outcome: "failed", intent, error };
-  });
+    flush = intent === undefined ? { outcome: "nothing_owed" } : { outcome: "failed", intent, error };
+  }
   const finalized = prepared === undefined ? undefined : { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
   return { record, ...(finalized ? { finalized } : {}), flush, warnings };
 }
