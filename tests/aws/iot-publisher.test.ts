@@ -16,7 +16,8 @@ let standIn: IotStandIn;
 const cleanup: (() => Promise<void> | void)[] = [];
 
 beforeAll(async () => {
-  broker = await startEmbeddedBroker({ port: 0, publisherCredentials: SERVICE });
+  // The broker plays IoT Core's, which takes a 128 KB payload (the embedded default stops at 64 KiB).
+  broker = await startEmbeddedBroker({ port: 0, publisherCredentials: SERVICE, maxPacketBytes: IOT_MAX_PAYLOAD_BYTES + 1024 });
   standIn = await startIotStandIn(broker.url, SERVICE);
 });
 afterEach(async () => {

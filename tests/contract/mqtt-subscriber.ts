@@ -18,10 +18,14 @@ export async function subscribeOn(url: string, topic: string): Promise<Subscript
     if (waiter === undefined) queue.push(message);
     else waiter(message);
   });
-  const grants = await client.subscribeAsync(topic, { qos: 1 });
-  if (grants.some((g) => g.qos === 128)) {
+  // mqtt.js rejects a SUBACK of 0x80 itself ("Subscribe error: Unspecified error").
+  const refused = await client.subscribeAsync(topic, { qos: 1 }).then(
+    (grants) => (grants.some((g) => g.qos === 128) ? "granted 0x80" : undefined),
+    (e: unknown) => (e instanceof Error ? e.message : String(e)),
+  );
+  if (refused !== undefined) {
     await client.endAsync(true);
-    throw new Error(`the broker refused the subscription to ${topic}`);
+    throw new Error(`the broker refused the subscription to ${topic}: ${refused}`);
   }
   return {
     next(timeoutMs = 5000) {

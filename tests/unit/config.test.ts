@@ -37,6 +37,8 @@ describe("parseConfig", () => {
       MAM_PORT: "9000",
       MAM_DATA_DIR: "/var/lib/mam",
       MAM_MQTT_URL: "mqtt://broker.internal:1884",
+      MAM_MQTT_USERNAME: "mam",
+      MAM_MQTT_PASSWORD: "secret",
       MAM_MQTT_PORT: "11883",
     });
     expect(config.flags).toEqual({ autoComplete: true, engineCas: false, allowedBackends: ["grok", "codex"] });

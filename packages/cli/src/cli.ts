@@ -85,12 +85,20 @@ function reportDirOf(path: string): string {
 async function embedded(values: Record<string, unknown>, ctx: Ctx): Promise<Deps & { close(): Promise<void> }> {
   const dir = resolve(str(values["data-dir"]) ?? ctx.config.dataDir);
   const creds = await readCredentials(dir);
-  const url = str(values["mqtt-url"]) ?? ctx.config.mqttUrl ?? `mqtt://127.0.0.1:${ctx.config.mqttPort}`;
+  const flagUrl = str(values["mqtt-url"]);
+  const url = flagUrl ?? ctx.config.mqttUrl ?? `mqtt://127.0.0.1:${ctx.config.mqttPort}`;
+  // On MAM_MQTT_URL's external broker, the service's login from the environment;
+  // otherwise the embedded broker's, from the data dir. Never the service's client
+  // id: a second connection with it would close the service's own.
+  const external = flagUrl === undefined && ctx.config.mqttUrl !== undefined;
+  const login = external
+    ? { username: ctx.config.mqttUsername, password: ctx.config.mqttPassword }
+    : { username: creds?.mqtt.username, password: creds?.mqtt.password };
   const store = openDataDir(dir);
   const publisher = new MqttPublisher({
     url,
     publishTimeoutMs: ctx.config.publishTimeoutMs,
-    ...(creds?.mqtt ? { username: creds.mqtt.username, password: creds.mqtt.password } : {}),
+    ...(login.username === undefined || login.password === undefined ? {} : { username: login.username, password: login.password }),
   });
   return {
     jobs: store.jobs,

@@ -1,1 +1,2 @@
 export { type CliIo, runCli } from "./cli.ts";
+export { type RunningService, startService } from "./serve.ts";

@@ -8,6 +8,7 @@ import {
   type Deps,
   flushNotification,
   isMamError,
+  MamError,
   parseConfig,
   randomIds,
   recoverNotifications,
@@ -91,16 +92,39 @@ export async function startService(
   await mkdir(paths.root, { recursive: true, mode: 0o700 });
   const { credentials } = await ensureCredentials(paths.root);
 
+  // The service's connection: the data dir's credentials on the embedded broker,
+  // MAM_MQTT_USERNAME/MAM_MQTT_PASSWORD on an external one (parseConfig requires
+  // them with MAM_MQTT_URL); on both, the client id MAM_MQTT_CLIENT_ID.
   let broker: EmbeddedBroker | undefined;
   let mqttUrl = config.mqttUrl;
+  let mqttLogin = { username: credentials.mqtt.username, password: credentials.mqtt.password };
   if (mqttUrl === undefined) {
-    broker = await startEmbeddedBroker({ port: config.mqttPort, host: "127.0.0.1", publisherCredentials: credentials.mqtt });
+    broker = await startEmbeddedBroker({
+      port: config.mqttPort,
+      host: "127.0.0.1",
+      publisherCredentials: credentials.mqtt,
+      serviceClientId: config.mqttClientId,
+      maxPacketBytes: config.mqttMaxPacketBytes,
+    });
     mqttUrl = broker.url;
+  } else {
+    if (config.mqttUsername === undefined || config.mqttPassword === undefined) {
+      throw new MamError("config.invalid", "MAM_MQTT_USERNAME and MAM_MQTT_PASSWORD are required with MAM_MQTT_URL");
+    }
+    mqttLogin = { username: config.mqttUsername, password: config.mqttPassword };
   }
   const publisher = new MqttPublisher({
     url: mqttUrl,
+    clientId: config.mqttClientId,
+    ...mqttLogin,
     publishTimeoutMs: config.publishTimeoutMs,
-    ...(config.mqttUrl === undefined ? { username: credentials.mqtt.username, password: credentials.mqtt.password } : {}),
+    ...(broker === undefined ? {} : { maxPacketBytes: config.mqttMaxPacketBytes }),
+    onConnectionChange: (connected) =>
+      log(
+        JSON.stringify(
+          connected ? { level: "info", msg: "mqtt connected" } : { level: "warn", msg: "mqtt disconnected", detail: "reconnecting" },
+        ),
+      ),
   });
 
   const store = openDataDir(paths.root, { allowAbsolute: false });

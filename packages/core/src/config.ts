@@ -16,6 +16,8 @@ const int = (name: string, dflt: number, min: number, max: number) =>
     .max(max, `${name} must be at most ${max}`)
     .default(dflt);
 
+const MQTT_SCHEMES = new Set(["mqtt:", "mqtts:", "ws:", "wss:"]);
+
 const list = z
   .string()
   .transform((s) =>
@@ -38,8 +40,28 @@ export const EnvSchema = z.object({
   MAM_HOST: z.string().min(1).default("127.0.0.1"),
   MAM_PORT: int("MAM_PORT", 8787, 0, 65535),
   MAM_DATA_DIR: z.string().min(1).default(".mam"),
-  MAM_MQTT_URL: z.string().url("MAM_MQTT_URL must be a URL such as mqtt://127.0.0.1:1883").optional(),
+  MAM_MQTT_URL: z
+    .string()
+    .url("MAM_MQTT_URL must be a URL such as mqtt://127.0.0.1:1883")
+    // (zod runs these after a failed .url() too: an unparsable URL is that check's to name.)
+    .refine(
+      (u) => !URL.canParse(u) || MQTT_SCHEMES.has(new URL(u).protocol),
+      "MAM_MQTT_URL must be an mqtt://, mqtts://, ws:// or wss:// URL",
+    )
+    .refine((u) => {
+      if (!URL.canParse(u)) return true;
+      const url = new URL(u);
+      return url.username === "" && url.password === "";
+    }, "MAM_MQTT_URL must carry no credentials (it is printed at start-up): set MAM_MQTT_USERNAME and MAM_MQTT_PASSWORD")
+    .optional(),
   MAM_MQTT_PORT: int("MAM_MQTT_PORT", 1883, 0, 65535),
+  MAM_MQTT_USERNAME: z.string().min(1).optional(),
+  MAM_MQTT_PASSWORD: z.string().min(1).optional(),
+  MAM_MQTT_CLIENT_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,23}$/, "MAM_MQTT_CLIENT_ID must be 1 to 23 letters, digits, '-' or '_' (what every MQTT 3.1.1 broker accepts)")
+    .default("mam-service"),
+  MAM_MQTT_MAX_PACKET_BYTES: int("MAM_MQTT_MAX_PACKET_BYTES", 64 * 1024, 1024, 16 * 1024 * 1024),
   MAM_OPERATOR_TOKEN: z.string().min(1).optional(),
   MAM_TOKEN_SIGNING_KEY: z.string().min(32, "MAM_TOKEN_SIGNING_KEY must be at least 32 characters").optional(),
   MAM_TOKEN_SIGNING_KEY_PARAMETER: z.string().min(1).optional(),
@@ -58,6 +80,24 @@ export const EnvSchema = z.object({
   MAM_TOKEN: z.string().min(1).optional(),
 });
 
+/**
+ * The rules between variables. The service never connects to an external broker
+ * anonymously: there, anyone could take its client id or publish under mam/ beside
+ * it. (A URL that failed its own checks is named there alone.)
+ */
+const EnvRules = EnvSchema.superRefine((e, ctx) => {
+  if (e.MAM_MQTT_URL === undefined || !URL.canParse(e.MAM_MQTT_URL)) return;
+  for (const name of ["MAM_MQTT_USERNAME", "MAM_MQTT_PASSWORD"] as const) {
+    if (e[name] === undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: [name],
+        message: `${name} is required with MAM_MQTT_URL: the service connects to an external broker with MAM_MQTT_USERNAME and MAM_MQTT_PASSWORD, never anonymously`,
+      });
+    }
+  }
+});
+
 export interface Flags {
   readonly autoComplete: boolean;
   readonly engineCas: boolean;
@@ -72,6 +112,13 @@ export interface Config {
   readonly dataDir: string;
   readonly mqttUrl: string | undefined;
   readonly mqttPort: number;
+  /** The service's credentials on an external broker (required with MAM_MQTT_URL). */
+  readonly mqttUsername: string | undefined;
+  readonly mqttPassword: string | undefined;
+  /** The service publisher's client id, on either broker; the embedded one reserves it. */
+  readonly mqttClientId: string;
+  /** The embedded broker's largest packet, fixed header included. */
+  readonly mqttMaxPacketBytes: number;
   readonly operatorToken: string | undefined;
   readonly tokenSigningKey: string | undefined;
   readonly tokenSigningKeyParameter: string | undefined;
@@ -97,7 +144,7 @@ export interface Config {
 export function parseConfig(env: Readonly<Record<string, string | undefined>>): Config {
   // An empty variable means unset, as a shell user expects of `MAM_X= cmd`.
   const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ""));
-  const r = EnvSchema.safeParse(cleaned);
+  const r = EnvRules.safeParse(cleaned);
   if (!r.success) {
     const issues = r.error.issues.map((i) => ({ path: String(i.path[0] ?? "(env)"), message: i.message }));
     throw new MamError("config.invalid", `invalid configuration: ${issues.map((i) => `${i.path}: ${i.message}`).join("; ")}`, {
@@ -116,6 +163,10 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     dataDir: e.MAM_DATA_DIR,
     mqttUrl: e.MAM_MQTT_URL,
     mqttPort: e.MAM_MQTT_PORT,
+    mqttUsername: e.MAM_MQTT_USERNAME,
+    mqttPassword: e.MAM_MQTT_PASSWORD,
+    mqttClientId: e.MAM_MQTT_CLIENT_ID,
+    mqttMaxPacketBytes: e.MAM_MQTT_MAX_PACKET_BYTES,
     operatorToken: e.MAM_OPERATOR_TOKEN,
     tokenSigningKey: e.MAM_TOKEN_SIGNING_KEY,
     tokenSigningKeyParameter: e.MAM_TOKEN_SIGNING_KEY_PARAMETER,

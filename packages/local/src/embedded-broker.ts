@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import net from "node:net";
+import { Duplex } from "node:stream";
 import { Aedes, type AuthenticateError, type Client } from "aedes";
 
 export interface EmbeddedBrokerOptions {
@@ -12,6 +13,19 @@ export interface EmbeddedBrokerOptions {
    * Without them nobody may publish under `mam/` over the wire (fail closed).
    */
   readonly publisherCredentials?: { readonly username: string; readonly password: string };
+  /**
+   * The service publisher's client id, reserved for a connection presenting
+   * `publisherCredentials`: anyone else using it is refused at CONNECT, so the
+   * service's connection is never taken over (MQTT lets a new connection with a
+   * client id close the one that held it).
+   */
+  readonly serviceClientId?: string;
+  /**
+   * Largest MQTT packet accepted from a client, fixed header included (default
+   * 64 KiB). A larger one closes its connection as soon as its header announces
+   * the size, before its body is read: nothing of it is buffered.
+   */
+  readonly maxPacketBytes?: number;
   /** Refuse a publish to these topics whoever sends it (tests that need a refusing broker). */
   readonly refusePublish?: (topic: string) => boolean;
 }
@@ -24,40 +38,66 @@ export interface EmbeddedBroker {
   close(): Promise<void>;
 }
 
+/**
+ * mam's notifications are a few hundred bytes of identifiers and status; 64 KiB
+ * leaves room for any client of the broker that chats beside them, while bounding
+ * what one anonymous packet can make the service hold.
+ */
+export const DEFAULT_MAX_PACKET_BYTES = 64 * 1024;
+
 /** The namespace only the service may publish in, so a completion cannot be spoofed. */
 const SERVICE_PREFIX = "mam/";
+const SYS_PREFIX = "$SYS";
+
+/** MQTT 3.1.1 CONNACK return codes (AuthErrorCode is a const enum aedes does not export at runtime). */
+const IDENTIFIER_REJECTED = 2;
+const BAD_USERNAME_OR_PASSWORD = 4;
 
 /**
  * An MQTT 3.1.1 broker (aedes) in the service's process. Anyone may connect without
- * credentials and subscribe; a client that presents credentials must present the
- * publisher's, or its connection is refused; only that client may publish under
- * `mam/` (its will messages included: aedes authorizes a will like a publish).
+ * credentials and subscribe, except to `$SYS` (which names every connected client);
+ * a client that presents credentials must present the publisher's, or its
+ * connection is refused; only that client may publish under `mam/` (its will
+ * messages included: aedes authorizes a will like a publish) or connect with the
+ * service's client id. Nobody may retain a message, the service included: mam's
+ * notifications are events, not state, and a retained message would live in the
+ * service's memory and be replayed to every new subscriber. Every packet is
+ * bounded in size before it is buffered.
+ *
+ * Over MQTT 3.1.1 a broker refuses a publish by closing the connection; a refused
+ * subscription is granted 0x80.
  */
 export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promise<EmbeddedBroker> {
   const host = options.host ?? "127.0.0.1";
   const credentials = options.publisherCredentials;
+  const maxPacketBytes = options.maxPacketBytes ?? DEFAULT_MAX_PACKET_BYTES;
   const publishers = new WeakSet<Client>();
+
+  const refuseConnect = (done: (error: AuthenticateError | null, success: boolean | null) => void, code: number, message: string) =>
+    done(Object.assign(new Error(message), { returnCode: code }) as AuthenticateError, false);
 
   const broker = await Aedes.createBroker({
     authenticate(client, username, password, done) {
       const anonymous = (username === undefined || username === "") && password === undefined;
-      if (anonymous) return done(null, true);
-      if (
+      const isPublisher =
+        !anonymous &&
         credentials !== undefined &&
         username === credentials.username &&
         password !== undefined &&
-        sameSecret(password, credentials.password)
-      ) {
-        publishers.add(client);
-        return done(null, true);
+        sameSecret(password, credentials.password);
+      if (!anonymous && !isPublisher) return refuseConnect(done, BAD_USERNAME_OR_PASSWORD, "bad user name or password");
+      // aedes closes a connected client when another connects with its id (after this
+      // hook accepts it), so the check must be here, before that can happen.
+      if (options.serviceClientId !== undefined && client.id === options.serviceClientId && !isPublisher) {
+        return refuseConnect(done, IDENTIFIER_REJECTED, "this client id is reserved for the service");
       }
-      // 4 = bad user name or password (AuthErrorCode is a const enum aedes does not export at runtime).
-      const refusal = Object.assign(new Error("bad user name or password"), { returnCode: 4 }) as AuthenticateError;
-      done(refusal, false);
+      if (isPublisher) publishers.add(client);
+      done(null, true);
     },
     authorizePublish(client, packet, done) {
       const topic = packet.topic;
-      if (topic.startsWith("$SYS")) return done(new Error("$SYS topics are reserved"));
+      if (topic.startsWith(SYS_PREFIX)) return done(new Error("$SYS topics are reserved"));
+      if (packet.retain) return done(new Error("retained messages are refused"));
       if (options.refusePublish?.(topic)) return done(new Error(`publishing to ${topic} is refused`));
       const inServiceSpace = topic === "mam" || topic.startsWith(SERVICE_PREFIX);
       if (inServiceSpace && (client === null || !publishers.has(client))) {
@@ -65,13 +105,19 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
       }
       done(null);
     },
+    authorizeSubscribe(client, subscription, done) {
+      // `#` and `+/...` never match `$SYS` topics (aedes follows MQTT-4.7.2-1), so
+      // refusing the filters that name it closes it.
+      if (subscription.topic.startsWith(SYS_PREFIX) && !publishers.has(client)) return done(null, null);
+      done(null, subscription);
+    },
   });
 
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
-    broker.handle(socket);
+    broker.handle(new PacketSizeGuard(socket, maxPacketBytes));
   });
   try {
     await new Promise<void>((resolve, reject) => {
@@ -104,6 +150,107 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
       return closing;
     },
   };
+}
+
+/**
+ * The client's socket as aedes reads it, with every incoming packet's size read
+ * from its fixed header as the bytes pass. aedes 1.x has no packet size option and
+ * its parser (mqtt-packet) buffers a whole packet before it looks at it, so a
+ * 100 MiB publish was held in memory in full; here the connection is destroyed as
+ * soon as a header announces more than the limit, before the body is read.
+ *
+ * ```
+ * | type | remaining length (1-4 bytes) | body (remaining length bytes) | type | ...
+ *          ^ the size is known here: over the limit, the socket is destroyed
+ * ```
+ *
+ * Bytes pass through unchanged and unbuffered; the scan keeps a few integers.
+ */
+class PacketSizeGuard extends Duplex {
+  readonly #socket: net.Socket;
+  readonly #maxPacketBytes: number;
+  #phase: "type" | "length" | "body" = "type";
+  #remaining = 0;
+  #multiplier = 1;
+  #lengthBytes = 0;
+
+  constructor(socket: net.Socket, maxPacketBytes: number) {
+    super({ allowHalfOpen: false });
+    this.#socket = socket;
+    this.#maxPacketBytes = maxPacketBytes;
+    socket.on("data", (chunk: Buffer) => {
+      if (!this.#withinLimit(chunk)) {
+        // MQTT 3.1.1 has no way to say "too large" but to close the connection.
+        this.destroy();
+        return;
+      }
+      if (!this.push(chunk)) socket.pause();
+    });
+    socket.once("end", () => this.push(null));
+    socket.on("error", (err) => this.destroy(err));
+    socket.once("close", () => this.destroy());
+  }
+
+  override _read(): void {
+    this.#socket.resume();
+  }
+
+  override _write(chunk: Buffer, encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this.#socket.write(chunk, encoding, callback);
+  }
+
+  override _writev(chunks: { chunk: Buffer; encoding: BufferEncoding }[], callback: (error?: Error | null) => void): void {
+    this.#socket.cork();
+    const last = chunks.length - 1;
+    chunks.forEach(({ chunk, encoding }, i) => {
+      if (i === last) this.#socket.write(chunk, encoding, callback);
+      else this.#socket.write(chunk, encoding);
+    });
+    this.#socket.uncork();
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    this.#socket.end(() => callback());
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.#socket.destroy();
+    callback(error);
+  }
+
+  /** Advances the scan over `chunk`; false as soon as a packet is over the limit. */
+  #withinLimit(chunk: Buffer): boolean {
+    let i = 0;
+    while (i < chunk.length) {
+      if (this.#phase === "body") {
+        const take = Math.min(this.#remaining, chunk.length - i);
+        this.#remaining -= take;
+        i += take;
+        if (this.#remaining === 0) this.#phase = "type";
+        continue;
+      }
+      if (this.#phase === "type") {
+        i++;
+        this.#phase = "length";
+        this.#remaining = 0;
+        this.#multiplier = 1;
+        this.#lengthBytes = 0;
+        continue;
+      }
+      const byte = chunk[i++] as number;
+      this.#remaining += (byte & 0x7f) * this.#multiplier;
+      this.#multiplier *= 128;
+      this.#lengthBytes++;
+      if (byte & 0x80) {
+        // A fifth length byte is malformed MQTT; refuse it here too.
+        if (this.#lengthBytes === 4) return false;
+        continue;
+      }
+      if (1 + this.#lengthBytes + this.#remaining > this.#maxPacketBytes) return false;
+      this.#phase = this.#remaining === 0 ? "type" : "body";
+    }
+    return true;
+  }
 }
 
 /** Constant-time comparison of a presented password with the configured one. */

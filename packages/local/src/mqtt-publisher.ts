@@ -11,11 +11,27 @@ export interface MqttPublisherOptions {
   readonly connectTimeoutMs?: number;
   /** How long to wait for the PUBACK once the publish is sent (default 5000 ms). */
   readonly publishTimeoutMs?: number;
+  /**
+   * The broker's largest packet, when known (the embedded broker's limit): a publish
+   * that would not fit is `publish.tooLarge` before anything is sent, rather than a
+   * dropped connection the publisher could only call a refusal.
+   */
+  readonly maxPacketBytes?: number;
+  /**
+   * After a connection that was up goes away (a broker restart, a dropped socket, a
+   * refused publish), the first reconnection is tried after this long, then at
+   * doubling intervals up to 30 s, until it succeeds or the publisher is closed
+   * (default 1000 ms; 0: only the next publish reconnects).
+   */
+  readonly reconnectPeriodMs?: number;
+  /** Told each time a connection is established (true) or lost (false; not when `close` ends it); for logs and tests. */
+  readonly onConnectionChange?: (connected: boolean) => void;
 }
 
 /** CONNACK codes meaning "I do not speak that protocol version" (3.1.1 and 5). */
 const UNSUPPORTED_VERSION = new Set([1, 0x84]);
 const PACKET_TOO_LARGE = 0x95;
+const MAX_RECONNECT_DELAY_MS = 30_000;
 
 /**
  * Publishes at QoS 1 and resolves only on the broker's PUBACK.
@@ -25,16 +41,26 @@ const PACKET_TOO_LARGE = 0x95;
  * "unacceptable protocol version", and the publisher then speaks 3.1.1 to it, where
  * a refused publish is answered by closing the connection.
  *
- * Failure is bounded and leaves nothing running: the client never reconnects by
- * itself (`reconnectPeriod: 0`) and is ended on any failure, so a CLI can exit; the
- * next publish connects afresh.
+ * Failure is bounded: mqtt.js never reconnects by itself (`reconnectPeriod: 0`, so
+ * no message it queued is re-sent behind the caller's back) and the client is ended
+ * on any failure; the next publish connects afresh. Once it has been connected, the
+ * publisher also reconnects on its own after any disconnect, so a service is back
+ * on the broker before its next notification; the retry timer never keeps a
+ * process alive, and `close` stops it (a CLI closes and exits).
  */
 export class MqttPublisher implements Publisher {
   readonly #options: MqttPublisherOptions;
   readonly #connectTimeoutMs: number;
   readonly #publishTimeoutMs: number;
   readonly #where: string;
+  readonly #reconnectPeriodMs: number;
   #protocolVersion: 4 | 5 = 5;
+  /** Set by `close`, cleared by the next publish: no reconnecting on its own meanwhile. */
+  #stopped = false;
+  /** Reconnecting on its own starts only once a connection was up. */
+  #everConnected = false;
+  #reconnectDelayMs: number;
+  #reconnectTimer: NodeJS.Timeout | undefined;
   #session: Promise<MqttClient> | undefined;
   #client: MqttClient | undefined;
   readonly #connections = new WeakMap<MqttClient, ConnectionState>();
@@ -44,9 +70,22 @@ export class MqttPublisher implements Publisher {
     this.#connectTimeoutMs = options.connectTimeoutMs ?? 3000;
     this.#publishTimeoutMs = options.publishTimeoutMs ?? 5000;
     this.#where = `MQTT broker at ${redact(options.url)}`;
+    this.#reconnectPeriodMs = options.reconnectPeriodMs ?? 1000;
+    this.#reconnectDelayMs = this.#reconnectPeriodMs;
   }
 
   async publish(topic: string, payload: string): Promise<void> {
+    const limit = this.#options.maxPacketBytes;
+    if (limit !== undefined) {
+      const bytes = publishPacketBytes(topic, payload);
+      if (bytes > limit) {
+        throw new MamError(
+          "publish.tooLarge",
+          `${this.#where} takes packets of at most ${limit} bytes; the publish to ${topic} is ${bytes}`,
+        );
+      }
+    }
+    this.#stopped = false;
     let client = await this.#connected();
     if (!client.connected) {
       // It went away between two publishes; connect once more.
@@ -57,6 +96,9 @@ export class MqttPublisher implements Publisher {
   }
 
   async close(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = undefined;
     const session = this.#session;
     this.#session = undefined;
     this.#client = undefined;
@@ -80,11 +122,45 @@ export class MqttPublisher implements Publisher {
     if (this.#session === undefined) {
       const session = this.#connect();
       this.#session = session;
-      session.catch(() => {
-        if (this.#session === session) this.#session = undefined;
-      });
+      session.then(
+        () => {
+          this.#everConnected = true;
+          this.#reconnectDelayMs = this.#reconnectPeriodMs;
+          this.#tell(true);
+        },
+        () => {
+          if (this.#session === session) this.#session = undefined;
+          this.#reconnectSoon();
+        },
+      );
     }
     return this.#session;
+  }
+
+  /**
+   * One reconnection attempt after the current delay, unless one is pending, a
+   * connection is up or being made (a publish reconnected first), or the publisher
+   * was closed. A failed attempt schedules the next at twice the delay.
+   */
+  #reconnectSoon(): void {
+    if (this.#reconnectPeriodMs === 0 || !this.#everConnected || this.#stopped || this.#reconnectTimer !== undefined) return;
+    const delay = this.#reconnectDelayMs;
+    this.#reconnectDelayMs = Math.min(delay * 2, MAX_RECONNECT_DELAY_MS);
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = undefined;
+      if (this.#stopped || this.#session !== undefined) return;
+      // A failure is handled where every session's is: it schedules the next try.
+      this.#connected().catch(() => undefined);
+    }, delay);
+    this.#reconnectTimer.unref();
+  }
+
+  #tell(connected: boolean): void {
+    try {
+      this.#options.onConnectionChange?.(connected);
+    } catch {
+      // A listener's failure is not the publisher's.
+    }
   }
 
   async #connect(): Promise<MqttClient> {
@@ -157,6 +233,9 @@ export class MqttPublisher implements Publisher {
       // callbacks with a bare "Connection closed", which says less.
       for (const fail of [...state.inFlight]) fail(state.abandoned);
       this.#drop(client);
+      if (this.#stopped) return;
+      this.#tell(false);
+      this.#reconnectSoon();
     });
   }
 
@@ -228,6 +307,16 @@ interface ConnectionState {
   readonly inFlight: Set<(abandoned: string | undefined) => void>;
   /** Set when we dropped the connection ourselves, and why. */
   abandoned?: string;
+}
+
+/**
+ * The size of a QoS 1 PUBLISH of `payload` to `topic`, fixed header included; one
+ * byte of MQTT 5 properties is counted whichever version is spoken.
+ */
+function publishPacketBytes(topic: string, payload: string): number {
+  const remaining = 2 + Buffer.byteLength(topic) + 2 + 1 + Buffer.byteLength(payload);
+  const lengthBytes = remaining < 128 ? 1 : remaining < 16_384 ? 2 : remaining < 2_097_152 ? 3 : 4;
+  return 1 + lengthBytes + remaining;
 }
 
 function redact(url: string): string {
