@@ -137,6 +137,14 @@ class CountingReports implements ReportStore {
     this.#count("hash");
     return this.#inner.hash(location, name);
   }
+  delete(location: string, name: string) {
+    this.#count("delete");
+    return this.#inner.delete(location, name);
+  }
+  copyOnce(from: { location: string; name: string }, to: { location: string; name: string }, sha256: string) {
+    this.#count("copyOnce");
+    return this.#inner.copyOnce(from, to, sha256);
+  }
   describe(location: string, name: string): string {
     return this.#inner.describe(location, name);
   }

@@ -21,6 +21,7 @@ export const ERROR_TABLE = {
   "dispatch.notFound": { status: 404, exit: 1, retryable: false, title: "No such dispatch" },
   "report.notFound": { status: 404, exit: 1, retryable: false, title: "No report to finalize" },
   "report.frozen": { status: 409, exit: 1, retryable: false, title: "The job is terminal; its report tree is frozen" },
+  "report.changed": { status: 409, exit: 1, retryable: false, title: "The report changed while it was being pinned" },
   "report.location": { status: 400, exit: 1, retryable: false, title: "Not a valid report location" },
   "auth.missing": { status: 401, exit: 1, retryable: false, title: "A bearer token is required" },
   "auth.invalid": { status: 401, exit: 1, retryable: false, title: "The token is not valid" },

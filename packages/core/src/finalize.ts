@@ -96,7 +96,7 @@ export async function finalizeReport(reports: ReportStore, clock: Clock, input: 
   if (!digest) {
     throw new MamError(
       "report.notFound",
-      `no report to finalize: neither ${STAGED_REPORT_NAME} nor ${REPORT_NAME} exists at ${reports.describe(input.location, "")}`,
+      `no report to finalize: neither ${reports.describe(input.location, STAGED_REPORT_NAME)} nor ${REPORT_NAME} exists`,
     );
   }
   const manifest: Manifest = {
