@@ -144,6 +144,8 @@ function lazyReportStore(bucket: string, build: () => Promise<ReportStore>): Rep
     exists: async (location, name) => (await get()).exists(location, name),
     promote: async (location, from, to) => (await get()).promote(location, from, to),
     hash: async (location, name) => (await get()).hash(location, name),
+    delete: async (location, name) => (await get()).delete(location, name),
+    copyOnce: async (from, to, sha256) => (await get()).copyOnce(from, to, sha256),
     describe: (location, name) => s3Uri(bucket, location, name),
   };
 }

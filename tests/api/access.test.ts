@@ -29,6 +29,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "GET /openapi.json": { kind: "public" },
       "GET /docs": { kind: "public" },
       "GET /docs/assets/{file}": { kind: "public" },
+      "GET /assets/{file}": { kind: "public" },
       "GET /healthz": { kind: "public" },
       "GET /": { kind: "public" },
     });

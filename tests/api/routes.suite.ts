@@ -405,9 +405,13 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         const page = await h.call("GET", "/docs");
         expect(page.status).toBe(200);
         expect(page.headers.get("content-type")).toMatch(/^text\/html/);
-        expect(page.text).toContain("SwaggerUIBundle");
-        expect(page.text).toContain('url: "openapi.json"');
+        expect(page.text).toContain('<script src="docs/assets/mam-docs.js"></script>');
         expect(page.text).not.toMatch(/(src|href)="(https?:)?\/\//);
+        const init = await h.call("GET", "/docs/assets/mam-docs.js");
+        expect(init.status).toBe(200);
+        expect(init.headers.get("content-type")).toMatch(/^text\/javascript/);
+        expect(init.text).toContain("SwaggerUIBundle");
+        expect(init.text).toContain('url: "openapi.json"');
 
         const css = await h.call("GET", "/docs/assets/swagger-ui.css");
         expect(css.status).toBe(200);
@@ -421,19 +425,67 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expectProblem(await h.call("GET", "/docs/assets/..%2Fpackage.json"), 404, "route.notFound");
       });
 
-      it("GET / serves the self-contained dashboard shell", async () => {
+      it("GET / serves the self-contained dashboard shell, its script and stylesheet served by the app", async () => {
         const h = await harness();
         const res = await h.call("GET", "/");
         expect(res.status).toBe(200);
         expect(res.headers.get("content-type")).toMatch(/^text\/html/);
-        expect(res.text).toContain("sessionStorage");
-        expect(res.text).toContain("v1/jobs?");
         for (const column of ["job_id", "agent", "status", "transition_seq", "updated_at", "owed notification"]) {
           expect(res.text).toContain(`<th>${column}</th>`);
         }
-        expect(res.text).toContain("next_cursor");
+        expect(res.text).toContain('<script src="assets/dashboard.js"></script>');
+        expect(res.text).toContain('<link rel="stylesheet" href="assets/dashboard.css">');
         expect(res.text).not.toMatch(/(src|href)="(https?:)?\/\//);
         expect(res.headers.get("content-security-policy")).toContain("default-src 'none'");
+
+        const js = await h.call("GET", "/assets/dashboard.js");
+        expect(js.status).toBe(200);
+        expect(js.headers.get("content-type")).toMatch(/^text\/javascript/);
+        expect(js.headers.get("x-content-type-options")).toBe("nosniff");
+        expect(js.text).toContain("sessionStorage");
+        expect(js.text).toContain("v1/jobs?");
+        expect(js.text).toContain("next_cursor");
+        const css = await h.call("GET", "/assets/dashboard.css");
+        expect(css.status).toBe(200);
+        expect(css.headers.get("content-type")).toMatch(/^text\/css/);
+        for (const bad of ["package.json", "..%2Fdashboard.ts", "dashboard.ts", "constructor", "__proto__"]) {
+          expectProblem(await h.call("GET", `/assets/${bad}`), 404, "route.notFound");
+        }
+      });
+
+      it("every HTML answer (/ and /docs) is nosniff, framed by nobody, sends no Referer, and runs no inline script", async () => {
+        const h = await harness();
+        for (const path of ["/", "/docs"]) {
+          const res = await h.call("GET", path);
+          expect(res.status, path).toBe(200);
+          expect(res.headers.get("content-type"), path).toMatch(/^text\/html/);
+          expect(res.headers.get("x-content-type-options"), path).toBe("nosniff");
+          expect(res.headers.get("referrer-policy"), path).toBe("no-referrer");
+          expect(res.headers.get("x-frame-options"), path).toBe("DENY");
+          const csp = Object.fromEntries(
+            (res.headers.get("content-security-policy") ?? "").split(";").map((d) => {
+              const [name = "", ...values] = d.trim().split(/\s+/);
+              return [name, values];
+            }),
+          );
+          expect(csp["default-src"], path).toEqual(["'none'"]);
+          expect(csp["frame-ancestors"], path).toEqual(["'none'"]);
+          expect(csp["script-src"], path).toEqual(["'self'"]);
+          expect(csp["base-uri"], path).toEqual(["'none'"]);
+          // Every <script> loads a file of the app's own: none has a body, none an inline handler.
+          const scripts = [...res.text.matchAll(/<script\b([^>]*)>([\s\S]*?)<\/script>/gi)];
+          expect(scripts.length, path).toBeGreaterThan(0);
+          for (const [, attrs = "", body = ""] of scripts) {
+            expect(attrs, path).toMatch(/\ssrc="(docs\/)?assets\/[A-Za-z0-9._-]+\.js"/);
+            expect(body.trim(), path).toBe("");
+          }
+          expect(res.text, path).not.toMatch(/\son[a-z]+\s*=/i);
+          expect(res.text, path).not.toMatch(/javascript:/i);
+          for (const [, src] of res.text.matchAll(/<script\b[^>]*\ssrc="([^"]+)"/gi)) {
+            const asset = await h.call("GET", `/${src}`);
+            expect(asset.status, `${path} loads ${src}`).toBe(200);
+          }
+        }
       });
     });
 

@@ -127,6 +127,80 @@ describe("S3ReportStore", () => {
     expect(((await rejection(store.promote(loc, "gone.md", "gone.md"))) as MamError).code).toBe("report.notFound");
   });
 
+  it("copyOnce reads and hashes the source, checks the target with HeadObject, then writes once: PutObject with If-None-Match: * and our ChecksumSHA256", async () => {
+    const body = text("# Report\n\npinned\n");
+    const digest = createHash("sha256").update(body).digest();
+    await store.put(loc, "report-final.md", body);
+    const sent: { command: string; headers: Record<string, string> }[] = [];
+    peer.client.middlewareStack.add(
+      (next, context) => async (args) => {
+        sent.push({
+          command: String(context.commandName),
+          headers: { ...((args.request as { headers?: Record<string, string> }).headers ?? {}) },
+        });
+        return next(args);
+      },
+      { step: "deserialize", name: "captureCopyOnce" },
+    );
+    counter.reset();
+    try {
+      const pinned = { location: `${loc}/evidence`, name: digest.toString("hex") };
+      expect(await store.copyOnce({ location: loc, name: "report-final.md" }, pinned, digest.toString("hex"))).toEqual({
+        bytes: body.byteLength,
+        created: true,
+      });
+    } finally {
+      peer.client.middlewareStack.remove("captureCopyOnce");
+    }
+    expect(sent.map((r) => r.command)).toEqual(["GetObjectCommand", "HeadObjectCommand", "PutObjectCommand"]);
+    const put = sent[2]?.headers ?? {};
+    expect(put["if-none-match"]).toBe("*");
+    expect(put["x-amz-checksum-sha256"]).toBe(digest.toString("base64"));
+    expect(put["x-amz-meta-sha256"]).toBe(digest.toString("hex"));
+  });
+
+  it("copyOnce: a 412 from the conditional PUT (another writer created the key first) is created: false once the target's bytes check out, and report.changed when they do not", async () => {
+    // s3rver never answers 412 (it ignores If-None-Match): the answer real S3 gives
+    // is injected, after the HeadObject saw no target, as it does in a race.
+    const body = text("the evidence");
+    const hex = sha256(body);
+    await store.put(loc, "report-final.md", body);
+    const pinned = { location: `${loc}/evidence`, name: hex };
+    let winner: Uint8Array = body;
+    peer.client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== "PutObjectCommand" || (args.input as { IfNoneMatch?: string }).IfNoneMatch !== "*") return next(args);
+        await peer.client.send(new PutObjectCommand({ Bucket: peer.bucket, Key: `${pinned.location}/${pinned.name}`, Body: winner }));
+        throw Object.assign(new Error("At least one of the pre-conditions you specified did not hold"), {
+          name: "PreconditionFailed",
+          $metadata: { httpStatusCode: 412 },
+        });
+      },
+      { step: "initialize", name: "anotherWriterFirst" },
+    );
+    try {
+      expect(await store.copyOnce({ location: loc, name: "report-final.md" }, pinned, hex)).toEqual({
+        bytes: body.byteLength,
+        created: false,
+      });
+      await store.delete(pinned.location, pinned.name);
+      winner = text("not the evidence");
+      const err = await rejection(store.copyOnce({ location: loc, name: "report-final.md" }, pinned, hex));
+      expect((err as MamError).code).toBe("report.changed");
+    } finally {
+      peer.client.middlewareStack.remove("anotherWriterFirst");
+    }
+  });
+
+  it("delete is one DeleteObject, and an absent key is not an error", async () => {
+    await store.put(loc, "report-final.md.tmp", text("refused at its end"));
+    counter.reset();
+    await store.delete(loc, "report-final.md.tmp");
+    await store.delete(loc, "report-final.md.tmp");
+    expect(counter.byCommand).toEqual({ DeleteObjectCommand: 2 });
+    expect(await store.exists(loc, "report-final.md.tmp")).toBe(false);
+  });
+
   it("describe is the s3:// address of the object", () => {
     expect(store.describe("reports/job-1/2", "report-manifest.json")).toBe(`s3://${peer.bucket}/reports/job-1/2/report-manifest.json`);
   });

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, rm, stat, symlink, writeFile } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -230,6 +230,60 @@ describe("FileReportStore, beyond the contract", () => {
     };
     await expect(store.put("reports/j/1", "report-final.md", failing())).rejects.toThrow("gone");
     expect(await readdir(path.join(root, "reports", "j", "1"))).toEqual(["report-final.md"]);
+  });
+
+  it("describes an object of its own tree as mam-file:///<location>/<name>, never by its path on this machine", () => {
+    const store = new FileReportStore(root, { allowAbsolute: false });
+    expect(store.describe("reports/job-1/2", "report-final.md")).toBe("mam-file:///reports/job-1/2/report-final.md");
+    expect(store.describe("reports/./job-1//2", "report-final.md")).toBe("mam-file:///reports/job-1/2/report-final.md");
+    expect(store.describe("reports/a b/1", "x%.md")).toBe("mam-file:///reports/a%20b/1/x%25.md");
+  });
+
+  it("creates report files 0600 and directories 0700, and a pinned copy 0400", async () => {
+    const store = new FileReportStore(root, { allowAbsolute: false });
+    const body = Buffer.from("private");
+    await store.put("reports/j/1", "report-final.md.tmp", body);
+    await store.promote("reports/j/1", "report-final.md.tmp", "report-final.md");
+    await store.put("reports/j/1", "report-manifest.json", Buffer.from("{}"));
+    const digest = createHash("sha256").update(body).digest("hex");
+    await store.copyOnce({ location: "reports/j/1", name: "report-final.md" }, { location: "reports/j/1/evidence", name: digest }, digest);
+    const mode = async (p: string) => (await stat(path.join(root, p))).mode & 0o777;
+    for (const dir of [".", "reports", "reports/j", "reports/j/1", "reports/j/1/evidence"]) expect(await mode(dir), dir).toBe(0o700);
+    for (const file of ["reports/j/1/report-final.md", "reports/j/1/report-manifest.json"]) expect(await mode(file), file).toBe(0o600);
+    expect(await mode(`reports/j/1/evidence/${digest}`)).toBe(0o400);
+  });
+
+  it("copyOnce: concurrent calls create the target once, and every one of them says whether it was the one", async () => {
+    const store = new FileReportStore(root);
+    const body = Buffer.alloc(2 * 1024 * 1024, "r");
+    await store.put("reports/j/1", "report-final.md", body);
+    const digest = createHash("sha256").update(body).digest("hex");
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        store.copyOnce({ location: "reports/j/1", name: "report-final.md" }, { location: "reports/j/1/evidence", name: digest }, digest),
+      ),
+    );
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+    expect(results.every((r) => r.bytes === body.byteLength)).toBe(true);
+    expect(await readdir(path.join(root, "reports", "j", "1", "evidence"))).toEqual([digest]);
+  });
+
+  it("copyOnce refused (the source changed) leaves no temp file and no directory it made", async () => {
+    const store = new FileReportStore(root);
+    await store.put("reports/j/1", "report-final.md", Buffer.from("rewritten"));
+    const digest = createHash("sha256").update("what was hashed").digest("hex");
+    await expect(
+      store.copyOnce({ location: "reports/j/1", name: "report-final.md" }, { location: "reports/j/1/evidence/deep", name: digest }, digest),
+    ).rejects.toMatchObject({ code: "report.changed" });
+    expect(await readdir(path.join(root, "reports", "j", "1"))).toEqual(["report-final.md"]);
+  });
+
+  it("messages name an object of its own tree by its mam-file URI, not by its path on this machine", async () => {
+    const store = new FileReportStore(root, { allowAbsolute: false });
+    const err = await store.promote("reports/j/1", "report-final.md.tmp", "report-final.md").catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: "report.notFound" });
+    expect((err as Error).message).toContain("mam-file:///reports/j/1/report-final.md.tmp");
+    expect((err as Error).message).not.toContain(root);
   });
 
   it("hashes what is on disk, whoever wrote it", async () => {

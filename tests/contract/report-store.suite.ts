@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from "node:crypto";
+import { tmpdir } from "node:os";
 import { MamError, type ReportStore } from "@mam/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 
@@ -116,10 +117,76 @@ export function reportStoreContract(name: string, make: () => Promise<{ store: R
       expect(await store.exists(location, "never.json")).toBe(false);
     });
 
-    it("describe returns an absolute address (a file path or s3:// URL)", () => {
+    it("describe names an object of the store's own tree by a URI in the store's namespace (s3://, mam-file://), never a server path", () => {
       const address = store.describe(location, "report-final.md");
-      expect(address.startsWith("/") || address.startsWith("s3://")).toBe(true);
-      expect(address.endsWith("report-final.md")).toBe(true);
+      expect(address).toMatch(/^(s3|mam-file):\/\/[^/]*\//);
+      expect(address.endsWith(`/${location}/report-final.md`), address).toBe(true);
+      expect(address).not.toContain(tmpdir());
+    });
+
+    it("delete removes an object; deleting it again, or one that never was, is not an error", async () => {
+      await store.put(location, "report-final.md.tmp", new TextEncoder().encode("refused at its end"));
+      await store.put(location, "report-final.md", new TextEncoder().encode("kept"));
+      await store.delete(location, "report-final.md.tmp");
+      expect(await store.exists(location, "report-final.md.tmp")).toBe(false);
+      expect(await store.getBytes(location, "report-final.md.tmp")).toBeUndefined();
+      await store.delete(location, "report-final.md.tmp");
+      await store.delete(`reports/job-${randomUUID().slice(0, 8)}/9`, "never.md");
+      expect(Buffer.from((await store.getBytes(location, "report-final.md")) ?? []).toString()).toBe("kept");
+    });
+
+    describe("copyOnce (write-once, content-addressed evidence)", () => {
+      const report = { name: "report-final.md" };
+      const body = new TextEncoder().encode("# Report\n\nthe bytes the gate verified\n");
+      const digest = sha256(body);
+      const pinned = () => ({ location: `${location}/evidence`, name: digest });
+
+      it("creates the target with exactly the source's bytes, then a second call leaves it and answers created: false", async () => {
+        await store.put(location, report.name, body);
+        const from = { location, ...report };
+        expect(await store.copyOnce(from, pinned(), digest)).toEqual({ bytes: body.byteLength, created: true });
+        expect(await store.hash(pinned().location, pinned().name)).toEqual({ sha256: digest, bytes: body.byteLength });
+        expect(await store.copyOnce(from, pinned(), digest)).toEqual({ bytes: body.byteLength, created: false });
+        expect(Buffer.from((await store.getBytes(pinned().location, pinned().name)) ?? [])).toEqual(Buffer.from(body));
+        // The source is copied, not moved.
+        expect(await store.hash(location, report.name)).toEqual({ sha256: digest, bytes: body.byteLength });
+      });
+
+      it("never replaces an existing target: another source with other bytes is refused (report.changed) and the target keeps its bytes", async () => {
+        await store.put(location, report.name, body);
+        await store.copyOnce({ location, ...report }, pinned(), digest);
+        const other = new TextEncoder().encode("a different report");
+        await store.put(location, "other.md", other);
+        // The other source hashes to what the caller says, but the target is not those bytes.
+        await expectMamError(store.copyOnce({ location, name: "other.md" }, pinned(), sha256(other)), "report.changed");
+        expect(await store.hash(pinned().location, pinned().name)).toEqual({ sha256: digest, bytes: body.byteLength });
+        // Another source holding the same bytes finds the target already there.
+        await store.put(location, "same.md", body);
+        expect(await store.copyOnce({ location, name: "same.md" }, pinned(), digest)).toEqual({ bytes: body.byteLength, created: false });
+        expect(await store.hash(pinned().location, pinned().name)).toEqual({ sha256: digest, bytes: body.byteLength });
+      });
+
+      it("a source that changed after the caller hashed it is refused with report.changed, and nothing is written", async () => {
+        await store.put(location, report.name, body);
+        await store.put(location, report.name, new TextEncoder().encode("rewritten after it was hashed"));
+        await expectMamError(store.copyOnce({ location, ...report }, pinned(), digest), "report.changed");
+        expect(await store.exists(pinned().location, pinned().name)).toBe(false);
+        expect(await store.read(pinned().location, pinned().name)).toBeUndefined();
+      });
+
+      it("an absent source is refused with report.notFound, and nothing is written", async () => {
+        await expectMamError(store.copyOnce({ location, ...report }, pinned(), digest), "report.notFound");
+        expect(await store.exists(pinned().location, pinned().name)).toBe(false);
+      });
+
+      it("refuses a target location that would escape the store, before reading anything", async () => {
+        await store.put(location, report.name, body);
+        await expectMamError(
+          store.copyOnce({ location, ...report }, { location: "reports/../../escape", name: digest }, digest),
+          "report.location",
+        );
+        await expectMamError(store.copyOnce({ location, ...report }, { location, name: "../escape" }, digest), "report.location");
+      });
     });
 
     it("relative locations with '..', and names that are not plain, are refused with report.location before anything is written", async () => {
@@ -131,6 +198,7 @@ export function reportStoreContract(name: string, make: () => Promise<{ store: R
         await expectMamError(store.getBytes(bad, "report-final.md"), "report.location");
         await expectMamError(store.hash(bad, "report-final.md"), "report.location");
         await expectMamError(store.promote(bad, "report-final.md.tmp", "report-final.md"), "report.location");
+        await expectMamError(store.delete(bad, "report-final.md"), "report.location");
       }
       for (const badName of ["../report-final.md", "a/b.md", "..", "", "x\0y"]) {
         const body = untouchedBody();

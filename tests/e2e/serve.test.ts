@@ -122,7 +122,8 @@ describe("e2e: mam serve", () => {
       );
       const fin = await call(agent, "POST", `/v1/jobs/${jobId}/attempts/1/finalize`, { side_effects: [] });
       expect(fin.status).toBe(200);
-      expect(fin.body.manifest.report_location).toMatch(/^\//);
+      // A URI in the store's own namespace, never the server's path to the file.
+      expect(fin.body.manifest.report_location).toBe(`mam-file:///reports/${jobId}/1/report-final.md`);
       expect((await call(agent, "POST", `/v1/jobs/${jobId}/evaluations`, { scenario: {} })).status).toBe(403);
 
       const scenario = structuredClone(SCENARIO);

@@ -44,7 +44,7 @@ export interface SeedBackend {
   deps(flags?: Flags, override?: Partial<Pick<Deps, "publisher" | "clock">>): Deps;
   /** A digest of everything the stores hold: every row, every object, every byte. */
   fingerprint(): Promise<string>;
-  /** Is this `ReportStore.describe` result an absolute address (a file path, an `s3://` URI)? */
+  /** Is this `ReportStore.describe` result an absolute address (a file path, an `s3://` or `mam-file:///` URI)? */
   isAbsoluteAddress(address: string): boolean;
   /** Subscribe (filters allowed) on the broker the live publisher publishes to; resolves once subscribed. */
   subscribe(topicFilter: string): Promise<Subscription>;
@@ -201,7 +201,8 @@ async function makeEmbedded(): Promise<SeedBackend> {
     async fingerprint() {
       return `${sqliteDigest(dbFile)}:${await treeDigest(reportRoot)}`;
     },
-    isAbsoluteAddress: (address) => path.isAbsolute(address),
+    // The service's own tree is named in the store's namespace; the agent's own tree (the CLI) by its path.
+    isAbsoluteAddress: (address) => /^mam-file:\/\/\/[^/]/.test(address) || path.isAbsolute(address),
     async subscribe(topicFilter) {
       const sub = await mqttSubscribe(broker.url, topicFilter);
       subscriptions.push(sub);

@@ -37,6 +37,7 @@ export const ROUTE_PERMISSIONS = {
   "GET /openapi.json": pub,
   "GET /docs": pub,
   "GET /docs/assets/{file}": pub,
+  "GET /assets/{file}": pub,
   "GET /healthz": pub,
   "GET /": pub,
 } as const satisfies Record<string, Access>;

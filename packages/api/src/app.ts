@@ -24,7 +24,7 @@ import { type Context, Hono } from "hono";
 import type { BlankEnv } from "hono/types";
 import { type Access, assertLatestAttempt, authorize, type PathParams, ROUTE_PERMISSIONS } from "./access.ts";
 import { checkDeclaredLength, limitedChunks, readJsonBody, tooLarge, validate } from "./body.ts";
-import { DASHBOARD_HTML } from "./dashboard.ts";
+import { DASHBOARD_ASSETS, DASHBOARD_HTML } from "./dashboard.ts";
 import { DOCS_HTML, readDocsAsset } from "./docs.ts";
 import { buildOpenApi } from "./openapi.ts";
 import { type ProblemCode, problemBody, problemFor, problemResponse } from "./problem.ts";
@@ -132,20 +132,25 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
       const requestId = incoming !== undefined && SANE_REQUEST_ID.test(incoming) ? incoming : randomUUID();
       const state: RequestState = { requestId, principal: undefined };
       let res: Response;
+      let aborted = false;
       try {
         res = await work(c, state);
       } catch (err) {
-        res = problemOf(err, c, requestId);
+        // A client that went away mid-request is not the service's failure: no 5xx,
+        // no stack, one line saying so. Nobody reads the answer.
+        aborted = clientAborted(c.req.raw, err);
+        res = aborted ? new Response(null, { status: CLIENT_CLOSED_REQUEST }) : problemOf(err, c, requestId);
       }
       const status = res.status;
       log(
         JSON.stringify({
-          level: status >= 500 ? "error" : status >= 400 ? "warn" : "info",
+          level: status >= 500 ? "error" : status >= 400 && !aborted ? "warn" : "info",
           msg: "request",
           request_id: requestId,
           method: c.req.method,
           path: c.req.path,
           status,
+          ...(aborted ? { client_aborted: true, detail: "the client closed the connection before its request was complete" } : {}),
           duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
           actor: actorLabel(state.principal),
         }),
@@ -410,7 +415,7 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
     },
 
     getDocs({ requestId }) {
-      return answer(requestId, DOCS_HTML, 200, { "content-type": HTML });
+      return answer(requestId, DOCS_HTML, 200, { ...HTML_HEADERS, "content-security-policy": DOCS_CSP });
     },
 
     async getDocsAsset({ c, requestId }) {
@@ -435,12 +440,20 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
     },
 
     getDashboard({ requestId }) {
-      return answer(requestId, DASHBOARD_HTML, 200, {
-        "content-type": HTML,
-        "content-security-policy":
-          "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      return answer(requestId, DASHBOARD_HTML, 200, { ...HTML_HEADERS, "content-security-policy": DASHBOARD_CSP });
+    },
+
+    getAsset({ c, requestId }) {
+      const name = c.req.param("file") ?? "";
+      const asset = Object.hasOwn(DASHBOARD_ASSETS, name) ? DASHBOARD_ASSETS[name] : undefined;
+      if (asset === undefined) {
+        const problem = problemBody("route.notFound", `no asset ${JSON.stringify(name).slice(0, 80)}`, { requestId, instance: c.req.path });
+        return problemResponse(problem);
+      }
+      return answer(requestId, asset.body, 200, {
+        "content-type": asset.contentType,
+        "cache-control": "no-cache",
         "x-content-type-options": "nosniff",
-        "referrer-policy": "no-referrer",
       });
     },
   };
@@ -496,6 +509,42 @@ function recordJson(record: JobRecord): string {
 
 const JSON_TYPE = "application/json";
 const HTML = "text/html; charset=UTF-8";
+
+/**
+ * Every HTML answer: not to be sniffed as anything else, framed by nobody, and no
+ * Referer leaving the page. Each page's CSP allows scripts from the app alone, none
+ * inline (`script-src 'self'`). Swagger UI styles its elements from script, so the
+ * docs page allows inline styles; the dashboard does not.
+ */
+const HTML_HEADERS = {
+  "content-type": HTML,
+  "x-content-type-options": "nosniff",
+  "referrer-policy": "no-referrer",
+  "x-frame-options": "DENY",
+  "cache-control": "no-cache",
+} as const;
+const DASHBOARD_CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const DOCS_CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; font-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/** What nginx logs for a client that closed its connection before the answer: not a status anybody receives. */
+const CLIENT_CLOSED_REQUEST = 499;
+
+/**
+ * The client went away mid-request: the runtime aborted the request's signal
+ * (@hono/node-server does when the connection closes before the answer), or reading
+ * its body failed with the HTTP server's own "aborted" reset. A MamError is a
+ * refusal or a store's failure (a store's socket reset is wrapped in one), never this.
+ */
+function clientAborted(req: Request, err: unknown): boolean {
+  if (req.signal.aborted) return true;
+  if (err instanceof MamError) return false;
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if ((e as { code?: unknown }).code === "ECONNRESET" && e.message === "aborted") return true;
+  }
+  return false;
+}
 
 /**
  * Every answer but a problem (`problemResponse`) is built here, with the request id.

@@ -1,8 +1,10 @@
 /**
- * The dashboard shell: one self-contained page (no external asset), served to
- * anyone. It holds no data of its own: it asks for a token, keeps it in
- * sessionStorage (gone with the tab), and reads `GET /v1/jobs` with it. Every value
- * from the API is written with textContent, never as HTML.
+ * The dashboard shell: a page, its script and its stylesheet, all served by the app
+ * itself (no external asset) to anyone. It holds no data of its own: it asks for a
+ * token, keeps it in sessionStorage (gone with the tab), and reads `GET /v1/jobs`
+ * with it. Every value from the API is written with textContent, never as HTML. No
+ * script or style is inline, so the page's CSP allows only the app's own
+ * (`script-src 'self'`): a value that slipped into the HTML could not run.
  */
 export const DASHBOARD_HTML = `<!doctype html>
 <html lang="en">
@@ -10,26 +12,7 @@ export const DASHBOARD_HTML = `<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>mam — jobs</title>
-<style>
-  :root { font-family: system-ui, sans-serif; color: #1d2330; background: #f6f7f9; }
-  body { margin: 0; }
-  header { display: flex; align-items: center; gap: 1rem; padding: .75rem 1.25rem; background: #1d2330; color: #fff; }
-  header h1 { font-size: 1.1rem; margin: 0; flex: 1; }
-  header a { color: #cfd6e4; }
-  main { padding: 1rem 1.25rem; }
-  form, .bar { display: flex; gap: .5rem; align-items: center; flex-wrap: wrap; margin-bottom: 1rem; }
-  input, select, button { font: inherit; padding: .35rem .6rem; }
-  table { border-collapse: collapse; width: 100%; background: #fff; }
-  th, td { text-align: left; padding: .4rem .6rem; border-bottom: 1px solid #e3e6ec; font-size: .9rem; }
-  th { background: #eef0f4; }
-  td.mono { font-family: ui-monospace, monospace; }
-  .status { padding: .1rem .45rem; border-radius: .6rem; background: #e3e6ec; }
-  .status-running { background: #dbeafe; } .status-completed { background: #dcfce7; }
-  .status-error { background: #fee2e2; } .status-cancelled { background: #f3f4f6; }
-  .owed { color: #b45309; }
-  #message { color: #b91c1c; min-height: 1.2em; }
-  [hidden] { display: none !important; }
-</style>
+<link rel="stylesheet" href="assets/dashboard.css">
 </head>
 <body>
 <header>
@@ -62,8 +45,16 @@ export const DASHBOARD_HTML = `<!doctype html>
   </section>
   <p id="message" role="status"></p>
 </main>
-<script>
-(function () {
+<script src="assets/dashboard.js"></script>
+</body>
+</html>
+`;
+
+/** The dashboard's script and stylesheet (`/assets/<name>`): the only files served there. */
+export const DASHBOARD_ASSETS: Readonly<Record<string, { readonly body: string; readonly contentType: string }>> = {
+  "dashboard.js": {
+    contentType: "text/javascript; charset=utf-8",
+    body: `(function () {
   "use strict";
   var KEY = "mam.token";
   var PAGE_SIZE = 50;
@@ -162,7 +153,28 @@ export const DASHBOARD_HTML = `<!doctype html>
   $("prev").addEventListener("click", function () { if (page > 0) { page -= 1; load(); } });
   load();
 })();
-</script>
-</body>
-</html>
-`;
+`,
+  },
+  "dashboard.css": {
+    contentType: "text/css; charset=utf-8",
+    body: `:root { font-family: system-ui, sans-serif; color: #1d2330; background: #f6f7f9; }
+body { margin: 0; }
+header { display: flex; align-items: center; gap: 1rem; padding: .75rem 1.25rem; background: #1d2330; color: #fff; }
+header h1 { font-size: 1.1rem; margin: 0; flex: 1; }
+header a { color: #cfd6e4; }
+main { padding: 1rem 1.25rem; }
+form, .bar { display: flex; gap: .5rem; align-items: center; flex-wrap: wrap; margin-bottom: 1rem; }
+input, select, button { font: inherit; padding: .35rem .6rem; }
+table { border-collapse: collapse; width: 100%; background: #fff; }
+th, td { text-align: left; padding: .4rem .6rem; border-bottom: 1px solid #e3e6ec; font-size: .9rem; }
+th { background: #eef0f4; }
+td.mono { font-family: ui-monospace, monospace; }
+.status { padding: .1rem .45rem; border-radius: .6rem; background: #e3e6ec; }
+.status-running { background: #dbeafe; } .status-completed { background: #dcfce7; }
+.status-error { background: #fee2e2; } .status-cancelled { background: #f3f4f6; }
+.owed { color: #b45309; }
+#message { color: #b91c1c; min-height: 1.2em; }
+[hidden] { display: none !important; }
+`,
+  },
+};

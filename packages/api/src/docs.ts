@@ -29,8 +29,25 @@ async function findAssetDir(): Promise<string | undefined> {
   }
 }
 
+/**
+ * The page's own script, served from here rather than inline: the page's CSP allows
+ * scripts from the app alone (`script-src 'self'`), never an inline one.
+ */
+const DOCS_INIT_NAME = "mam-docs.js";
+const DOCS_INIT = new TextEncoder().encode(`window.addEventListener("load", function () {
+  window.ui = SwaggerUIBundle({
+    url: "openapi.json",
+    dom_id: "#swagger-ui",
+    deepLinking: true,
+    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+    layout: "StandaloneLayout",
+  });
+});
+`);
+
 /** The bytes of an allowed asset, or undefined (unknown name, or the package is not deployed). */
 export async function readDocsAsset(name: string): Promise<{ body: Uint8Array<ArrayBuffer>; contentType: string } | undefined> {
+  if (name === DOCS_INIT_NAME) return { body: DOCS_INIT, contentType: "text/javascript; charset=utf-8" };
   const contentType = Object.hasOwn(DOCS_ASSETS, name) ? DOCS_ASSETS[name] : undefined;
   if (contentType === undefined) return undefined;
   assetDir ??= findAssetDir();
@@ -59,17 +76,7 @@ export const DOCS_HTML = `<!doctype html>
 <div id="swagger-ui"></div>
 <script src="docs/assets/swagger-ui-bundle.js"></script>
 <script src="docs/assets/swagger-ui-standalone-preset.js"></script>
-<script>
-window.addEventListener("load", function () {
-  window.ui = SwaggerUIBundle({
-    url: "openapi.json",
-    dom_id: "#swagger-ui",
-    deepLinking: true,
-    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
-    layout: "StandaloneLayout",
-  });
-});
-</script>
+<script src="docs/assets/${DOCS_INIT_NAME}"></script>
 </body>
 </html>
 `;

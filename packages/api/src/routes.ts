@@ -231,6 +231,16 @@ export const ROUTES = [
     problems: [404],
   },
   {
+    operationId: "getAsset",
+    method: "get",
+    path: "/assets/{file}",
+    tag: "meta",
+    summary: "The dashboard's script and stylesheet",
+    params: ["file"],
+    success: { status: 200, description: "The asset", media: "application/octet-stream" },
+    problems: [404],
+  },
+  {
     operationId: "getHealth",
     method: "get",
     path: "/healthz",

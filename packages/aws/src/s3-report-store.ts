@@ -47,6 +47,8 @@ const isMissing = (err: unknown): boolean => {
 
 type Body = NonNullable<GetObjectCommandOutput["Body"]>;
 
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
 function asByteStream(body: Body): AsyncIterable<Uint8Array> {
   // On Node the SDK's body is an IncomingMessage (a Readable): async-iterable bytes.
   if (typeof (body as Partial<AsyncIterable<Uint8Array>>)[Symbol.asyncIterator] === "function") {
@@ -84,6 +86,13 @@ function asByteStream(body: Body): AsyncIterable<Uint8Array> {
  *   retried promote copies the same bytes again.
  * - `hash` streams the stored bytes through SHA-256; it trusts neither the metadata
  *   nor S3's checksum (a multipart object's is a checksum of part checksums).
+ * - `delete` is DeleteObject, which S3 answers alike whether the key existed or not.
+ * - `copyOnce` reads the source (bounded, like `put`), hashes it in our own code and
+ *   only if it is what the caller hashed, writes it with PutObject `If-None-Match: *`
+ *   (S3 creates the key only if absent: 412 when it exists) and `ChecksumSHA256`. A
+ *   HeadObject of the target comes first, for peers that ignore `If-None-Match`
+ *   (s3rver): there the check and the write are two requests, and only real S3
+ *   makes them one.
  *
  * Locations and names are checked before any request; a bad one is `report.location`.
  * The IAM role needs `s3:ListBucket` on the bucket, or S3 answers a missing key with
@@ -212,8 +221,94 @@ export class S3ReportStore implements ReportStore {
     return { sha256: hash.digest("hex"), bytes };
   }
 
+  async delete(location: string, name: string): Promise<void> {
+    const key = objectKey(location, name);
+    try {
+      await this.#client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }));
+    } catch (err) {
+      if (isMissing(err)) return;
+      throw storeFailure(err, `delete ${this.describe(location, name)}`);
+    }
+  }
+
+  async copyOnce(
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
+    sha256: string,
+  ): Promise<{ bytes: number; created: boolean }> {
+    const sourceKey = objectKey(from.location, from.name);
+    const targetKey = objectKey(to.location, to.name);
+    if (!SHA256_HEX.test(sha256)) throw new MamError("input.invalid", "copyOnce needs a SHA-256 digest: 64 lowercase hex digits");
+    const source = await this.#get(from.location, from.name);
+    if (source === undefined) {
+      throw new MamError("report.notFound", `nothing to pin: ${this.describe(from.location, from.name)} does not exist`);
+    }
+    const hash = createHash("sha256");
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    if (source.Body !== undefined) {
+      try {
+        for await (const chunk of asByteStream(source.Body)) {
+          size += chunk.byteLength;
+          if (size > this.#maxBodyBytes) throw this.#tooLarge(sourceKey);
+          hash.update(chunk);
+          chunks.push(chunk);
+        }
+      } catch (err) {
+        throw storeFailure(err, `read ${this.describe(from.location, from.name)}`);
+      }
+    }
+    const digest = hash.digest();
+    if (digest.toString("hex") !== sha256) {
+      throw new MamError(
+        "report.changed",
+        `${this.describe(from.location, from.name)} changed after it was hashed: expected sha256 ${sha256}, it now holds ${digest.toString("hex")} (${size} bytes); nothing was pinned`,
+      );
+    }
+    if (await this.exists(to.location, to.name)) return this.#pinned(to, sha256);
+    try {
+      await this.#client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: targetKey,
+          Body: Buffer.concat(chunks, size),
+          ContentLength: size,
+          ChecksumSHA256: digest.toString("base64"),
+          Metadata: { sha256 },
+          IfNoneMatch: "*",
+        }),
+      );
+    } catch (err) {
+      const f = readSdkFailure(err);
+      // 412: the key exists (another writer won); 409: a conditional write to it is in flight.
+      if (f.status === 412 || f.name === "PreconditionFailed") return this.#pinned(to, sha256);
+      if (f.status === 409) {
+        throw new MamError("store.unavailable", `pin ${this.describe(to.location, to.name)}: another write to it is in flight; retry`, {
+          cause: err,
+        });
+      }
+      throw storeFailure(err, `pin ${this.describe(to.location, to.name)}`);
+    }
+    return { bytes: size, created: true };
+  }
+
   describe(location: string, name: string): string {
     return s3Uri(this.bucket, location, name);
+  }
+
+  /** The target exists: it is the evidence if its own bytes hash to `sha256`, and is left as it is either way. */
+  async #pinned(to: { readonly location: string; readonly name: string }, sha256: string): Promise<{ bytes: number; created: false }> {
+    const existing = await this.hash(to.location, to.name);
+    if (existing === undefined) {
+      throw new MamError("store.unavailable", `pin ${this.describe(to.location, to.name)}: it existed, then was gone; retry`);
+    }
+    if (existing.sha256 !== sha256) {
+      throw new MamError(
+        "report.changed",
+        `${this.describe(to.location, to.name)} already exists and does not hold the bytes of sha256 ${sha256}; it was left as it is`,
+      );
+    }
+    return { bytes: existing.bytes, created: false };
   }
 
   async #get(location: string, name: string): Promise<GetObjectCommandOutput | undefined> {

@@ -1,5 +1,5 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
-import { chmod, mkdir, open } from "node:fs/promises";
+import { chmod, open } from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import { serve as serveHttp } from "@hono/node-server";
 import { createApp, createTokenService, type TokenService } from "@mam/api";
@@ -23,6 +23,7 @@ import {
   openDataDir,
   readCredentials,
   SerialQueue,
+  secureDataDir,
   startEmbeddedBroker,
 } from "@mam/local";
 import type { CliIo } from "./cli.ts";
@@ -89,7 +90,10 @@ export async function startService(
   log: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
 ): Promise<RunningService> {
   const paths = dataDirPaths(config.dataDir);
-  await mkdir(paths.root, { recursive: true, mode: 0o700 });
+  // 0700 before anything is kept in it (refused when it cannot be), and whatever an
+  // older version left readable by others tightened: prompts and reports are private.
+  const { tightened, walked } = secureDataDir(paths.root);
+  if (tightened > 0) log(JSON.stringify({ level: "info", msg: "data dir made private", tightened, walked }));
   const { credentials } = await ensureCredentials(paths.root);
 
   // The service's connection: the data dir's credentials on the embedded broker,
@@ -212,8 +216,10 @@ Usage: mam serve
 Serves the HTTP API on MAM_HOST:MAM_PORT (127.0.0.1:8787) over SQLite and files
 under MAM_DATA_DIR (./.mam), with an embedded MQTT broker on MAM_MQTT_PORT (1883)
 unless MAM_MQTT_URL names one. The operator token is written to
-<data dir>/credentials.json (mode 0600) on first start. Stops cleanly on SIGINT or
-SIGTERM. Every variable: docs/configuration.md.
+<data dir>/credentials.json (mode 0600) on first start. The data dir is made 0700
+at start, and what it holds private (files 0600, directories 0700); a data dir of
+another user, or one that cannot be made 0700, is refused with exit 1. Stops
+cleanly on SIGINT or SIGTERM. Every variable: docs/configuration.md.
 `);
     return 0;
   }

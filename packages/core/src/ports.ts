@@ -96,6 +96,14 @@ export interface JobStore {
  * - `put` is atomic: a reader sees the old object, or the whole new one, never a part.
  * - `promote` moves `from` to `to` so that a reader sees no `to`, or the complete one.
  * - `hash` streams the stored bytes; it never holds a whole object in memory.
+ * - `delete` is idempotent: an absent object is not an error.
+ * - `copyOnce` is a write-once, verified copy (content-addressed evidence): the
+ *   target is created only if absent, and only with bytes that hash to the digest
+ *   the caller holds; an existing target is never replaced.
+ * - Objects are private to the service: where the store is a file system, files are
+ *   created 0600 (pinned copies 0400) and directories 0700.
+ * - No message names a server path: an object in the store's own tree is named by
+ *   `describe` (a URI in the store's namespace), never by where it lies on a disk.
  * Locations that would escape the store's root are refused with `report.location`.
  */
 export interface ReportStore {
@@ -109,20 +117,29 @@ export interface ReportStore {
   promote(location: string, from: string, to: string): Promise<void>;
   /** SHA-256 (hex) and size of the stored bytes, by streaming; undefined when absent. */
   hash(location: string, name: string): Promise<{ sha256: string; bytes: number } | undefined>;
-  /** Remove an object; an absent one is not an error. */
+  /** Remove an object. Absent is not an error: deleting twice is deleting once. */
   delete(location: string, name: string): Promise<void>;
   /**
-   * Write-once copy for content-addressed evidence: copy `from`'s bytes to `to` only if
-   * they hash to `sha256` (else `report.changed`, nothing written) and `to` does not
-   * exist yet (`created: false`, left untouched, when it does and hashes to `sha256`).
-   * `report.notFound` when `from` is absent.
+   * Write-once copy of `from`'s bytes to `to`, for evidence a completion pins. The
+   * source is always read, and must hash (SHA-256, hex) to `sha256`:
+   * - source absent: `report.notFound`; its bytes hash otherwise (it changed after
+   *   the caller hashed it): `report.changed`. Nothing is written in either case.
+   * - target absent: it is created atomically with exactly those bytes
+   *   (`created: true`); two concurrent calls create it once.
+   * - target present: it is left untouched. `created: false` if its own bytes hash to
+   *   `sha256`; `report.changed` if they do not (the target is not the evidence).
    */
   copyOnce(
-    from: { location: string; name: string },
-    to: { location: string; name: string },
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
     sha256: string,
   ): Promise<{ bytes: number; created: boolean }>;
-  /** The absolute address of an object: a file path, or `s3://bucket/key`. */
+  /**
+   * The absolute address of an object, as a manifest records it (B-16): for an
+   * absolute location (the CLI, the agent's own tree) its file path; for a location
+   * in the store's own tree a URI in the store's namespace (`s3://bucket/key`,
+   * `mam-file:///reports/<job>/<attempt>/<name>`), never a server's file path.
+   */
   describe(location: string, name: string): string;
 }
 

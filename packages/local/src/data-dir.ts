@@ -1,12 +1,21 @@
-import { mkdirSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { FileReportStore } from "./file-report-store.ts";
+import { MamError } from "@mam/core";
+import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
+
+/** The data dir and everything under it are for this user alone: no bit for group or others. */
+const DATA_DIR_MODE = 0o700;
+const GROUP_AND_OTHERS = 0o077;
+/** Present once `secureDataDir` has walked the whole data dir (see there). */
+const WALKED_MARKER = ".private";
 
 /**
  * The embedded data directory, shared by `mam serve` and the CLI's `--data-dir`
- * mode: `<dir>/mam.db` (SQLite, WAL), `<dir>/reports/`, `<dir>/credentials.json`.
+ * mode: `<dir>/mam.db` (SQLite, WAL), `<dir>/reports/`, `<dir>/credentials.json`,
+ * and `.private` once `secureDataDir` has made all of it private. The dir is 0700,
+ * its files 0600, its directories 0700.
  */
 export function dataDirPaths(dir: string) {
   const root = resolve(dir);
@@ -28,7 +37,10 @@ export function openDataDir(
   opts: { allowAbsolute?: boolean } = {},
 ): { jobs: SqliteJobStore; reports: FileReportStore; close(): void } {
   const p = dataDirPaths(dir);
-  mkdirSync(p.reports, { recursive: true });
+  mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
+  // SQLite would create the database 0644; made first, 0600, it is opened as it is,
+  // and SQLite gives its -wal and -shm files the database file's mode.
+  closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
   const jobs = new SqliteJobStore(p.database);
   const reports = new FileReportStore(p.root, { allowAbsolute: opts.allowAbsolute ?? true });
   return { jobs, reports, close: () => jobs.close() };
@@ -50,4 +62,98 @@ export async function readCredentials(dir: string): Promise<Credentials | undefi
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw e;
   }
+}
+
+/**
+ * Make the data dir private before `mam serve` keeps anything in it: created 0700 if
+ * absent; an existing one must belong to this user (`uid`, the process's own by
+ * default) and is made 0700. What lies in it loses whatever bits for group and
+ * others an older version left (0755 directories, a 0644 database and reports);
+ * links are left as they are and never followed. The entries at the top (database,
+ * credentials, `reports/`) are checked at every start; the whole tree is walked once,
+ * after which `.private` records that it was (a walk costs 15-30 µs an entry, 0.4 to
+ * 0.7 s for 5,000 jobs' reports on a busy 2-core machine, and the tree only grows;
+ * this version creates nothing loose). A data dir that
+ * cannot be made private (another user's, a file system that keeps its mode, an
+ * entry that cannot be changed) is refused with `config.invalid`, naming the reason,
+ * before anything is written in it. Returns how many entries had to be tightened.
+ */
+export function secureDataDir(dir: string, opts: { uid?: number } = {}): { tightened: number; walked: boolean } {
+  const root = resolve(dir);
+  const uid = opts.uid ?? process.getuid?.();
+  const refuse = (why: string, cause?: unknown): MamError =>
+    new MamError("config.invalid", `the data dir ${root} (MAM_DATA_DIR) cannot be made private (0700): ${why}`, {
+      issues: [{ path: "MAM_DATA_DIR", message: why }],
+      ...(cause === undefined ? {} : { cause }),
+    });
+  try {
+    mkdirSync(root, { recursive: true, mode: DATA_DIR_MODE });
+  } catch (e) {
+    const code = errorCode(e);
+    throw refuse(code === "EEXIST" || code === "ENOTDIR" ? "it is not a directory" : `it could not be created (${code})`, e);
+  }
+  const st = statSync(root);
+  if (!st.isDirectory()) throw refuse("it is not a directory");
+  if (uid !== undefined && st.uid !== uid) {
+    throw refuse(`it belongs to uid ${st.uid}, not to this user (uid ${uid}); use a directory of your own, or chown it`);
+  }
+  let tightened = 0;
+  if ((st.mode & 0o777) !== DATA_DIR_MODE) {
+    try {
+      chmodSync(root, DATA_DIR_MODE);
+    } catch (e) {
+      throw refuse(`chmod failed (${errorCode(e)})`, e);
+    }
+    if ((statSync(root).mode & GROUP_AND_OTHERS) !== 0) throw refuse("its file system does not keep the mode it is given");
+    tightened++;
+  }
+  // The root is private now: nobody else can add or swap an entry under it while this runs.
+  const tighten = (entry: string): { isDir: boolean } | undefined => {
+    let s: ReturnType<typeof lstatSync>;
+    try {
+      s = lstatSync(entry);
+    } catch (e) {
+      if (errorCode(e) === "ENOENT") return undefined;
+      throw e;
+    }
+    if (s.isSymbolicLink()) return undefined;
+    const mode = s.mode & 0o7777;
+    if ((mode & GROUP_AND_OTHERS) !== 0) {
+      try {
+        chmodSync(entry, mode & ~GROUP_AND_OTHERS);
+      } catch (e) {
+        throw refuse(`${entry} could not be made private (${errorCode(e)})`, e);
+      }
+      tightened++;
+    }
+    return { isDir: s.isDirectory() };
+  };
+  const list = (d: string): string[] => {
+    try {
+      return readdirSync(d);
+    } catch (e) {
+      if (errorCode(e) === "ENOENT") return [];
+      throw e;
+    }
+  };
+  const walk = (d: string): void => {
+    for (const name of list(d)) {
+      const entry = join(d, name);
+      if (tighten(entry)?.isDir) walk(entry);
+    }
+  };
+  const marker = join(root, WALKED_MARKER);
+  const walked = !existsSync(marker);
+  if (walked) {
+    walk(root);
+    closeSync(openSync(marker, "a", REPORT_FILE_MODE));
+  } else {
+    for (const name of list(root)) tighten(join(root, name));
+  }
+  return { tightened, walked };
+}
+
+function errorCode(e: unknown): string {
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" ? code : String(e);
 }

@@ -1,10 +1,24 @@
 import { createHash, randomBytes } from "node:crypto";
-import { type FileHandle, mkdir, open, readFile, realpath, rename, stat, unlink } from "node:fs/promises";
+import { type FileHandle, link, mkdir, open, readFile, realpath, rename, rmdir, stat, unlink } from "node:fs/promises";
 import path from "node:path";
 import { MamError, type ReportStore } from "@mam/core";
 
 /** Large reads: hashing a big report is a few dozen system calls, not thousands. */
 const CHUNK = 1024 * 1024;
+
+/**
+ * Reports are the service's alone: files 0600, directories 0700 (the umask can only
+ * take bits away). A pinned copy is 0400: nothing, the service included, writes it
+ * again in place.
+ */
+export const REPORT_FILE_MODE = 0o600;
+export const PINNED_FILE_MODE = 0o400;
+export const REPORT_DIR_MODE = 0o700;
+
+/** The scheme of `describe` for an object in the store's own tree: a name, never a server path. */
+export const FILE_STORE_SCHEME = "mam-file:";
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 export interface FileReportStoreOptions {
   /**
@@ -21,7 +35,12 @@ export interface FileReportStoreOptions {
  * Atomicity comes from rename(2): `put` writes a hidden temp file in the same
  * directory, fsyncs it, renames it over the name and fsyncs the directory, so a
  * reader opens the old file or the complete new one, and a crash leaves at worst a
- * stray `.<name>.<random>.part`, never a torn object.
+ * stray `.<name>.<random>.part`, never a torn object. `copyOnce` creates its target
+ * with link(2) instead, which fails when the name exists: create-if-absent, atomic.
+ *
+ * An object in the store's own tree (a relative location) is described as
+ * `mam-file:///<location>/<name>`; only an absolute location, the CLI's on the
+ * agent's own tree, is described by its path.
  */
 export class FileReportStore implements ReportStore {
   readonly #root: string;
@@ -39,7 +58,7 @@ export class FileReportStore implements ReportStore {
     const temp = path.join(dir, `.${name}.${randomBytes(8).toString("hex")}.part`);
     const hash = createHash("sha256");
     let bytes = 0;
-    const handle = await open(temp, "wx", 0o644);
+    const handle = await open(temp, "wx", REPORT_FILE_MODE);
     try {
       for await (const chunk of body instanceof Uint8Array ? [body] : body) {
         hash.update(chunk);
@@ -121,8 +140,75 @@ export class FileReportStore implements ReportStore {
     return { sha256: hash.digest("hex"), bytes };
   }
 
+  async delete(location: string, name: string): Promise<void> {
+    const file = await this.#file(location, name);
+    try {
+      await unlink(file);
+    } catch (e) {
+      if (isAbsent(e)) return;
+      throw e;
+    }
+    await syncDirectory(path.dirname(file));
+  }
+
+  /**
+   * Copy while hashing into a hidden temp file beside the target, fsync it, and only
+   * if the bytes are the ones the caller hashed, link(2) it to the target name (EEXIST:
+   * the target exists, and is then checked instead), remove the temp name and fsync
+   * the directory. A refusal removes what it made, directories included.
+   */
+  async copyOnce(
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
+    sha256: string,
+  ): Promise<{ bytes: number; created: boolean }> {
+    if (!SHA256_HEX.test(sha256)) throw new MamError("input.invalid", "copyOnce needs a SHA-256 digest: 64 lowercase hex digits");
+    const source = await this.#file(from.location, from.name);
+    const target = await this.#file(to.location, to.name);
+    const input = await openIfPresent(source);
+    if (input === undefined) {
+      throw new MamError("report.notFound", `nothing to pin: ${this.describe(from.location, from.name)} does not exist`);
+    }
+    const dir = path.dirname(target);
+    let madeFrom: string | undefined;
+    let temp: string | undefined;
+    let created = false;
+    try {
+      madeFrom = await mkdir(dir, { recursive: true, mode: REPORT_DIR_MODE });
+      temp = path.join(dir, `.${to.name}.${randomBytes(8).toString("hex")}.part`);
+      const bytes = await copyHashing(input, temp, sha256, () => this.describe(from.location, from.name));
+      try {
+        await link(temp, target);
+        created = true;
+      } catch (e) {
+        if ((e as { code?: unknown }).code !== "EEXIST") throw e;
+      }
+      await unlink(temp);
+      temp = undefined;
+      await syncDirectory(dir);
+      if (created) return { bytes, created };
+      const existing = await this.hash(to.location, to.name);
+      if (existing?.sha256 !== sha256) {
+        throw new MamError(
+          "report.changed",
+          `${this.describe(to.location, to.name)} already exists and does not hold the bytes of sha256 ${sha256}; it was left as it is`,
+        );
+      }
+      return { bytes: existing.bytes, created };
+    } catch (e) {
+      if (temp !== undefined) await unlink(temp).catch(() => undefined);
+      if (!created && madeFrom !== undefined) await removeEmptyDirectories(dir, madeFrom);
+      throw e;
+    } finally {
+      await input.close();
+    }
+  }
+
   describe(location: string, name: string): string {
-    return path.join(this.#directory(location), checkName(name));
+    const file = path.join(this.#directory(location), checkName(name));
+    if (path.isAbsolute(location)) return file;
+    const inRoot = path.relative(this.#root, file).split(path.sep).map(encodeURIComponent).join("/");
+    return `${FILE_STORE_SCHEME}///${inRoot}`;
   }
 
   /** The lexical directory for a location, refusing anything that leaves the root. */
@@ -159,12 +245,12 @@ export class FileReportStore implements ReportStore {
         throw refuse(location, "it leads outside the store's root through a link");
       }
     }
-    if (opts.create) await mkdir(dir, { recursive: true });
+    if (opts.create) await mkdir(dir, { recursive: true, mode: REPORT_DIR_MODE });
     return file;
   }
 
   #resolvedRoot(): Promise<string> {
-    this.#realRoot ??= mkdir(this.#root, { recursive: true }).then(() => realpath(this.#root));
+    this.#realRoot ??= mkdir(this.#root, { recursive: true, mode: REPORT_DIR_MODE }).then(() => realpath(this.#root));
     return this.#realRoot;
   }
 }
@@ -193,6 +279,50 @@ async function realpathOfDeepest(p: string): Promise<string> {
       rest.unshift(path.basename(probe));
       probe = parent;
     }
+  }
+}
+
+/**
+ * Copy `input` to a new file `temp` (0400) while hashing it; fsync it. Throws
+ * `report.changed` when the bytes do not hash to `sha256`. Returns the size.
+ */
+async function copyHashing(input: FileHandle, temp: string, sha256: string, source: () => string): Promise<number> {
+  const out = await open(temp, "wx", PINNED_FILE_MODE);
+  const hash = createHash("sha256");
+  const buffer = Buffer.allocUnsafe(CHUNK);
+  let bytes = 0;
+  try {
+    for (;;) {
+      const { bytesRead } = await input.read(buffer, 0, CHUNK, null);
+      if (bytesRead === 0) break;
+      const chunk = buffer.subarray(0, bytesRead);
+      hash.update(chunk);
+      bytes += bytesRead;
+      await writeAll(out, chunk);
+    }
+    await out.sync();
+  } finally {
+    await out.close();
+  }
+  const digest = hash.digest("hex");
+  if (digest !== sha256) {
+    throw new MamError(
+      "report.changed",
+      `${source()} changed after it was hashed: expected sha256 ${sha256}, it now holds ${digest} (${bytes} bytes); nothing was pinned`,
+    );
+  }
+  return bytes;
+}
+
+/** rmdir from `dir` up to `top` (the first directory mkdir made), stopping at the first that is not empty. */
+async function removeEmptyDirectories(dir: string, top: string): Promise<void> {
+  for (let d = dir; ; d = path.dirname(d)) {
+    try {
+      await rmdir(d);
+    } catch {
+      return;
+    }
+    if (d === top || path.dirname(d) === d) return;
   }
 }
 
