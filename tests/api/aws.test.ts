@@ -1,5 +1,6 @@
 import { afterAll, beforeAll } from "vitest";
 import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
+import { apiBoundsSuite } from "./bounds.suite.ts";
 import { apiRoutesSuite } from "./routes.suite.ts";
 
 let peers: AwsPeers;
@@ -11,3 +12,4 @@ afterAll(async () => {
 });
 
 apiRoutesSuite("the AWS adapters (DynamoDB on dynalite, S3 on s3rver, IoT Core through the stand-in)", (opts) => peers.ports(opts));
+apiBoundsSuite("the AWS adapters (DynamoDB on dynalite, S3 on s3rver, IoT Core through the stand-in)", (opts) => peers.ports(opts));

@@ -4,9 +4,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import { deadPort } from "../support/dead-port.ts";
-import { apiRoutesSuite } from "./routes.suite.ts";
+import { apiBoundsSuite } from "./bounds.suite.ts";
+import { apiRoutesSuite, type PortsFactory } from "./routes.suite.ts";
 
-apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", async ({ publisher }) => {
+const localPorts: PortsFactory = async ({ publisher }) => {
   const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));
   const jobs = new SqliteJobStore(path.join(dir, "mam.db"));
   // The service derives every location (reports/<job>/<attempt>) and refuses absolute ones.
@@ -28,4 +29,7 @@ apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", async
       await rm(dir, { recursive: true, force: true });
     },
   };
-});
+};
+
+apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", localPorts);
+apiBoundsSuite("the local adapters (SQLite, files, embedded MQTT broker)", localPorts);

@@ -326,9 +326,9 @@ describe("DynamoJobStore: dispatches and events", () => {
     await store.appendEvent(entry("e1", 1));
     await store.appendEvent(entry("e2", 2));
     await store.appendEvent(entry("e2", 2));
-    expect((await store.listEvents("job-1", 10)).map((e) => e.id)).toEqual(["e1", "e2", "e3"]);
-    expect(await store.listEvents("job-1", 2)).toEqual([entry("e1", 1), entry("e2", 2)]);
-    expect(await store.listEvents("job-2", 10)).toEqual([]);
+    expect((await store.listEvents("job-1", { limit: 10 })).items.map((e) => e.id)).toEqual(["e1", "e2", "e3"]);
+    expect((await store.listEvents("job-1", { limit: 2 })).items).toEqual([entry("e1", 1), entry("e2", 2)]);
+    expect(await store.listEvents("job-2", { limit: 10 })).toEqual({ items: [] });
   });
 });
 

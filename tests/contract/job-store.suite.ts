@@ -1,6 +1,8 @@
 import {
   type DispatchRecord,
+  EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
+  FREE_FORM_MAX_BYTES,
   type JobRecord,
   type JobStore,
   MamError,
@@ -8,6 +10,7 @@ import {
   TransitionConflict,
 } from "@mam/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { maxFreeForm } from "../support/free-form.ts";
 
 /**
  * The JobStore contract: what every adapter (SQLite, DynamoDB) must do, observed
@@ -298,9 +301,88 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       const e3 = event("ev", "0003", at(3), "completed", { ok: true });
       for (const e of [e2, e3, e1]) await store.appendEvent(e);
       await store.appendEvent(event("ev-other", "0001", at(0), "started"));
-      expect(await store.listEvents("ev", 10)).toEqual([e1, e2, e3]);
-      expect(await store.listEvents("ev", 2)).toEqual([e1, e2]);
-      expect(await store.listEvents("nobody", 10)).toEqual([]);
+      expect(await store.listEvents("ev", { limit: 10 })).toEqual({ items: [e1, e2, e3] });
+      expect((await store.listEvents("ev", { limit: 2 })).items).toEqual([e1, e2]);
+      expect(await store.listEvents("nobody", { limit: 10 })).toEqual({ items: [] });
+    });
+
+    it("listEvents pages by count through opaque cursors: every entry once, in order; the last page has no cursor", async () => {
+      const all = Array.from({ length: 7 }, (_, i) => event("pg", `id-${i}`, at(i), "progress", { i }));
+      for (const e of [...all].reverse()) await store.appendEvent(e);
+      await store.appendEvent(event("pg-other", "id-0", at(0), "started"));
+      const pages: EventLogEntry[][] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.listEvents("pg", { limit: 3, ...(cursor === undefined ? {} : { cursor }) });
+        pages.push([...page.items]);
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      expect(pages.map((p) => p.length)).toEqual([3, 3, 1]);
+      expect(pages.flat()).toEqual(all);
+      // A limit that ends exactly at the last entry: no cursor, no empty page after it.
+      expect(await store.listEvents("pg", { limit: 7 })).toEqual({ items: all });
+    });
+
+    it("listEvents pages by bytes: many max-size events, each page within EVENT_PAGE_MAX_BYTES, all reachable through cursors", async () => {
+      const data = maxFreeForm(FREE_FORM_MAX_BYTES.eventData);
+      const all = Array.from({ length: 150 }, (_, i) => event("big", `id-${String(i).padStart(3, "0")}`, at(i), "progress", { i, data }));
+      for (const e of all) await store.appendEvent(e);
+      const sizes: number[] = [];
+      const seen: EventLogEntry[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.listEvents("big", { limit: 1000, ...(cursor === undefined ? {} : { cursor }) });
+        const bytes = page.items.reduce((n, e) => n + Buffer.byteLength(JSON.stringify(e)), 0);
+        expect(page.items.length).toBeGreaterThan(0);
+        expect(bytes).toBeLessThanOrEqual(EVENT_PAGE_MAX_BYTES);
+        sizes.push(bytes);
+        seen.push(...page.items);
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      console.log(
+        `listEvents by bytes: ${all.length} events of ${Buffer.byteLength(JSON.stringify(all[0]))} bytes in ${sizes.length} pages of ${sizes.join(", ")} bytes`,
+      );
+      expect(sizes.length).toBeGreaterThanOrEqual(3);
+      // Full pages are full: the next entry would not have fitted.
+      for (const bytes of sizes.slice(0, -1)) expect(bytes).toBeGreaterThan(EVENT_PAGE_MAX_BYTES - 2 * FREE_FORM_MAX_BYTES.eventData);
+      expect(seen).toEqual(all);
+    });
+
+    it("listEvents refuses a cursor it did not hand out: input.invalid naming query.cursor, before reading", async () => {
+      await store.appendEvent(event("cur", "id-0", at(0), "started"));
+      await store.appendEvent(event("cur", "id-1", at(1), "started"));
+      await store.create(job("cur-a", { updated_at: at(1) }));
+      await store.create(job("cur-b", { updated_at: at(2) }));
+      const listCursor = (await store.list({ limit: 1 })).cursor!;
+      expect(listCursor).toBeDefined();
+      const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
+      for (const bad of ["not-a-cursor", "%%%", b64({ e: 5 }), b64([at(0), "id-0"]), b64({ e: ["x"] }), b64(null), listCursor]) {
+        for (const jobId of ["cur", "nobody"]) {
+          const err = await expectMamError(store.listEvents(jobId, { limit: 1, cursor: bad }), "input.invalid");
+          expect(err.issues).toEqual([{ path: "query.cursor", message: "not a cursor of this listing" }]);
+        }
+      }
+    });
+
+    it("a job with max-size, max-depth progress and event data is readable, listable and transitionable (cancel) afterwards", async () => {
+      const progress = maxFreeForm(FREE_FORM_MAX_BYTES.progress);
+      const data = maxFreeForm(FREE_FORM_MAX_BYTES.eventData);
+      const record = job("edge", { prompt: "p".repeat(FREE_FORM_MAX_BYTES.prompt), status: "running", progress });
+      await store.create(record);
+      expect(await store.get("edge")).toEqual(record);
+      const moved = await store.transition("edge", 0, { from: ["running"], set: { progress, updated_at: at(1) } });
+      expect(moved.progress).toEqual(progress);
+      // The agent's data as the publish-event path records it: two levels inside the item.
+      const e = event("edge", "id-0", at(1), "publish_event", { event: "progress", transition_seq: 1, data });
+      await store.appendEvent(e);
+      expect((await store.listEvents("edge", { limit: 10 })).items).toEqual([e]);
+      const cancelled = await store.transition("edge", 1, {
+        from: ["pending", "running"],
+        set: { status: "cancelled", updated_at: at(2), pending_notification: intent("i-edge", "cancelled", 2, at(2)) },
+      });
+      expect(cancelled).toMatchObject({ status: "cancelled", transition_seq: 2, progress });
+      expect(await store.settleNotification("edge", "i-edge")).toBe(true);
+      expect(await store.get("edge")).toEqual({ ...record, status: "cancelled", transition_seq: 2, updated_at: at(2) });
     });
 
     it("16 concurrent transitions from the same seq commit exactly once; the others lose with job.transitionConflict", async () => {

@@ -3,7 +3,7 @@ import { mkdtemp, readdir, rm, stat, symlink, writeFile } from "node:fs/promises
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { type JobRecord, MamError } from "@mam/core";
+import { EVENT_PAGE_MAX_BYTES, type JobRecord, MamError } from "@mam/core";
 import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -165,6 +165,25 @@ describe("SqliteJobStore, beyond the contract", () => {
     await store.close();
     store = new SqliteJobStore(file);
     expect((await store.get("durable"))?.job_id).toBe("durable");
+  });
+
+  // Beyond the contract: no DynamoDB item is larger than a page (400 KB against 1 MiB).
+  it("listEvents always returns at least one entry, however large", async () => {
+    const entry = (id: string, data: Record<string, string>) => ({
+      job_id: "one",
+      id,
+      at: `2025-01-15T12:00:0${id}.000Z`,
+      event: "progress",
+      data,
+    });
+    const huge = entry("0", { blob: "y".repeat(EVENT_PAGE_MAX_BYTES + 10) });
+    const next = entry("1", { i: "1" });
+    await store.appendEvent(huge);
+    await store.appendEvent(next);
+    const first = await store.listEvents("one", { limit: 10 });
+    expect(first.items).toEqual([huge]);
+    expect(first.cursor).toBeDefined();
+    expect(await store.listEvents("one", { limit: 10, cursor: first.cursor! })).toEqual({ items: [next] });
   });
 
   it("refuses a malformed record at create and a cursor it did not issue", async () => {

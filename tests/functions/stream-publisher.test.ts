@@ -86,9 +86,9 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
       expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual([REFUSED_JOB]);
 
       // Every attempt is in the job's event log, the failed one with its code.
-      const [failedAttempt] = await store.listEvents(REFUSED_JOB, 10);
+      const [failedAttempt] = (await store.listEvents(REFUSED_JOB, { limit: 10 })).items;
       expect(failedAttempt).toMatchObject({ event: "published", data: { outcome: "failed", code: "publish.refused" } });
-      const [sentAttempt] = await store.listEvents(jobOf(ok1), 10);
+      const [sentAttempt] = (await store.listEvents(jobOf(ok1), { limit: 10 })).items;
       expect(sentAttempt).toMatchObject({ event: "published", data: { outcome: "acknowledged" } });
 
       expect(log.entries()).toEqual([

@@ -54,7 +54,7 @@ async function registerIn(dataDir: string): Promise<string> {
 async function inspect(dataDir: string, jobId: string) {
   const jobs = new SqliteJobStore(path.join(dataDir, "mam.db"));
   try {
-    return { record: (await jobs.get(jobId)) as JobRecord, events: await jobs.listEvents(jobId, 100) };
+    return { record: (await jobs.get(jobId)) as JobRecord, events: (await jobs.listEvents(jobId, { limit: 100 })).items };
   } finally {
     await jobs.close();
   }

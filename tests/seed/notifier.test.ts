@@ -163,7 +163,7 @@ describeBackends("seed 4: notifications", (backend) => {
     const other = await completedJob(down);
     const owed = (await down.jobs.get(other))?.pending_notification;
     expect((await flushNotification(down, other)).outcome).toBe("failed");
-    const published = (await down.jobs.listEvents(other, 100)).filter((e) => e.event === "published");
+    const published = (await down.jobs.listEvents(other, { limit: 100 })).items.filter((e) => e.event === "published");
     expect(published.length).toBeGreaterThan(0);
     const last = published.at(-1)?.data as { outcome: string; payload: NotificationPayload } | undefined;
     expect(last?.outcome).toBe("failed");

@@ -80,6 +80,6 @@ describe("publishAgentEvent with --finalize", () => {
     expect(result.flush.outcome).toBe("sent");
     expect(published).toEqual([`mam/jobs/${job.job_id}/events`, "mam/events"]);
     expect((await verifyManifest(deps.reports, { location: LOCATION, jobId: job.job_id, expectedArtifacts: ["git_push"] })).ok).toBe(true);
-    expect((await jobs.listEvents(job.job_id, 10)).map((e) => e.event)).toEqual(["publish_event", "published"]);
+    expect((await jobs.listEvents(job.job_id, { limit: 10 })).items.map((e) => e.event)).toEqual(["publish_event", "published"]);
   });
 });

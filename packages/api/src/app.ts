@@ -399,7 +399,8 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
       const jobId = params.jobId!;
       const q = await query(c, ListEventsQuerySchema);
       await getJob(deps, jobId);
-      const body: EventLog = { items: [...(await deps.jobs.listEvents(jobId, q.limit))] };
+      const page = await deps.jobs.listEvents(jobId, { limit: q.limit, ...(q.cursor === undefined ? {} : { cursor: q.cursor }) });
+      const body: EventLog = { items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) };
       return jsonAnswer(requestId, body, 200);
     },
 

@@ -1,4 +1,4 @@
-import { type FieldIssue, MamError, zodIssues } from "@mam/core";
+import { type FieldIssue, JSON_BODY_MAX_DEPTH, jsonTextDeeperThan, MamError, zodIssues } from "@mam/core";
 import { ZodError, type z } from "zod";
 
 /**
@@ -97,6 +97,8 @@ export async function readJsonBody(req: Request, limit: number, opts: { optional
   }
   checkDeclaredLength(declared, limit, "JSON body");
   const bytes = await readAll(req.body, limit, "JSON body");
+  // Before JSON.parse: a deep body is refused without being built (bounds.ts).
+  if (jsonTextDeeperThan(bytes, JSON_BODY_MAX_DEPTH)) throw malformed(`the body is nested deeper than ${JSON_BODY_MAX_DEPTH} levels`);
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);

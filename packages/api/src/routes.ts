@@ -158,7 +158,8 @@ export const ROUTES = [
     tag: "gate",
     summary: "The gate: evaluate a job against a scenario of collected evidence",
     description:
-      "A decision, commit or refusal, is a 200. The scenario is read by the gate fail-closed: one it cannot read is a hold, not a 400.",
+      "A decision, commit or refusal, is a 200. The scenario is read by the gate fail-closed: one it cannot read is a hold, not a 400 — " +
+      "except one over 256 KiB of JSON or nested deeper than 16 levels, refused 400 before the gate runs.",
     params: job,
     body: { kind: "json", schema: EvaluationRequestSchema },
     success: { status: 200, description: "The gate's answer", schema: GateResponseSchema },
@@ -182,10 +183,12 @@ export const ROUTES = [
     method: "get",
     path: "/v1/jobs/{job_id}/events",
     tag: "events",
-    summary: "Read the job's event log, oldest first",
+    summary: "Read the job's event log, oldest first, paged",
+    description:
+      "A page holds at most `limit` entries and at most 1 MiB of them (always at least one); `next_cursor`, absent on the last page, fetches the next.",
     params: job,
     query: ListEventsQuerySchema,
-    success: { status: 200, description: "The event log", schema: EventLogSchema },
+    success: { status: 200, description: "One page of the event log", schema: EventLogSchema },
     problems: [404],
   },
   {

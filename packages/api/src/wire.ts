@@ -3,7 +3,11 @@ import {
   AttemptId,
   DecisionSchema,
   DispatchRecordSchema,
+  EVENT_PAGE_MAX_BYTES,
   EventLogEntrySchema,
+  FREE_FORM_MAX_BYTES,
+  FREE_FORM_MAX_DEPTH,
+  findJsonBoundsIssue,
   IsoTime,
   JobId,
   JobRecordSchema,
@@ -53,18 +57,33 @@ export const VerificationQuerySchema = z.strictObject({
 });
 
 export const ListEventsQuerySchema = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(1000).default(1000).describe("at most this many entries, oldest first"),
+  limit: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(1000)
+    .default(1000)
+    .describe(`at most this many entries, oldest first; a page also stops at ${EVENT_PAGE_MAX_BYTES} bytes of entries`),
+  cursor: z.string().min(1).max(1024).optional().describe("`next_cursor` from the previous page"),
 });
 
 // ---- request bodies (core's schemas where core has one)
 
 export const FinalizeRequestSchema = z.strictObject({ side_effects: z.array(SideEffectSchema).max(64) });
 
+const SCENARIO_BOUNDS = { maxBytes: FREE_FORM_MAX_BYTES.scenario, maxDepth: FREE_FORM_MAX_DEPTH, storable: false } as const;
+
 /**
  * The scenario is passed raw to the gate, which reads it fail-closed (a scenario it
- * cannot read is a hold, answered 200): only the envelope is strict here.
+ * cannot read is a hold, answered 200): only the envelope is strict here, and of the
+ * scenario only its size and depth are checked (400, whatever the flags), without
+ * recursion, so the gate never holds a value that could overflow a stack.
  */
-export const ScenarioInputSchema = z.unknown();
+export const ScenarioInputSchema = z.unknown().superRefine((value, ctx) => {
+  if (value === undefined) return;
+  const issue = findJsonBoundsIssue(value, SCENARIO_BOUNDS);
+  if (issue !== undefined) ctx.addIssue({ code: "custom", message: issue.message, path: [...issue.path] });
+});
 export const EvaluationRequestSchema = z.strictObject({ scenario: ScenarioInputSchema });
 
 export const RecoverySweepRequestSchema = z.strictObject({});
@@ -133,7 +152,10 @@ export const PublishEventResponseSchema = z.strictObject({
 });
 export type PublishEventResponse = z.infer<typeof PublishEventResponseSchema>;
 
-export const EventLogSchema = z.strictObject({ items: z.array(EventLogEntrySchema) });
+export const EventLogSchema = z.strictObject({
+  items: z.array(EventLogEntrySchema),
+  next_cursor: z.string().optional().describe("absent on the last page"),
+});
 export type EventLog = z.infer<typeof EventLogSchema>;
 
 export const RecoverySweepResultSchema = z.strictObject({

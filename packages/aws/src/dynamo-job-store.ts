@@ -13,8 +13,10 @@ import { unmarshall } from "@aws-sdk/util-dynamodb";
 import {
   conflictFor,
   type DispatchRecord,
+  EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  invalidCursor,
   JOB_ID_PATTERN,
   type JobChange,
   type JobRecord,
@@ -41,6 +43,7 @@ const RECORD_SK = "JOB";
 const OPEN: readonly Status[] = ["pending", "running"];
 const ALL_JOBS = "JOBS";
 const OWED = "OWED";
+const EVENT_PREFIX = "EVENT#";
 
 const jobPk = (jobId: string): string => `JOB#${jobId}`;
 const dispatchSk = (attemptId: number): string => `DISPATCH#${String(attemptId).padStart(7, "0")}`;
@@ -53,7 +56,7 @@ function sortableTime(iso: string): string {
 }
 const recencyKey = (updatedAt: string, jobId: string): string => `${sortableTime(updatedAt)}#${jobId}`;
 const owedKey = (intent: NotificationIntent, jobId: string): string => `${sortableTime(intent.created_at)}#${jobId}`;
-const eventSk = (entry: EventLogEntry): string => `EVENT#${sortableTime(entry.at)}#${entry.id}`;
+const eventSk = (entry: EventLogEntry): string => `${EVENT_PREFIX}${sortableTime(entry.at)}#${entry.id}`;
 
 function stripKeys<T>(item: Record<string, unknown>): T {
   const out: Record<string, unknown> = { ...item };
@@ -95,6 +98,24 @@ function decodeCursor(raw: string, index: string, hashKey: string, hashValue: st
     });
   }
   return c.k as Record<string, string>;
+}
+
+/** An event page's cursor: the sort key of the last entry handed out (the partition is the job's own). */
+function encodeEventCursor(sk: string): string {
+  return Buffer.from(JSON.stringify({ e: sk }), "utf8").toString("base64url");
+}
+
+function decodeEventCursor(raw: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(raw, "base64url").toString("utf8"));
+  } catch (e) {
+    throw invalidCursor(e);
+  }
+  const sk = (parsed as { e?: unknown } | null)?.e;
+  // Within the job's events, so the Query's key condition still holds for it.
+  if (typeof sk === "string" && sk.startsWith(EVENT_PREFIX) && sk.length <= 1024) return sk;
+  throw invalidCursor();
 }
 
 /**
@@ -391,20 +412,53 @@ export class DynamoJobStore implements JobStore {
     await this.#putOnce({ ...entry, pk: jobPk(entry.job_id), sk: eventSk(entry) }, () => undefined, "append event");
   }
 
-  async listEvents(jobId: string, limit: number): Promise<readonly EventLogEntry[]> {
-    if (!JOB_ID_PATTERN.test(jobId)) return [];
-    const items = await this.#queryUpTo(
-      {
-        TableName: this.tableName,
-        KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
-        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":prefix": "EVENT#" },
-        ScanIndexForward: true,
-        ConsistentRead: true,
-      },
-      positiveLimit(limit),
-      `list events of job ${jobId}`,
-    );
-    return items.map((i) => stripKeys<EventLogEntry>(i));
+  /**
+   * One Query on the job's partition (key condition `pk` and the `EVENT#` prefix),
+   * followed by DynamoDB's own pages (each at most 1 MB) only until this page is
+   * full, by count or by bytes. The cursor is the sort key of the last entry handed
+   * out, used as the next Query's ExclusiveStartKey under the same partition.
+   */
+  async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
+    const limit = positiveLimit(query.limit);
+    const after = query.cursor === undefined ? undefined : decodeEventCursor(query.cursor);
+    if (!JOB_ID_PATTERN.test(jobId)) return { items: [] };
+    const pk = jobPk(jobId);
+    const items: EventLogEntry[] = [];
+    let bytes = 0;
+    let lastSk: string | undefined;
+    let startKey: Record<string, unknown> | undefined = after === undefined ? undefined : { pk, sk: after };
+    do {
+      let out: QueryCommandOutput;
+      try {
+        out = await this.#doc.send(
+          new QueryCommand({
+            TableName: this.tableName,
+            KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues: { ":pk": pk, ":prefix": EVENT_PREFIX },
+            ScanIndexForward: true,
+            ConsistentRead: true,
+            // One more than the page needs: if it comes, the page has a next one.
+            Limit: limit + 1 - items.length,
+            ...(startKey === undefined ? {} : { ExclusiveStartKey: startKey }),
+          }),
+        );
+      } catch (err) {
+        if (readSdkFailure(err).name === "ValidationException" && after !== undefined) throw invalidCursor(err);
+        throw storeFailure(err, `list events of job ${jobId}`);
+      }
+      for (const item of out.Items ?? []) {
+        const entry = stripKeys<EventLogEntry>(item);
+        const size = Buffer.byteLength(JSON.stringify(entry), "utf8");
+        if (items.length === limit || (items.length > 0 && bytes + size > EVENT_PAGE_MAX_BYTES)) {
+          return { items, cursor: encodeEventCursor(lastSk!) };
+        }
+        items.push(entry);
+        bytes += size;
+        lastSk = String(item.sk);
+      }
+      startKey = out.LastEvaluatedKey;
+    } while (startKey !== undefined);
+    return { items };
   }
 
   async #read(jobId: string): Promise<JobRecord | undefined> {

@@ -83,8 +83,14 @@ export interface JobStore {
   getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined>;
   /** Append to the job's event log; `entry.id` must be unique within the job. */
   appendEvent(entry: EventLogEntry): Promise<void>;
-  /** Oldest first. */
-  listEvents(jobId: string, limit: number): Promise<readonly EventLogEntry[]>;
+  /**
+   * Oldest first, one page: at most `limit` entries, and no more than
+   * `EVENT_PAGE_MAX_BYTES` of them (their JSON, UTF-8) — at least one entry whatever
+   * its size — so a read costs its page, whatever the log holds. `cursor` is the
+   * previous page's, opaque; one this listing did not hand out is `input.invalid`
+   * naming `query.cursor` (`invalidCursor`). An unknown job has an empty log.
+   */
+  listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>>;
 }
 
 /**

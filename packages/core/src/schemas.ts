@@ -1,4 +1,5 @@
 import * as z from "zod";
+import { boundedJsonObject, boundedText, FREE_FORM_MAX_BYTES, FREE_FORM_MAX_DEPTH } from "./bounds.ts";
 
 /** Safe in an MQTT topic, a DynamoDB key, an S3 key and a file name. */
 export const JOB_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
@@ -66,10 +67,24 @@ export const FinalizedReportSchema = z.strictObject({
 });
 export type FinalizedReport = z.infer<typeof FinalizedReportSchema>;
 
-/** Free-form progress an agent may report; bounded so a record stays small. */
-export const ProgressSchema = z.record(z.string().max(64), z.json()).refine((v) => JSON.stringify(v).length <= 8192, {
-  message: "progress is at most 8 KiB of JSON",
+/**
+ * Free-form progress an agent may report: a JSON object of at most 8 KiB, 16 levels,
+ * storable by every store (bounds.ts), its own keys at most 64 characters.
+ */
+export const ProgressSchema = boundedJsonObject(
+  { maxBytes: FREE_FORM_MAX_BYTES.progress, maxDepth: FREE_FORM_MAX_DEPTH, storable: true },
+  "free-form progress",
+).superRefine((v, ctx) => {
+  for (const key of Object.keys(v)) {
+    if (key.length > 64) ctx.addIssue({ code: "custom", message: "a progress key is at most 64 characters", path: [key.slice(0, 64)] });
+  }
 });
+
+/** An agent's event `data`: a JSON object of at most 16 KiB and 16 levels, storable by every store. */
+export const EventDataSchema = boundedJsonObject(
+  { maxBytes: FREE_FORM_MAX_BYTES.eventData, maxDepth: FREE_FORM_MAX_DEPTH, storable: true },
+  "the agent's event data",
+);
 
 export const JobRecordSchema = z.strictObject({
   job_id: JobId,
@@ -102,7 +117,7 @@ export type JobRecord = z.infer<typeof JobRecordSchema>;
 
 export const RegisterJobSchema = z.strictObject({
   job_id: JobId.optional(),
-  prompt: z.string().max(65536),
+  prompt: boundedText(FREE_FORM_MAX_BYTES.prompt),
   agent: z.string().min(1).max(64),
   role: RoleSchema.optional(),
   expected_artifacts: z.array(ArtifactKind).max(32).optional(),
@@ -161,10 +176,9 @@ export type DispatchRecord = z.infer<typeof DispatchRecordSchema>;
 
 export const SideEffectSchema = z.strictObject({
   kind: ArtifactKind,
-  reference: z
-    .string()
-    .max(1024)
-    .refine((s) => s.trim().length > 0, { message: "a side effect needs a non-blank reference" }),
+  reference: boundedText(FREE_FORM_MAX_BYTES.sideEffectReference).refine((s) => s.trim().length > 0, {
+    message: "a side effect needs a non-blank reference",
+  }),
 });
 export type SideEffect = z.infer<typeof SideEffectSchema>;
 
@@ -174,7 +188,15 @@ export const EventLogEntrySchema = z.strictObject({
   /** Unique within the job, sortable by time. */
   id: z.string(),
   event: z.string().min(1).max(64),
-  data: z.record(z.string(), z.json()).optional(),
+  /**
+   * What mam recorded: its own fields, and an agent's `data` (EventDataSchema, at
+   * most 16 KiB) one level in. Describes what a read returns; writes are bounded by
+   * the request schemas.
+   */
+  data: boundedJsonObject(
+    { maxBytes: 64 * 1024, maxDepth: FREE_FORM_MAX_DEPTH + 2, storable: false },
+    "what mam recorded: its own fields, and the agent's event data under `data`",
+  ).optional(),
 });
 export type EventLogEntry = z.infer<typeof EventLogEntrySchema>;
 
@@ -182,7 +204,7 @@ export const PublishEventRequestSchema = z.strictObject({
   event: z.enum(["started", "progress", "completed", "error"]),
   expected_seq: z.number().int().min(0).optional(),
   finalize: z.strictObject({ attempt_id: AttemptId, side_effects: z.array(SideEffectSchema).max(64) }).optional(),
-  data: z.record(z.string(), z.json()).optional(),
+  data: EventDataSchema.optional(),
 });
 export type PublishEventRequest = z.infer<typeof PublishEventRequestSchema>;
 

@@ -72,8 +72,8 @@ export class ChangeRelay implements JobStore {
   appendEvent(entry: EventLogEntry): Promise<void> {
     return this.#inner.appendEvent(entry);
   }
-  listEvents(jobId: string, limit: number): Promise<readonly EventLogEntry[]> {
-    return this.#inner.listEvents(jobId, limit);
+  listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
+    return this.#inner.listEvents(jobId, query);
   }
 }
 

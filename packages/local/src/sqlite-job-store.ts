@@ -1,8 +1,10 @@
 import {
   conflictFor,
   type DispatchRecord,
+  EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  invalidCursor,
   type JobChange,
   type JobRecord,
   JobRecordSchema,
@@ -283,9 +285,35 @@ export class SqliteJobStore implements JobStore {
     ]);
   }
 
-  async listEvents(jobId: string, limit: number): Promise<readonly EventLogEntry[]> {
-    const rows = this.#all<{ doc: string }>("SELECT doc FROM events WHERE job_id = ? ORDER BY at, id LIMIT ?", [jobId, checkLimit(limit)]);
-    return rows.map((r) => JSON.parse(r.doc) as EventLogEntry);
+  /**
+   * Rows are stepped one at a time (served by events_by_time) and the statement is
+   * abandoned as soon as the page is full, by count or by bytes: a page never
+   * materializes more than one row beyond what it returns.
+   */
+  async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
+    const limit = checkLimit(query.limit);
+    const after = query.cursor === undefined ? undefined : decodeEventCursor(query.cursor);
+    const sql =
+      after === undefined
+        ? "SELECT at, id, doc FROM events WHERE job_id = ? ORDER BY at, id"
+        : "SELECT at, id, doc FROM events WHERE job_id = ? AND (at, id) > (?, ?) ORDER BY at, id";
+    const params = after === undefined ? [jobId] : [jobId, after[0], after[1]];
+    return this.#call(sql, (statement) => {
+      const items: EventLogEntry[] = [];
+      let bytes = 0;
+      let last: { at: string; id: string } | undefined;
+      for (const row of statement.iterate(...params) as IterableIterator<{ at: string; id: string; doc: string }>) {
+        const size = Buffer.byteLength(row.doc, "utf8");
+        if (items.length === limit || (items.length > 0 && bytes + size > EVENT_PAGE_MAX_BYTES)) {
+          // Another entry exists: the page ends here, and says where the next begins.
+          return { items, cursor: encodeEventCursor(last!.at, last!.id) };
+        }
+        items.push(JSON.parse(row.doc) as EventLogEntry);
+        bytes += size;
+        last = row;
+      }
+      return { items };
+    });
   }
 
   async close(): Promise<void> {
@@ -404,6 +432,23 @@ function decodeCursor(cursor: string): [string, string] {
   throw new MamError("input.invalid", "the cursor is not one this service issued", {
     issues: [{ path: "query.cursor", message: "not a valid cursor" }],
   });
+}
+
+/** An event page's cursor: the (at, id) of the last entry handed out, tagged so a job listing's cursor is not taken for one. */
+function encodeEventCursor(at: string, id: string): string {
+  return Buffer.from(JSON.stringify({ e: [at, id] })).toString("base64url");
+}
+
+function decodeEventCursor(cursor: string): [string, string] {
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
+  } catch (e) {
+    throw invalidCursor(e);
+  }
+  const e = (value as { e?: unknown } | null)?.e;
+  if (Array.isArray(e) && e.length === 2 && typeof e[0] === "string" && typeof e[1] === "string") return [e[0], e[1]];
+  throw invalidCursor();
 }
 
 /** SQLite's "try again" answers become the port's retryable store.unavailable. */
