@@ -1,6 +1,7 @@
+import { conflictFor, TransitionConflict } from "./conflicts.ts";
 import type { Actor, Deps } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
-import { conflictFor, isMamError, MamError, TransitionConflict } from "./errors.ts";
+import { isMamError, MamError } from "./errors.ts";
 import {
   applyFinalize,
   attemptReportLocation,
