@@ -78,10 +78,15 @@ describe("e2e: mam serve keeps its data dir private", () => {
 
     const p = dataDirPaths(dir);
     for (const file of [p.database, `${p.database}-wal`, `${p.database}-shm`, p.credentials]) expect(await modeOf(file), file).toBe(0o600);
-    for (const d of ["reports/modes", "reports/modes/1"]) expect(await modeOf(join(dir, d)), d).toBe(0o700);
-    for (const f of await readdir(join(dir, "reports", "modes", "1"))) {
-      expect(await modeOf(join(dir, "reports", "modes", "1", f)), f).toBe(0o600);
-    }
+    for (const d of ["reports/modes", "reports/modes/1", "reports/modes/1/evidence"]) expect(await modeOf(join(dir, d)), d).toBe(0o700);
+    const attempt = join(dir, "reports", "modes", "1");
+    const reports = (await readdir(attempt)).filter((f) => f !== "evidence");
+    expect(reports.sort()).toEqual(["report-final.md", "report-manifest.json"]);
+    for (const f of reports) expect(await modeOf(join(attempt, f)), f).toBe(0o600);
+    // the write-once copy the finalize pinned is read-only as well as private
+    const pinned = await readdir(join(attempt, "evidence"));
+    expect(pinned).toHaveLength(1);
+    for (const f of pinned) expect(await modeOf(join(attempt, "evidence", f)), f).toBe(0o400);
   });
 
   it("a client that drops its upload mid-body is logged as an abort: no 5xx, no stack, nothing staged", async () => {

@@ -121,7 +121,7 @@ export async function prepareFinalize(reports: ReportStore, clock: Clock, input:
   if (!digest) {
     throw new MamError(
       "report.notFound",
-      `no report to finalize: neither ${STAGED_REPORT_NAME} nor ${REPORT_NAME} exists for attempt ${input.attemptId}`,
+      `no report to finalize: neither ${reports.describe(input.location, STAGED_REPORT_NAME)} nor ${REPORT_NAME} exists`,
     );
   }
   // Refused (`report.changed`) when the bytes changed since they were hashed: what is
