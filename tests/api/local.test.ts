@@ -6,13 +6,17 @@ import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } f
 import { deadPort } from "../support/dead-port.ts";
 import { apiRoutesSuite } from "./routes.suite.ts";
 
-apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", async ({ publisher }) => {
+apiRoutesSuite("the local adapters (SQLite, files, embedded MQTT broker)", async ({ publisher, refusedTopics }) => {
   const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));
   const jobs = new SqliteJobStore(path.join(dir, "mam.db"));
   // The service derives every location (reports/<job>/<attempt>) and refuses absolute ones.
   const reports = new FileReportStore(dir, { allowAbsolute: false });
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  const broker = await startEmbeddedBroker({
+    port: 0,
+    publisherCredentials: credentials,
+    refusePublish: (topic) => refusedTopics?.has(topic) ?? false,
+  });
   const pub =
     publisher === "working"
       ? new MqttPublisher({ url: broker.url, ...credentials })
