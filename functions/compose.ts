@@ -223,6 +223,7 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promi
     jsonBodyLimit: config.jsonBodyLimit,
     reportBodyLimit: config.reportBodyLimit,
     log: overrides.log ?? stdoutLines,
+    sweep: config.sweep,
   });
 }
 
@@ -299,21 +300,34 @@ export interface SweepCounts {
   readonly owed: number;
   readonly sent: number;
   readonly failed: number;
+  readonly quarantined: number;
+  readonly not_tried: number;
 }
 
 export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) => Promise<SweepCounts>;
 
 /**
- * Scheduled: re-send every owed notification. A failed send is counted, not thrown:
- * the intent stays owed and the next run retries it. Only a sweep that could not
- * run at all (the store unreachable) fails the invocation.
+ * Scheduled: re-send every owed notification that is due. A failed send is counted,
+ * not thrown: the intent stays owed, backs off, and is quarantined after
+ * MAM_SWEEP_MAX_FAILURES failures of its own (one log line each). Only a sweep that
+ * could not run at all (the store unreachable) fails the invocation.
  */
 export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}): RecoverySweepHandler {
   const log = overrides.log ?? stdoutLines;
-  const deps = once(() => composeNotifier(env, overrides));
+  const config = once(async () => {
+    const parsed = parseConfig(env);
+    return { policy: parsed.sweep, deps: notifierDeps(parsed, overrides) };
+  });
   return async () => {
-    const result = await recoverNotifications(await deps());
-    const counts: SweepCounts = { owed: result.owed, sent: result.sent, failed: result.failed };
+    const { policy, deps } = await config();
+    const result = await recoverNotifications(deps, { policy, log: (entry) => logJson(log, entry) });
+    const counts: SweepCounts = {
+      owed: result.owed,
+      sent: result.sent,
+      failed: result.failed,
+      quarantined: result.quarantined,
+      not_tried: result.not_tried,
+    };
     logJson(log, { event: "recovery_sweep", ...counts });
     return counts;
   };

@@ -26,6 +26,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "POST /v1/jobs/{job_id}/events": { kind: "protected", scope: "write", agent: "job" },
       "GET /v1/jobs/{job_id}/events": { kind: "protected", scope: "read", agent: "job" },
       "POST /v1/recovery-sweeps": { kind: "protected", scope: "ops" },
+      "POST /v1/jobs/{job_id}/notification-release": { kind: "protected", scope: "ops" },
       "GET /openapi.json": { kind: "public" },
       "GET /docs": { kind: "public" },
       "GET /docs/assets/{file}": { kind: "public" },

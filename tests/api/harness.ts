@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { type AppOptions, createApp, createTokenService, type TokenService } from "@mam/api";
-import { type Clock, type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds } from "@mam/core";
+import { type Clock, type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds, type SweepPolicy } from "@mam/core";
 import type { Hono } from "hono";
 import { expect } from "vitest";
 
@@ -15,6 +15,8 @@ export interface ApiPorts {
 export interface PortsOptions {
   /** `unreachable`: a publisher of the same kind aimed at a broker nobody answers on. */
   readonly publisher: "working" | "unreachable";
+  /** Topics the broker refuses a publish to while they are in the set (the test edits it). */
+  readonly refusedTopics?: ReadonlySet<string>;
 }
 
 export type PortsFactory = (opts: PortsOptions) => Promise<ApiPorts>;
@@ -68,6 +70,8 @@ export interface Harness {
   readonly calls: string[];
   /** Log lines written by the app. */
   readonly lines: string[];
+  /** Topics the broker refuses while they are in the set. */
+  readonly refusedTopics: Set<string>;
   call(method: string, path: string, req?: Req): Promise<Res>;
 }
 
@@ -77,6 +81,7 @@ export interface HarnessOptions {
   readonly jsonBodyLimit?: number;
   readonly reportBodyLimit?: number;
   readonly failJobStore?: readonly (keyof JobStore)[];
+  readonly sweep?: SweepPolicy;
 }
 
 export interface Req {
@@ -95,7 +100,8 @@ export interface Res {
 }
 
 export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, cleanup: (() => Promise<unknown>)[]): Promise<Harness> {
-  const ports = await factory({ publisher: opts.publisher ?? "working" });
+  const refusedTopics = new Set<string>();
+  const ports = await factory({ publisher: opts.publisher ?? "working", refusedTopics });
   cleanup.push(() => ports.close());
   const clock = new TestClock("2026-11-20T10:10:00.000Z");
   const { store, calls } = observed(ports.jobs, opts.failJobStore);
@@ -115,6 +121,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     log: (l) => lines.push(l),
     ...(opts.jsonBodyLimit === undefined ? {} : { jsonBodyLimit: opts.jsonBodyLimit }),
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
+    ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
   };
   const app = createApp(appOpts) as unknown as Hono;
   const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);
@@ -127,6 +134,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     operator,
     calls,
     lines,
+    refusedTopics,
     call: (method, path, req = {}) => send(app, method, path, req),
   };
 }

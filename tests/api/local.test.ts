@@ -7,13 +7,17 @@ import { deadPort } from "../support/dead-port.ts";
 import { apiBoundsSuite } from "./bounds.suite.ts";
 import { apiRoutesSuite, type PortsFactory } from "./routes.suite.ts";
 
-const localPorts: PortsFactory = async ({ publisher }) => {
+const localPorts: PortsFactory = async ({ publisher, refusedTopics }) => {
   const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));
   const jobs = new SqliteJobStore(path.join(dir, "mam.db"));
   // The service derives every location (reports/<job>/<attempt>) and refuses absolute ones.
   const reports = new FileReportStore(dir, { allowAbsolute: false });
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  const broker = await startEmbeddedBroker({
+    port: 0,
+    publisherCredentials: credentials,
+    refusePublish: (topic) => refusedTopics?.has(topic) ?? false,
+  });
   const pub =
     publisher === "working"
       ? new MqttPublisher({ url: broker.url, ...credentials })

@@ -98,6 +98,8 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           return { json: { event: "progress", finalize: { attempt_id: attempt, side_effects: [] } } };
         case "POST /v1/recovery-sweeps":
           return { json: {} };
+        case "POST /v1/jobs/{job_id}/notification-release":
+          return { json: {} };
         default:
           return {};
       }
@@ -317,11 +319,116 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
 
         const res = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
         expect(res.status, res.text).toBe(200);
-        expect(res.body).toEqual({ owed: 1, sent: 1, failed: 0 });
+        expect(res.body).toEqual({
+          owed: 1,
+          sent: 1,
+          failed: 0,
+          quarantined: 0,
+          not_tried: 0,
+          results: [{ job_id: job.job_id, intent_id: t.body.pending_notification.id, outcome: "sent" }],
+        });
         expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification).toBeUndefined();
 
         const again = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator, json: {} });
-        expect(again.body).toEqual({ owed: 0, sent: 0, failed: 0 });
+        expect(again.body).toEqual({ owed: 0, sent: 0, failed: 0, quarantined: 0, not_tried: 0, results: [] });
+      });
+
+      it("POST /v1/recovery-sweeps answers per-intent outcomes: a refused notification backs off, is quarantined, listed, released, then sent", async () => {
+        const h = await harness({ sweep: { maxFailures: 2, backoffMs: 1000 } });
+        const refused = await register(h);
+        const healthy = await register(h);
+        const r = await transition(h, refused.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        h.clock.advance(1);
+        const g = await transition(h, healthy.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        const [refusedIntent, healthyIntent] = [r.body.pending_notification.id, g.body.pending_notification.id];
+        h.refusedTopics.add(`mam/jobs/${refused.job_id}/events`);
+        const sweep = () => h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
+
+        const first = await sweep();
+        expect(first.status, first.text).toBe(200);
+        expect(first.body).toMatchObject({ owed: 2, sent: 1, failed: 1, quarantined: 0, not_tried: 0 });
+        expect(first.body.results).toEqual([
+          {
+            job_id: refused.job_id,
+            intent_id: refusedIntent,
+            outcome: "failed",
+            error: { code: "publish.refused", message: expect.any(String) },
+            failures: 1,
+            retry_at: new Date(h.clock.now().getTime() + 1000).toISOString(),
+          },
+          { job_id: healthy.job_id, intent_id: healthyIntent, outcome: "sent" },
+        ]);
+        expect((await sweep()).body).toMatchObject({ owed: 0, results: [] });
+
+        h.clock.advance(1000);
+        const second = await sweep();
+        expect(second.body).toMatchObject({ owed: 1, sent: 0, failed: 0, quarantined: 1 });
+        expect(second.body.results).toEqual([
+          expect.objectContaining({ job_id: refused.job_id, intent_id: refusedIntent, outcome: "quarantined", failures: 2 }),
+        ]);
+        const logged = h.lines.map((l) => JSON.parse(l)).filter((l) => l.msg === "notification_quarantined");
+        expect(logged).toEqual([
+          expect.objectContaining({
+            level: "warn",
+            job_id: refused.job_id,
+            intent_id: refusedIntent,
+            failures: 2,
+            request_id: expect.any(String),
+          }),
+        ]);
+
+        const listed = await h.call("GET", "/v1/jobs?owed=quarantined", { token: h.operator });
+        expect(listed.status, listed.text).toBe(200);
+        expect(listed.body.items.map((j: { job_id: string }) => j.job_id)).toEqual([refused.job_id]);
+        expect(listed.body.items[0].pending_notification).toMatchObject({
+          id: refusedIntent,
+          failures: 2,
+          quarantined_at: h.clock.now().toISOString(),
+        });
+        const none = await h.call("GET", "/v1/jobs?owed=quarantined&limit=1", { token: h.tokens.mintOperator(["read"]) });
+        expect(none.body.next_cursor).toBeUndefined();
+
+        h.clock.advance(3_600_000);
+        h.refusedTopics.delete(`mam/jobs/${refused.job_id}/events`);
+        expect((await sweep()).body).toMatchObject({ owed: 0, results: [] });
+
+        // Release is the ops scope's; an intent id that is not the owed one releases nothing.
+        const path = `/v1/jobs/${refused.job_id}/notification-release`;
+        expectProblem(await h.call("POST", path, { token: h.tokens.mintOperator(["read", "write"]) }), 403, "auth.forbidden");
+        const wrong = await h.call("POST", path, { token: h.operator, json: { intent_id: "not-this-one" } });
+        expect(wrong.status, wrong.text).toBe(200);
+        expect(wrong.body).toMatchObject({ released: false, record: { pending_notification: { quarantined_at: expect.any(String) } } });
+        const released = await h.call("POST", path, { token: h.operator, json: { intent_id: refusedIntent } });
+        expect(released.status, released.text).toBe(200);
+        expect(released.body.released).toBe(true);
+        expect(released.body.record.pending_notification).not.toHaveProperty("quarantined_at");
+        expect((await h.call("GET", "/v1/jobs?owed=quarantined", { token: h.operator })).body.items).toEqual([]);
+
+        const third = await sweep();
+        expect(third.body).toMatchObject({ owed: 1, sent: 1, failed: 0, quarantined: 0 });
+        expect((await h.call("GET", `/v1/jobs/${refused.job_id}`, { token: h.operator })).body.pending_notification).toBeUndefined();
+        expectProblem(await h.call("POST", "/v1/jobs/nobody-here/notification-release", { token: h.operator }), 404, "job.notFound");
+      });
+
+      it("POST /v1/recovery-sweeps answers 200 with per-intent failures when every settle throws, never a 500", async () => {
+        const h = await harness({ failJobStore: ["settleNotification"] });
+        for (let i = 0; i < 2; i++) {
+          const job = await register(h);
+          await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        }
+        const res = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body).toMatchObject({ owed: 2, sent: 0, failed: 2, not_tried: 0 });
+        expect(res.body.results.map((r: { outcome: string; error: { code: string } }) => [r.outcome, r.error.code])).toEqual([
+          ["failed", "internal"],
+          ["failed", "internal"],
+        ]);
+        // What went wrong is logged, never answered.
+        expect(res.text).not.toContain("disk on fire");
+        const errors = h.lines.map((l) => JSON.parse(l)).filter((l) => l.msg === "notification_sweep_error");
+        expect(errors).toHaveLength(2);
+        expect(errors[0]).toMatchObject({ level: "error", request_id: res.headers.get("x-request-id") });
+        expect(JSON.stringify(errors)).toContain("disk on fire");
       });
 
       it("a publish that fails after the commit is a 200 with published: false; the intent stays owed", async () => {
@@ -336,7 +443,25 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         const got = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator });
         expect(got.body.pending_notification).toMatchObject({ event: "error", seq: 1 });
         const sweep = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
-        expect(sweep.body).toEqual({ owed: 1, sent: 0, failed: 1 });
+        expect(sweep.body).toEqual({
+          owed: 1,
+          sent: 0,
+          failed: 1,
+          quarantined: 0,
+          not_tried: 0,
+          results: [
+            {
+              job_id: job.job_id,
+              intent_id: got.body.pending_notification.id,
+              outcome: "deferred",
+              error: { code: "publish.unreachable", message: expect.any(String) },
+            },
+          ],
+        });
+        // An unreachable broker counts against nobody: the intent carries no failure.
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification).toEqual(
+          got.body.pending_notification,
+        );
       });
 
       it("GET /openapi.json is OpenAPI 3.1 covering every route, with bearer security and problem responses", async () => {
@@ -378,7 +503,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(register.responses["415"]).toBeDefined();
         expect(register.responses["413"]).toBeDefined();
         expect(doc.paths["/v1/jobs/{job_id}/transitions"].post.responses["412"]).toBeDefined();
-        expect(doc.paths["/v1/jobs"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["status", "limit", "cursor"]);
+        expect(doc.paths["/v1/jobs"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["status", "owed", "limit", "cursor"]);
         expect(doc.paths["/v1/jobs/{job_id}/attempts/{attempt}/report"].put.requestBody.content["text/markdown"]).toBeDefined();
 
         // Every reference resolves inside the document.
@@ -577,6 +702,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
             "GET /v1/jobs/{job_id}/attempts/{attempt}/verification",
             "POST /v1/jobs/{job_id}/evaluations",
             "POST /v1/recovery-sweeps",
+            "POST /v1/jobs/{job_id}/notification-release",
           ].sort(),
         );
         for (const key of operatorOnly) {
@@ -733,6 +859,8 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           ["limit=ten", "query.limit"],
           ["status=done", "query.status"],
           ["colour=red", "query.colour"],
+          ["owed=yes", "query.owed"],
+          ["owed=quarantined&status=running", "query.owed"],
         ] as const) {
           const res = await h.call("GET", `/v1/jobs?${q}`, { token: h.operator });
           expectProblem(res, 400, "input.invalid");

@@ -286,6 +286,49 @@ describe("DynamoJobStore: notification bookkeeping and the owed index", () => {
 
     expect((await store.listOwed(2)).map((j) => j.job_id)).toEqual(["job-7", "job-12"]);
   });
+
+  it("the sweep's listOwed(dueBy) is one Query whose key condition stops at now: intents backing off or quarantined are never read", async () => {
+    for (let i = 2; i <= 12; i++) await store.create(job(`job-${i}`));
+    for (let i = 2; i <= 12; i++) await store.replaceNotification(`job-${i}`, intent(`n-${i}`, i));
+    // 2..5 back off until second 100; 6..8 are quarantined; 9..12 are due.
+    for (let i = 2; i <= 5; i++)
+      expect(await store.reviseNotification(`job-${i}`, { ...intent(`n-${i}`, i), failures: 1, retry_at: at(100) })).toBe(true);
+    for (let i = 6; i <= 8; i++) {
+      expect(await store.reviseNotification(`job-${i}`, { ...intent(`n-${i}`, i), failures: 5, quarantined_at: at(50 + i) })).toBe(true);
+    }
+
+    counter.reset();
+    const due = await store.listOwed(10, { dueBy: at(60) });
+    expect(due.map((j) => j.job_id)).toEqual(["job-9", "job-10", "job-11", "job-12"]);
+    expect(counter.byCommand).toEqual({ QueryCommand: 1 });
+    const query = counter.calls[0]?.input as { IndexName?: string; KeyConditionExpression?: string; FilterExpression?: string };
+    expect(query.IndexName).toBe("owed");
+    expect(query.KeyConditionExpression).toBe("owed_pk = :owed AND owed_at <= :due");
+    expect(query.FilterExpression).toBeUndefined();
+
+    // What that key condition reads: the 4 due items, nothing else.
+    const raw = await peer.client.send(
+      new QueryCommand({
+        TableName: store.tableName,
+        IndexName: "owed",
+        KeyConditionExpression: "owed_pk = :o AND owed_at <= :due",
+        ExpressionAttributeValues: { ":o": { S: "OWED" }, ":due": { S: `${at(60)}#~` } },
+      }),
+    );
+    expect(raw.ScannedCount).toBe(4);
+
+    counter.reset();
+    const quarantined = await store.listQuarantined({ limit: 2 });
+    expect(quarantined.items.map((j) => j.job_id)).toEqual(["job-8", "job-7"]);
+    const rest = await store.listQuarantined({ limit: 2, cursor: quarantined.cursor! });
+    expect(rest.items.map((j) => j.job_id)).toEqual(["job-6"]);
+    expect(rest.cursor).toBeUndefined();
+    expect(counter.byCommand).toEqual({ QueryCommand: 2 });
+    expect(counter.calls.map((c) => (c.input as { IndexName?: string }).IndexName)).toEqual(["owed", "owed"]);
+    // A cursor of another listing is refused.
+    const other = await store.list({ limit: 1 });
+    await expect(store.listQuarantined({ limit: 2, cursor: other.cursor! })).rejects.toMatchObject({ code: "input.invalid" });
+  });
 });
 
 describe("DynamoJobStore: dispatches and events", () => {

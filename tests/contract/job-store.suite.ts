@@ -385,6 +385,97 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       expect(await store.get("edge")).toEqual({ ...record, status: "cancelled", transition_seq: 2, updated_at: at(2) });
     });
 
+    it("reviseNotification rewrites the owed intent iff its id matches, bumping nothing; a settled or superseded intent is left alone", async () => {
+      const owed = intent("owed", "completed", 3, at(7));
+      const record = job("rev", { status: "completed", transition_seq: 3, updated_at: at(7), pending_notification: owed });
+      await store.create(record);
+      const marked: NotificationIntent = {
+        ...owed,
+        failures: 1,
+        retry_at: at(9),
+        last_error: { code: "publish.refused", message: "no", at: at(8) },
+      };
+      expect(await store.reviseNotification("rev", marked)).toBe(true);
+      expect(await store.get("rev")).toEqual({ ...record, pending_notification: marked });
+
+      // Superseded: a newer intent is owed; a revision of the old one writes nothing.
+      const newer = intent("newer", "error", 999, at(10));
+      await store.replaceNotification("rev", newer);
+      expect(await store.reviseNotification("rev", { ...marked, failures: 2 })).toBe(false);
+      expect((await store.get("rev"))?.pending_notification).toEqual(newer);
+
+      // Settled: nothing owed, nothing written (and an unknown job is simply false).
+      expect(await store.settleNotification("rev", "newer")).toBe(true);
+      expect(await store.reviseNotification("rev", { ...newer, failures: 1 })).toBe(false);
+      expect((await store.get("rev"))?.pending_notification).toBeUndefined();
+      expect(await store.reviseNotification("nobody-here", marked)).toBe(false);
+    });
+
+    it("listOwed orders by when each intent is next due (retry_at, else created_at); dueBy reads only those due by then", async () => {
+      for (const [id, minute] of [
+        ["a", 1],
+        ["b", 2],
+        ["c", 3],
+      ] as const) {
+        await store.create(job(id, { status: "completed", pending_notification: intent(`i-${id}`, "completed", 1, at(minute)) }));
+      }
+      // a failed and backs off until minute 10: it moves behind b and c.
+      const backingOff = { ...intent("i-a", "completed", 1, at(1)), failures: 1, retry_at: at(10) };
+      expect(await store.reviseNotification("a", backingOff)).toBe(true);
+
+      expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["b", "c", "a"]);
+      expect((await store.listOwed(10, { dueBy: at(5) })).map((j) => j.job_id)).toEqual(["b", "c"]);
+      expect((await store.listOwed(10, { dueBy: at(2) })).map((j) => j.job_id)).toEqual(["b"]);
+      expect((await store.listOwed(10, { dueBy: at(10) })).map((j) => j.job_id)).toEqual(["b", "c", "a"]);
+      expect((await store.listOwed(1, { dueBy: at(10) })).map((j) => j.job_id)).toEqual(["b"]);
+      expect((await store.listOwed(10, { dueBy: at(10) }))[2]?.pending_notification).toEqual(backingOff);
+      // The same instant written with another offset is the same instant.
+      expect((await store.listOwed(10, { dueBy: "2025-01-15T13:05:00+01:00" })).map((j) => j.job_id)).toEqual(["b", "c"]);
+    });
+
+    it("a quarantined intent leaves listOwed for listQuarantined (newest first, paged); releasing or settling it, or a newer intent, ends it", async () => {
+      const ids = ["q1", "q2", "q3", "fine"];
+      for (const [i, id] of ids.entries()) {
+        await store.create(job(id, { status: "running", transition_seq: 1, pending_notification: intent(`i-${id}`, "running", 1, at(i)) }));
+      }
+      const quarantine = (id: string, minute: number): NotificationIntent => ({
+        ...intent(`i-${id}`, "running", 1, at(ids.indexOf(id))),
+        failures: 5,
+        quarantined_at: at(minute),
+        last_error: { code: "publish.refused", message: "refused", at: at(minute) },
+      });
+      for (const [id, minute] of [
+        ["q1", 20],
+        ["q2", 22],
+        ["q3", 21],
+      ] as const) {
+        expect(await store.reviseNotification(id, quarantine(id, minute))).toBe(true);
+      }
+
+      expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["fine"]);
+      expect((await store.listOwed(10, { dueBy: at(60) })).map((j) => j.job_id)).toEqual(["fine"]);
+      const first = await store.listQuarantined({ limit: 2 });
+      expect(first.items.map((j) => j.job_id)).toEqual(["q2", "q3"]);
+      expect(first.items[0]?.pending_notification).toEqual(quarantine("q2", 22));
+      expect(first.cursor).toBeDefined();
+      const second = await store.listQuarantined({ limit: 2, cursor: first.cursor! });
+      expect(second.items.map((j) => j.job_id)).toEqual(["q1"]);
+      expect(second.cursor).toBeUndefined();
+
+      // Released (the marks cleared by a revision): due again at its created_at.
+      expect(await store.reviseNotification("q1", intent("i-q1", "running", 1, at(0)))).toBe(true);
+      // Settled.
+      expect(await store.settleNotification("q2", "i-q2")).toBe(true);
+      // Superseded by a transition's newer intent: the newer one is not born quarantined.
+      await store.transition("q3", 1, {
+        from: ["running"],
+        set: { status: "completed", pending_notification: intent("i-q3-next", "completed", 2, at(30)) },
+      });
+
+      expect((await store.listQuarantined({ limit: 10 })).items).toEqual([]);
+      expect((await store.listOwed(10, { dueBy: at(30) })).map((j) => j.job_id)).toEqual(["q1", "fine", "q3"]);
+    });
+
     it("16 concurrent transitions from the same seq commit exactly once; the others lose with job.transitionConflict", async () => {
       // In one process this shows that the write is conditional (no read-then-write
       // window in the adapter), not a real race; races across processes are tested

@@ -76,10 +76,117 @@ describe("SqliteJobStore, beyond the contract", () => {
     const peek = new Database(file, { readonly: true });
     try {
       const plan = peek
-        .prepare("EXPLAIN QUERY PLAN SELECT doc FROM jobs WHERE owed_intent_id IS NOT NULL ORDER BY owed_at LIMIT ?")
+        .prepare(
+          "EXPLAIN QUERY PLAN SELECT doc FROM jobs WHERE owed_intent_id IS NOT NULL AND owed_quarantined_id IS NOT owed_intent_id ORDER BY owed_at, job_id LIMIT ?",
+        )
         .all(10) as { detail: string }[];
-      expect(plan.map((p) => p.detail).join(" | ")).toMatch(/USING INDEX jobs_owed/);
+      expect(plan.map((p) => p.detail).join(" | ")).toMatch(/USING INDEX jobs_owed_due/);
       expect(peek.pragma("journal_mode", { simple: true })).toBe("wal");
+    } finally {
+      peek.close();
+    }
+  });
+
+  it("the sweep's listOwed(dueBy) and listQuarantined read their own partial indexes, in index order, only the rows they return", async () => {
+    const owedJob = (id: string, minute: number) =>
+      job(id, { pending_notification: { id: `i-${id}`, event: "completed", seq: 0, created_at: `2025-01-15T12:${minute}:00.000Z` } });
+    for (let i = 0; i < 100; i++) await store.create(job(`bulk-${i}`));
+    for (let i = 10; i < 40; i++) await store.create(owedJob(`owed-${i}`, i));
+    // 20 of them back off past the sweep's now, 5 are quarantined.
+    for (let i = 10; i < 30; i++) {
+      const later = { id: `i-owed-${i}`, event: "completed", seq: 0, created_at: `2025-01-15T12:${i}:00.000Z`, failures: 1 };
+      expect(await store.reviseNotification(`owed-${i}`, { ...later, retry_at: "2025-01-15T14:00:00.000Z" })).toBe(true);
+    }
+    for (let i = 30; i < 35; i++) {
+      const intent = { id: `i-owed-${i}`, event: "completed", seq: 0, created_at: `2025-01-15T12:${i}:00.000Z`, failures: 5 };
+      expect(await store.reviseNotification(`owed-${i}`, { ...intent, quarantined_at: "2025-01-15T13:00:00.000Z" })).toBe(true);
+    }
+
+    let before = store.rowsRead;
+    const due = await store.listOwed(100, { dueBy: "2025-01-15T13:30:00.000Z" });
+    expect(due.map((j) => j.job_id)).toEqual(["owed-35", "owed-36", "owed-37", "owed-38", "owed-39"]);
+    expect(store.rowsRead - before).toBe(5);
+    before = store.rowsRead;
+    expect((await store.listQuarantined({ limit: 100 })).items).toHaveLength(5);
+    expect(store.rowsRead - before).toBe(5);
+
+    const peek = new Database(file, { readonly: true });
+    const plan = (sql: string, ...params: unknown[]) =>
+      (peek.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[]).map((p) => p.detail).join(" | ");
+    try {
+      const sweep = plan(
+        "SELECT doc, owed_intent_id, owed_revision FROM jobs WHERE owed_intent_id IS NOT NULL AND owed_quarantined_id IS NOT owed_intent_id AND owed_at <= ? ORDER BY owed_at, job_id LIMIT ?",
+        "x",
+        10,
+      );
+      expect(sweep).toMatch(/SEARCH jobs USING INDEX jobs_owed_due \(owed_at<\?\)/);
+      expect(sweep).not.toMatch(/TEMP B-TREE/);
+      const quarantined = plan(
+        "SELECT doc FROM jobs WHERE owed_quarantined_id = owed_intent_id ORDER BY owed_at DESC, job_id DESC LIMIT ?",
+        10,
+      );
+      expect(quarantined).toMatch(/USING INDEX jobs_owed_quarantined/);
+      expect(quarantined).not.toMatch(/TEMP B-TREE/);
+    } finally {
+      peek.close();
+    }
+  });
+
+  it("a record SQLite's JSON functions can no longer rewrite is still revised and quarantined, its intent kept beside the doc", async () => {
+    // 999 levels of progress take the doc past SQLite's JSON depth limit (1,000):
+    // every later json_set on the row fails, settling included.
+    let deep: unknown = 1;
+    for (let i = 0; i < 999; i++) deep = [deep];
+    const owed = { id: "i-deep", event: "completed", seq: 1, created_at: "2025-01-15T12:01:00.000Z" };
+    await store.create(job("deep"));
+    await store.transition("deep", 0, {
+      from: ["pending"],
+      set: { status: "completed", progress: { deep } as JobRecord["progress"], pending_notification: owed },
+    });
+    await expect(store.settleNotification("deep", "i-deep")).rejects.toThrow(/malformed JSON/);
+
+    const marked = { ...owed, failures: 1, retry_at: "2025-01-15T12:05:00.000Z" };
+    expect(await store.reviseNotification("deep", marked)).toBe(true);
+    expect((await store.listOwed(10)).map((j) => j.pending_notification)).toEqual([marked]);
+    expect(await store.listOwed(10, { dueBy: "2025-01-15T12:04:00.000Z" })).toEqual([]);
+
+    const quarantined = { ...owed, failures: 5, quarantined_at: "2025-01-15T12:30:00.000Z" };
+    expect(await store.reviseNotification("deep", quarantined)).toBe(true);
+    expect(await store.listOwed(10)).toEqual([]);
+    expect((await store.listQuarantined({ limit: 10 })).items.map((j) => j.pending_notification)).toEqual([quarantined]);
+    // Still conditional on the intent id.
+    expect(await store.reviseNotification("deep", { ...quarantined, id: "someone-else" })).toBe(false);
+  });
+
+  it("a database made before the sweep's owed columns gains them, and what it owed stays owed and due", async () => {
+    await store.close();
+    await tmp.remove();
+    tmp = await tempDir("sqlite-old");
+    file = path.join(tmp.dir, "mam.db");
+    const old = new Database(file);
+    old.exec(`CREATE TABLE jobs (job_id TEXT PRIMARY KEY, status TEXT NOT NULL, transition_seq INTEGER NOT NULL,
+      created_at TEXT NOT NULL, updated_at TEXT NOT NULL, owed_intent_id TEXT NULL, owed_at TEXT NULL,
+      doc TEXT NOT NULL CHECK (json_valid(doc)));
+      CREATE INDEX jobs_owed ON jobs (owed_at) WHERE owed_intent_id IS NOT NULL;`);
+    const owed = { id: "i-old", event: "completed", seq: 1, created_at: "2025-01-15T12:01:00.000Z" };
+    const record = job("old", { status: "completed", transition_seq: 1, pending_notification: owed });
+    old
+      .prepare("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+      .run("old", "completed", 1, record.created_at, record.updated_at, owed.id, owed.created_at, JSON.stringify(record));
+    old.close();
+
+    store = new SqliteJobStore(file);
+    expect((await store.listOwed(10, { dueBy: "2025-01-15T12:02:00.000Z" })).map((j) => j.job_id)).toEqual(["old"]);
+    expect(await store.reviseNotification("old", { ...owed, failures: 5, quarantined_at: "2025-01-15T12:03:00.000Z" })).toBe(true);
+    expect((await store.listQuarantined({ limit: 10 })).items.map((j) => j.job_id)).toEqual(["old"]);
+    const peek = new Database(file, { readonly: true });
+    try {
+      const indexes = (
+        peek.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'").all() as { name: string }[]
+      )
+        .map((i) => i.name)
+        .filter((n) => n.startsWith("jobs_owed"));
+      expect(indexes.sort()).toEqual(["jobs_owed_due", "jobs_owed_quarantined"]);
     } finally {
       peek.close();
     }

@@ -3,10 +3,11 @@
  * into the handler, against dynalite (jobs owing notifications, found through the
  * sparse index) and the IoT stand-in in front of a broker that refuses one topic.
  */
-import type { JobRecord } from "@mam/core";
+import { type JobRecord, releaseNotification } from "@mam/core";
 import type { ScheduledEvent } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRecoverySweepHandler } from "../../functions/compose.ts";
+import { TestClock } from "../api/harness.ts";
 import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "./support.ts";
 
 let peers: Peers;
@@ -41,7 +42,7 @@ function job(jobId: string, owes: boolean, minute: number): JobRecord {
 }
 
 describe("recovery sweep (EventBridge schedule -> every owed notification)", () => {
-  it("sends what it can, counts what it cannot, logs {owed, sent, failed} as one JSON line, and throws nothing", async () => {
+  it("sends what it can, counts what it cannot, backs off and quarantines what keeps failing, logs JSON lines, and throws nothing", async () => {
     const table = await peers.newTable();
     const store = peers.store(table);
     for (const [id, owes, minute] of [
@@ -54,20 +55,43 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
     }
     peers.refusedTopics.add("mam/jobs/sweep-refused/events");
     const log = memoryLog();
+    const clock = new TestClock("2025-01-15T12:10:00.000Z");
+    const counts = (owed: number, sent: number, failed: number, quarantined = 0) => ({ owed, sent, failed, quarantined, not_tried: 0 });
     try {
-      const sweep = createRecoverySweepHandler(peers.env(table), { credentials: CREDENTIALS, log: log.sink });
+      const env = peers.env(table, { MAM_SWEEP_MAX_FAILURES: "2", MAM_SWEEP_BACKOFF_SECONDS: "60" });
+      const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, log: log.sink, clock });
 
-      expect(await sweep(scheduled(), lambdaContext("mam-dev-recoverySweep"))).toEqual({ owed: 3, sent: 2, failed: 1 });
-      expect(log.lines).toHaveLength(1);
-      expect(JSON.parse(log.lines[0] ?? "")).toEqual({ event: "recovery_sweep", owed: 3, sent: 2, failed: 1 });
+      expect(await sweep(scheduled(), lambdaContext("mam-dev-recoverySweep"))).toEqual(counts(3, 2, 1));
+      expect(log.entries()).toEqual([{ event: "recovery_sweep", ...counts(3, 2, 1) }]);
       expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["sweep-refused"]);
 
-      // The next run retries only what is still owed.
-      expect(await sweep(scheduled())).toEqual({ owed: 1, sent: 0, failed: 1 });
+      // Backing off: the next run reads nothing until its retry_at.
+      expect(await sweep(scheduled())).toEqual(counts(0, 0, 0));
+      clock.advance(60_000);
+      // The second failure of its own quarantines it (MAM_SWEEP_MAX_FAILURES=2): one more line.
+      expect(await sweep(scheduled())).toEqual(counts(1, 0, 0, 1));
+      expect(log.entries().at(-2)).toMatchObject({
+        event: "notification_quarantined",
+        job_id: "sweep-refused",
+        intent_id: "intent-sweep-refused",
+        failures: 2,
+        error: { code: "publish.refused" },
+      });
       peers.refusedTopics.delete("mam/jobs/sweep-refused/events");
-      expect(await sweep(scheduled())).toEqual({ owed: 1, sent: 1, failed: 0 });
-      expect(await sweep(scheduled())).toEqual({ owed: 0, sent: 0, failed: 0 });
-      expect(log.entries().map((e) => e.owed)).toEqual([3, 1, 1, 0]);
+      clock.advance(86_400_000);
+      expect(await sweep(scheduled())).toEqual(counts(0, 0, 0));
+      expect((await store.listQuarantined({ limit: 10 })).items.map((j) => j.job_id)).toEqual(["sweep-refused"]);
+
+      // Released: the next run sends it.
+      expect((await releaseNotification({ jobs: store }, "sweep-refused")).released).toBe(true);
+      expect(await sweep(scheduled())).toEqual(counts(1, 1, 0));
+      expect(await sweep(scheduled())).toEqual(counts(0, 0, 0));
+      expect(
+        log
+          .entries()
+          .filter((e) => e.event === "recovery_sweep")
+          .map((e) => e.owed),
+      ).toEqual([3, 0, 1, 0, 1, 0]);
     } finally {
       peers.refusedTopics.delete("mam/jobs/sweep-refused/events");
     }

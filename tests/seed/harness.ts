@@ -52,6 +52,11 @@ export interface SeedBackend {
   refusingPublisher(): Promise<Publisher>;
   /** A publisher of the backend's kind aimed at a broker nobody answers on. */
   unreachablePublisher(): Promise<Publisher>;
+  /**
+   * Topics the live broker refuses a publish to, whoever sends it, while they are in
+   * the set (the embedded broker's `refusePublish`; behind the IoT stand-in, a 403).
+   */
+  readonly refusedTopics: Set<string>;
   /** Drop every client and open new ones over the same storage: a process restart. */
   restart(): Promise<void>;
   close(): Promise<void>;
@@ -166,7 +171,12 @@ async function makeEmbedded(): Promise<SeedBackend> {
   const dbFile = path.join(dir, "mam.db");
   const reportRoot = path.join(dir, "reports-root");
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
+  const refusedTopics = new Set<string>();
+  const broker = await startEmbeddedBroker({
+    port: 0,
+    publisherCredentials: credentials,
+    refusePublish: (topic) => refusedTopics.has(topic),
+  });
   const extraBrokers: EmbeddedBroker[] = [];
   const extraPublishers: Publisher[] = [];
   const subscriptions: Subscription[] = [];
@@ -188,6 +198,7 @@ async function makeEmbedded(): Promise<SeedBackend> {
 
   return {
     name: "embedded",
+    refusedTopics,
     deps(flags = parseFlags({}), override = {}) {
       return {
         jobs: live.jobs,
@@ -278,8 +289,13 @@ async function makeAws(): Promise<SeedBackend> {
     extra.push({ close: async () => client.destroy() });
     return new IotPublisher({ client });
   };
+  // The peers' broker is shared by the file's tests; each backend refuses only what it was told to.
+  const refusedTopics = new Set<string>();
+  peers.refusing.add(refusedTopics);
+  extra.push({ close: async () => void peers.refusing.delete(refusedTopics) });
   return {
     name: "aws",
+    refusedTopics,
     deps(flags = parseFlags({}), override = {}) {
       return {
         jobs: live.jobs,

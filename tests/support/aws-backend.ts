@@ -19,7 +19,12 @@ export interface AwsPeers {
   readonly s3: S3rverPeer;
   readonly broker: EmbeddedBroker;
   readonly standIn: IotStandIn;
-  ports(opts?: { publisher?: "working" | "unreachable" }): Promise<AwsPorts>;
+  /**
+   * The broker refuses a publish to any topic in any of these sets (the stand-in then
+   * answers 403, `publish.refused`): a suite adds its own set and removes it when done.
+   */
+  readonly refusing: Set<ReadonlySet<string>>;
+  ports(opts?: { publisher?: "working" | "unreachable"; refusedTopics?: ReadonlySet<string> }): Promise<AwsPorts>;
   close(): Promise<void>;
 }
 
@@ -36,10 +41,15 @@ let counter = 0;
 
 export async function startAwsPeers(): Promise<AwsPeers> {
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+  const refusing = new Set<ReadonlySet<string>>();
   const [dynamo, s3, broker] = await Promise.all([
     startDynalite(),
     startS3rver(),
-    startEmbeddedBroker({ port: 0, publisherCredentials: credentials }),
+    startEmbeddedBroker({
+      port: 0,
+      publisherCredentials: credentials,
+      refusePublish: (topic) => [...refusing].some((topics) => topics.has(topic)),
+    }),
   ]);
   // IoT Core's own right to publish under mam/ is the stand-in's broker credentials.
   const standIn = await startIotStandIn(broker.url, credentials);
@@ -48,7 +58,10 @@ export async function startAwsPeers(): Promise<AwsPeers> {
     s3,
     broker,
     standIn,
+    refusing,
     async ports(opts = {}) {
+      const refused = opts.refusedTopics;
+      if (refused !== undefined) refusing.add(refused);
       const n = `${process.pid}-${++counter}`;
       const tableName = `mam-${n}`;
       const bucket = `mam-${n}`;
@@ -66,6 +79,7 @@ export async function startAwsPeers(): Promise<AwsPeers> {
         tableName,
         bucket,
         async close() {
+          if (refused !== undefined) refusing.delete(refused);
           iot.destroy();
           await dynamo.client.send(new DeleteTableCommand({ TableName: tableName }));
         },

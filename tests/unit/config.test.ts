@@ -1,5 +1,5 @@
 /** Configuration: parsed once from the environment; defaults as DESIGN.md states them; a bad value names its variable. */
-import { type Config, isMamError, MamError, parseConfig, parseFlags } from "@mam/core";
+import { backoffAfter, type Config, DEFAULT_SWEEP_POLICY, isMamError, MamError, parseConfig, parseFlags } from "@mam/core";
 import { describe, expect, it } from "vitest";
 
 function configError(env: Record<string, string>): MamError {
@@ -26,7 +26,15 @@ describe("parseConfig", () => {
       agentTokenTtlSeconds: 24 * 60 * 60,
       jsonBodyLimit: 1024 * 1024,
       reportBodyLimit: 10 * 1024 * 1024,
+      sweep: { maxFailures: 5, backoffMs: 60_000 },
     });
+    expect(parseConfig({}).sweep).toEqual(DEFAULT_SWEEP_POLICY);
+  });
+
+  it("reads the sweep's quarantine limit and backoff; the backoff doubles per failure up to 64 times the base", () => {
+    const { sweep } = parseConfig({ MAM_SWEEP_MAX_FAILURES: "3", MAM_SWEEP_BACKOFF_SECONDS: "10" });
+    expect(sweep).toEqual({ maxFailures: 3, backoffMs: 10_000 });
+    expect([1, 2, 3, 7, 8, 50].map((n) => backoffAfter(sweep, n))).toEqual([10_000, 20_000, 40_000, 640_000, 640_000, 640_000]);
   });
 
   it("reads every flag and setting it is given", () => {
@@ -57,6 +65,10 @@ describe("parseConfig", () => {
     ["MAM_PORT", "70000"],
     ["MAM_PORT", "80.5"],
     ["MAM_MQTT_URL", "not a url"],
+    ["MAM_SWEEP_MAX_FAILURES", "0"],
+    ["MAM_SWEEP_MAX_FAILURES", "101"],
+    ["MAM_SWEEP_BACKOFF_SECONDS", "0"],
+    ["MAM_SWEEP_BACKOFF_SECONDS", "1.5"],
   ])("%s=%s is config.invalid naming the variable", (name, value) => {
     const e = configError({ [name]: value });
     expect(e.code).toBe("config.invalid");

@@ -34,6 +34,7 @@ export const ROUTE_PERMISSIONS = {
   "POST /v1/jobs/{job_id}/events": opOrAgent("write", "job"),
   "GET /v1/jobs/{job_id}/events": opOrAgent("read", "job"),
   "POST /v1/recovery-sweeps": op("ops"),
+  "POST /v1/jobs/{job_id}/notification-release": op("ops"),
   "GET /openapi.json": pub,
   "GET /docs": pub,
   "GET /docs/assets/{file}": pub,

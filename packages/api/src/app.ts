@@ -15,6 +15,8 @@ import {
   recordDispatch,
   recoverNotifications,
   registerJob,
+  releaseNotification,
+  type SweepPolicy,
   stageAttemptReport,
   TransitionRequestSchema,
   transitionJob,
@@ -40,6 +42,8 @@ import {
   type JobPage,
   ListEventsQuerySchema,
   ListJobsQuerySchema,
+  NotificationReleaseRequestSchema,
+  type NotificationReleaseResult,
   PathParamsSchema,
   type PublishEventResponse,
   RecoverySweepRequestSchema,
@@ -61,6 +65,8 @@ export interface AppOptions {
   readonly reportBodyLimit?: number;
   /** One JSON line per request (and per unexpected error); console.log by default. */
   readonly log?: (line: string) => void;
+  /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
+  readonly sweep?: SweepPolicy;
 }
 
 export type AppEnv = BlankEnv;
@@ -179,6 +185,8 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     tokens,
     jsonLimit,
     reportLimit,
+    log,
+    ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     openApi: () => {
       openApi ??= JSON.stringify(buildOpenApi({ jsonBodyLimit: jsonLimit, reportBodyLimit: reportLimit }));
       return openApi;
@@ -218,10 +226,12 @@ interface HandlerDeps {
   readonly tokens: TokenService;
   readonly jsonLimit: number;
   readonly reportLimit: number;
+  readonly log: (line: string) => void;
+  readonly sweep?: SweepPolicy;
   readonly openApi: () => string;
 }
 
-function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: HandlerDeps): Record<OperationId, Handler> {
+function routeHandlers({ deps, tokens, jsonLimit, reportLimit, log, sweep, openApi }: HandlerDeps): Record<OperationId, Handler> {
   const json = async <S extends Parameters<typeof validate>[0]>(c: Context<AppEnv>, schema: S, optional = false) => {
     const value = await readJsonBody(c.req.raw, jsonLimit, { optional });
     // `undefined` only when an optional body is absent altogether: the empty object.
@@ -240,11 +250,11 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
 
     async listJobs({ c, requestId }) {
       const q = await query(c, ListJobsQuerySchema);
-      const page = await deps.jobs.list({
-        limit: q.limit,
-        ...(q.status === undefined ? {} : { status: q.status }),
-        ...(q.cursor === undefined ? {} : { cursor: q.cursor }),
-      });
+      const cursor = q.cursor === undefined ? {} : { cursor: q.cursor };
+      const page =
+        q.owed === "quarantined"
+          ? await deps.jobs.listQuarantined({ limit: q.limit, ...cursor })
+          : await deps.jobs.list({ limit: q.limit, ...(q.status === undefined ? {} : { status: q.status }), ...cursor });
       const body: JobPage = { items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) };
       return jsonAnswer(requestId, body, 200);
     },
@@ -406,9 +416,26 @@ function routeHandlers({ deps, tokens, jsonLimit, reportLimit, openApi }: Handle
 
     async runRecoverySweep({ c, requestId }) {
       await json(c, RecoverySweepRequestSchema, true);
-      const r = await recoverNotifications(deps);
-      const body: RecoverySweepResult = { owed: r.owed, sent: r.sent, failed: r.failed };
+      const r = await recoverNotifications(deps, {
+        ...(sweep === undefined ? {} : { policy: sweep }),
+        log: (entry) => log(JSON.stringify({ msg: entry.event, request_id: requestId, ...entry })),
+      });
+      const body: RecoverySweepResult = {
+        owed: r.owed,
+        sent: r.sent,
+        failed: r.failed,
+        quarantined: r.quarantined,
+        not_tried: r.not_tried,
+        results: [...r.results],
+      };
       return jsonAnswer(requestId, body, 200);
+    },
+
+    async releaseNotification({ c, params, requestId }) {
+      const body = await json(c, NotificationReleaseRequestSchema, true);
+      const r = await releaseNotification(deps, params.jobId!, body.intent_id === undefined ? {} : { intentId: body.intent_id });
+      const answer: NotificationReleaseResult = { released: r.released, reason: r.reason, record: r.record };
+      return jsonAnswer(requestId, answer, 200);
     },
 
     getOpenApi({ requestId }) {

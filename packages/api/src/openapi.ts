@@ -28,6 +28,8 @@ import {
   GateResponseSchema,
   HealthSchema,
   JobPageSchema,
+  NotificationReleaseRequestSchema,
+  NotificationReleaseResultSchema,
   ProblemSchema,
   PublishEventResponseSchema,
   RecoverySweepRequestSchema,
@@ -71,6 +73,8 @@ const COMPONENTS: readonly [string, z.ZodType][] = [
   ["JobPage", JobPageSchema],
   ["RecoverySweepRequest", RecoverySweepRequestSchema],
   ["RecoverySweepResult", RecoverySweepResultSchema],
+  ["NotificationReleaseRequest", NotificationReleaseRequestSchema],
+  ["NotificationReleaseResult", NotificationReleaseResultSchema],
   ["Health", HealthSchema],
   ["Problem", ProblemSchema],
 ];

@@ -35,11 +35,20 @@ export const PathParamsSchema = z.strictObject({
     .optional(),
 });
 
-export const ListJobsQuerySchema = z.strictObject({
-  status: StatusSchema.optional().describe("only jobs with this status"),
-  limit: z.coerce.number().int().min(1).max(200).default(50).describe("page size, 1..200"),
-  cursor: z.string().min(1).max(1024).optional().describe("`next_cursor` from the previous page"),
-});
+export const ListJobsQuerySchema = z
+  .strictObject({
+    status: StatusSchema.optional().describe("only jobs with this status"),
+    owed: z
+      .enum(["quarantined"])
+      .optional()
+      .describe("`quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`)"),
+    limit: z.coerce.number().int().min(1).max(200).default(50).describe("page size, 1..200"),
+    cursor: z.string().min(1).max(1024).optional().describe("`next_cursor` from the previous page"),
+  })
+  .refine((q) => q.owed === undefined || q.status === undefined, {
+    path: ["owed"],
+    message: "owed and status cannot be combined",
+  });
 
 export const VerificationQuerySchema = z.strictObject({
   expected_artifacts: z
@@ -87,6 +96,10 @@ export const ScenarioInputSchema = z.unknown().superRefine((value, ctx) => {
 export const EvaluationRequestSchema = z.strictObject({ scenario: ScenarioInputSchema });
 
 export const RecoverySweepRequestSchema = z.strictObject({});
+
+export const NotificationReleaseRequestSchema = z.strictObject({
+  intent_id: z.string().min(1).max(128).optional().describe("release only if this is still the owed intent"),
+});
 
 // ---- responses
 
@@ -158,12 +171,37 @@ export const EventLogSchema = z.strictObject({
 });
 export type EventLog = z.infer<typeof EventLogSchema>;
 
+const count = z.number().int().min(0);
+
+export const SweepIntentOutcomeSchema = z.strictObject({
+  job_id: z.string(),
+  intent_id: z.string(),
+  outcome: z
+    .enum(["sent", "failed", "quarantined", "deferred", "not_tried"])
+    .describe(
+      "sent: published and settled; failed: failed for a reason of its own, tried again after `retry_at`; quarantined: failed for the N-th time, not tried again until released; deferred: the broker or the store could not be reached (not counted; the sweep stopped); not_tried: the sweep stopped before it",
+    ),
+  error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
+  failures: z.number().int().min(1).optional().describe("failures of its own so far"),
+  retry_at: IsoTime.optional().describe("when the sweep tries it next"),
+});
+
 export const RecoverySweepResultSchema = z.strictObject({
-  owed: z.number().int().min(0),
-  sent: z.number().int().min(0),
-  failed: z.number().int().min(0),
+  owed: count.describe("owed notifications due now that the sweep read (quarantined ones are not read)"),
+  sent: count,
+  failed: count.describe("tried, not delivered, still owed (outcomes failed and deferred)"),
+  quarantined: count.describe("quarantined by this sweep"),
+  not_tried: count,
+  results: z.array(SweepIntentOutcomeSchema).describe("one per intent read, in the order tried"),
 });
 export type RecoverySweepResult = z.infer<typeof RecoverySweepResultSchema>;
+
+export const NotificationReleaseResultSchema = z.strictObject({
+  released: z.boolean().describe("true: the owed notification's failures, backoff and quarantine were cleared; the next sweep tries it"),
+  reason: z.string(),
+  record: JobRecordSchema,
+});
+export type NotificationReleaseResult = z.infer<typeof NotificationReleaseResultSchema>;
 
 export const HealthSchema = z.strictObject({ ok: z.literal(true) });
 

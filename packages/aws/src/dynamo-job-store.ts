@@ -23,6 +23,7 @@ import {
   type JobStore,
   MamError,
   type NotificationIntent,
+  type OwedQuery,
   type Page,
   type Status,
 } from "@mam/core";
@@ -44,6 +45,7 @@ const OPEN: readonly Status[] = ["pending", "running"];
 const ALL_JOBS = "JOBS";
 const OWED = "OWED";
 const EVENT_PREFIX = "EVENT#";
+const QUARANTINED = "OWED#QUARANTINED";
 
 const jobPk = (jobId: string): string => `JOB#${jobId}`;
 const dispatchSk = (attemptId: number): string => `DISPATCH#${String(attemptId).padStart(7, "0")}`;
@@ -55,7 +57,19 @@ function sortableTime(iso: string): string {
   return Number.isNaN(t) ? iso : new Date(t).toISOString();
 }
 const recencyKey = (updatedAt: string, jobId: string): string => `${sortableTime(updatedAt)}#${jobId}`;
-const owedKey = (intent: NotificationIntent, jobId: string): string => `${sortableTime(intent.created_at)}#${jobId}`;
+/** When the sweep is next due to try an (unquarantined) intent, then the job: the `owed` index's sort key. */
+const owedKey = (intent: NotificationIntent, jobId: string): string => `${sortableTime(intent.retry_at ?? intent.created_at)}#${jobId}`;
+/**
+ * Where an intent sits in the `owed` index: under `OWED` by when it is next due, or,
+ * once quarantined, under a partition of its own by when it was quarantined, so the
+ * sweep's Query never reads it.
+ */
+function owedKeys(intent: NotificationIntent, jobId: string): { owed_pk: string; owed_at: string } {
+  if (intent.quarantined_at !== undefined) return { owed_pk: QUARANTINED, owed_at: `${sortableTime(intent.quarantined_at)}#${jobId}` };
+  return { owed_pk: OWED, owed_at: owedKey(intent, jobId) };
+}
+/** Above every `<time>#<job id>` key of that time: `~` sorts after every character a job id may hold. */
+const dueBound = (dueBy: string): string => `${sortableTime(dueBy)}#~`;
 const eventSk = (entry: EventLogEntry): string => `${EVENT_PREFIX}${sortableTime(entry.at)}#${entry.id}`;
 
 function stripKeys<T>(item: Record<string, unknown>): T {
@@ -159,10 +173,7 @@ export class DynamoJobStore implements JobStore {
       gsi2pk: ALL_JOBS,
       gsi2sk: recencyKey(record.updated_at, record.job_id),
     };
-    if (record.pending_notification !== undefined) {
-      item.owed_pk = OWED;
-      item.owed_at = owedKey(record.pending_notification, record.job_id);
-    }
+    if (record.pending_notification !== undefined) Object.assign(item, owedKeys(record.pending_notification, record.job_id));
     await this.#putOnce(item, () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
   }
 
@@ -294,6 +305,7 @@ export class DynamoJobStore implements JobStore {
 
   async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
     if (!JOB_ID_PATTERN.test(jobId)) throw notFound(jobId);
+    const keys = owedKeys(intent, jobId);
     try {
       await this.#doc.send(
         new UpdateCommand({
@@ -301,12 +313,33 @@ export class DynamoJobStore implements JobStore {
           Key: { pk: jobPk(jobId), sk: RECORD_SK },
           UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
           ConditionExpression: "attribute_exists(pk)",
-          ExpressionAttributeValues: { ":intent": intent, ":owed": OWED, ":owedAt": owedKey(intent, jobId) },
+          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at },
         }),
       );
     } catch (err) {
       if (isConditionalFailure(err)) throw notFound(jobId);
       throw storeFailure(err, `replace the notification of job ${jobId}`);
+    }
+  }
+
+  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+    if (!JOB_ID_PATTERN.test(jobId)) return false;
+    const keys = owedKeys(intent, jobId);
+    try {
+      await this.#doc.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
+          // Only the intent the sweep (or the operator) read: a newer one, or none, is left alone.
+          ConditionExpression: "pending_notification.id = :id",
+          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at, ":id": intent.id },
+        }),
+      );
+      return true;
+    } catch (err) {
+      if (isConditionalFailure(err)) return false;
+      throw storeFailure(err, `revise the notification of job ${jobId}`);
     }
   }
 
@@ -365,19 +398,45 @@ export class DynamoJobStore implements JobStore {
     return { items: page.map((i) => stripKeys<JobRecord>(i)), cursor: encodeCursor({ i: index, k: key }) };
   }
 
-  async listOwed(limit: number): Promise<readonly JobRecord[]> {
+  async listOwed(limit: number, query: OwedQuery = {}): Promise<readonly JobRecord[]> {
+    // The key condition bounds the read to what is due: intents backing off sort after
+    // it and are never read, quarantined ones live under another partition key.
+    const due = query.dueBy === undefined ? {} : { ":due": dueBound(query.dueBy) };
     const items = await this.#queryUpTo(
       {
         TableName: this.tableName,
         IndexName: JOB_TABLE_INDEX.owed,
-        KeyConditionExpression: "owed_pk = :owed",
-        ExpressionAttributeValues: { ":owed": OWED },
+        KeyConditionExpression: query.dueBy === undefined ? "owed_pk = :owed" : "owed_pk = :owed AND owed_at <= :due",
+        ExpressionAttributeValues: { ":owed": OWED, ...due },
         ScanIndexForward: true,
       },
       positiveLimit(limit),
       "list owed notifications",
     );
     return items.map((i) => stripKeys<JobRecord>(i));
+  }
+
+  async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    const limit = positiveLimit(query.limit);
+    const index = JOB_TABLE_INDEX.owed;
+    const startKey = query.cursor !== undefined ? decodeCursor(query.cursor, index, "owed_pk", QUARANTINED) : undefined;
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: index,
+        KeyConditionExpression: "owed_pk = :q",
+        ExpressionAttributeValues: { ":q": QUARANTINED },
+        ScanIndexForward: false,
+        ...(startKey !== undefined ? { ExclusiveStartKey: startKey } : {}),
+      },
+      limit + 1,
+      "list quarantined notifications",
+    );
+    const page = items.slice(0, limit);
+    const last = page[page.length - 1];
+    if (items.length <= limit || last === undefined) return { items: page.map((i) => stripKeys<JobRecord>(i)) };
+    const key = { pk: String(last.pk), sk: String(last.sk), owed_pk: String(last.owed_pk), owed_at: String(last.owed_at) };
+    return { items: page.map((i) => stripKeys<JobRecord>(i)), cursor: encodeCursor({ i: index, k: key }) };
   }
 
   async recordDispatch(dispatch: DispatchRecord): Promise<void> {

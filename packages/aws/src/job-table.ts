@@ -18,9 +18,14 @@ import { storeFailure } from "./sdk-errors.ts";
  *   ordered; its cost is one GSI partition's write rate (about 1000 writes/s), far
  *   above what a job registry sees. Only job records carry it, so dispatches and
  *   events never appear in a listing.
- * - `owed` (`owed_pk = OWED`, `owed_at = <intent created_at>#<job_id>`): sparse — the
- *   two attributes exist only while `pending_notification` does, so the recovery
- *   sweep reads the jobs owing a notification and nothing else, oldest intent first.
+ * - `owed` (`owed_pk = OWED`, `owed_at = <next due>#<job_id>`): sparse — the two
+ *   attributes exist only while `pending_notification` does, so the recovery sweep
+ *   reads the jobs owing a notification and nothing else. An intent is next due at
+ *   its `retry_at` (after a failure of its own), else at its `created_at`; the sweep
+ *   reads `owed_at <= now`, soonest due first, so an intent backing off is not read.
+ *   A quarantined intent moves to `owed_pk = OWED#QUARANTINED`
+ *   (`owed_at = <quarantined_at>#<job_id>`): listed for operators, never read by the
+ *   sweep, and unable to crowd out the others.
  *
  * Times in sort keys are normalised to UTC `toISOString()` form (fixed width), so the
  * string order is the time order whatever offset the record was written with.

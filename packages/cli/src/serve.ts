@@ -165,12 +165,25 @@ export async function startService(
     }),
     config.operatorToken,
   );
-  const app = createApp({ deps, tokens, jsonBodyLimit: config.jsonBodyLimit, reportBodyLimit: config.reportBodyLimit, log });
+  const app = createApp({
+    deps,
+    tokens,
+    jsonBodyLimit: config.jsonBodyLimit,
+    reportBodyLimit: config.reportBodyLimit,
+    log,
+    sweep: config.sweep,
+  });
 
   const sweep = async () => {
     try {
-      const r = await recoverNotifications(deps);
-      if (r.owed > 0) log(JSON.stringify({ level: "info", msg: "sweep", owed: r.owed, sent: r.sent, failed: r.failed }));
+      const r = await recoverNotifications(deps, {
+        policy: config.sweep,
+        log: (entry) => log(JSON.stringify({ msg: entry.event, ...entry })),
+      });
+      if (r.owed > 0) {
+        const counts = { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried };
+        log(JSON.stringify({ level: "info", msg: "sweep", ...counts }));
+      }
     } catch (e) {
       log(JSON.stringify({ level: "warn", msg: "sweep failed", detail: isMamError(e) ? e.message : String(e) }));
     }

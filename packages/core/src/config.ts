@@ -1,6 +1,7 @@
 import * as z from "zod";
 import { allowedBackends } from "./allowlist.ts";
 import { MamError } from "./errors.ts";
+import type { SweepPolicy } from "./notifier.ts";
 
 const bit = (name: string, dflt: "0" | "1") =>
   z
@@ -69,6 +70,8 @@ export const EnvSchema = z.object({
   MAM_JSON_BODY_LIMIT: int("MAM_JSON_BODY_LIMIT", 1024 * 1024, 1024, 64 * 1024 * 1024),
   MAM_REPORT_BODY_LIMIT: int("MAM_REPORT_BODY_LIMIT", 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
   MAM_SWEEP_INTERVAL_SECONDS: int("MAM_SWEEP_INTERVAL_SECONDS", 30, 1, 86_400),
+  MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
+  MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
   MAM_PUBLISH_TIMEOUT_MS: int("MAM_PUBLISH_TIMEOUT_MS", 5000, 100, 120_000),
   MAM_TABLE_NAME: z.string().min(3).optional(),
   MAM_BUCKET_NAME: z.string().min(3).optional(),
@@ -126,6 +129,8 @@ export interface Config {
   readonly jsonBodyLimit: number;
   readonly reportBodyLimit: number;
   readonly sweepIntervalSeconds: number;
+  /** When an owed intent that keeps failing is retried, and when it is quarantined. */
+  readonly sweep: SweepPolicy;
   readonly publishTimeoutMs: number;
   /** CLI API mode. */
   readonly apiUrl: string | undefined;
@@ -174,6 +179,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     jsonBodyLimit: e.MAM_JSON_BODY_LIMIT,
     reportBodyLimit: e.MAM_REPORT_BODY_LIMIT,
     sweepIntervalSeconds: e.MAM_SWEEP_INTERVAL_SECONDS,
+    sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
     apiUrl: e.MAM_API_URL,
     token: e.MAM_TOKEN,

@@ -1,6 +1,7 @@
 import type { Deps } from "./deps.ts";
-import { isMamError, MamError } from "./errors.ts";
-import type { JobRecord, NotificationIntent } from "./schemas.ts";
+import { getJob } from "./engine.ts";
+import { type ErrorCode, isMamError, MamError } from "./errors.ts";
+import { JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
 
 /**
  * Notifications are durable intents: committed with the state in the same
@@ -102,31 +103,263 @@ export async function settleNotification(deps: Pick<Deps, "jobs">, jobId: string
   return deps.jobs.settleNotification(jobId, sent.id);
 }
 
+/**
+ * When the recovery sweep retries an owed intent that keeps failing for a reason of
+ * its own (refused by the broker, too large, a record that cannot be flushed or
+ * settled), and when it gives up on it for now.
+ */
+export interface SweepPolicy {
+  /** The N-th failure of its own quarantines the intent (MAM_SWEEP_MAX_FAILURES). */
+  readonly maxFailures: number;
+  /** The wait after the first failure, doubled after each next one up to 64 times (MAM_SWEEP_BACKOFF_SECONDS). */
+  readonly backoffMs: number;
+}
+
+export const DEFAULT_SWEEP_POLICY: SweepPolicy = { maxFailures: 5, backoffMs: 60_000 };
+
+/** The wait before the next try after `failures` failures: base, 2×, 4×, ... capped at 64× the base. */
+export function backoffAfter(policy: SweepPolicy, failures: number): number {
+  return policy.backoffMs * 2 ** Math.min(Math.max(failures - 1, 0), 6);
+}
+
+export const SWEEP_OUTCOMES = {
+  /** Published and settled (or settled by a peer meanwhile). */
+  sent: "sent",
+  /** Failed for a reason of its own; counted, tried again after `retry_at`. */
+  failed: "failed",
+  /** Failed for the N-th time: still owed, not tried again until an operator releases it. */
+  quarantined: "quarantined",
+  /** The broker or the store could not be reached: nobody's fault, not counted; the sweep stopped here. */
+  deferred: "deferred",
+  /** Not tried: the sweep stopped before it (the broker or the store could not be reached). */
+  not_tried: "not_tried",
+} as const;
+export type SweepOutcome = (typeof SWEEP_OUTCOMES)[keyof typeof SWEEP_OUTCOMES];
+
+export interface IntentOutcome {
+  readonly job_id: string;
+  readonly intent_id: string;
+  readonly outcome: SweepOutcome;
+  readonly error?: { readonly code: ErrorCode; readonly message: string };
+  /** Failures of its own so far (failed, quarantined). */
+  readonly failures?: number;
+  /** When the sweep tries it next (failed). */
+  readonly retry_at?: string;
+}
+
 export interface RecoveryResult {
+  /** Owed intents due now that the sweep read (quarantined ones are never read). */
   readonly owed: number;
   readonly sent: number;
+  /** Tried and not delivered, still owed and due again later (outcomes `failed` and `deferred`). */
   readonly failed: number;
-  readonly results: Readonly<Record<string, boolean>>;
+  /** Quarantined by this sweep. */
+  readonly quarantined: number;
+  readonly not_tried: number;
+  /** One per intent read, in the order tried. */
+  readonly results: readonly IntentOutcome[];
+}
+
+export interface RecoverOptions {
+  /** At most this many owed intents per sweep (default 1000). */
+  readonly limit?: number;
+  readonly policy?: SweepPolicy;
+  /**
+   * Receives one entry per intent quarantined and per unexpected error (whose message
+   * stays in the log: the answer and the record say only `internal`); the composition
+   * root writes each as a log line.
+   */
+  readonly log?: (entry: Readonly<Record<string, unknown>>) => void;
 }
 
 /**
- * The recovery sweep: re-send every owed notification, found through the owed
- * index (its cost is the number owed, not the number of jobs). Idempotent: an
- * intent settled meanwhile is simply not found owed again.
+ * Failures that say nothing about the intent: the broker or the store could not be
+ * reached or throttled. They never count toward quarantine, and the sweep stops at
+ * the first one — every intent after it would meet the same wall.
+ */
+const NOBODYS_FAULT: ReadonlySet<ErrorCode> = new Set(["publish.unreachable", "store.unavailable"]);
+
+/**
+ * The recovery sweep: re-send every owed notification that is due, found through the
+ * owed index (its cost is the number owed and due, not the number of jobs). Each
+ * intent is handled on its own: whatever it throws is caught and counted for it
+ * alone, so no record can stop the sweep or starve the others.
+ *
+ *   owed & due ──flush──> sent ............................ settled
+ *              └─fails (its own reason)──> failures+1, retry_at = now + backoff
+ *                        └─ failures == N ──> quarantined (still owed, listed, log line)
+ *              └─broker/store unreachable──> deferred, not counted; the rest not_tried
+ *
+ * Its bookkeeping writes only `pending_notification`, conditional on the exact
+ * intent id (B-39, B-41): an intent settled or superseded meanwhile is left alone.
+ * Idempotent: an intent settled meanwhile is simply not found owed again.
  */
 export async function recoverNotifications(
   deps: Pick<Deps, "jobs" | "publisher" | "clock" | "ids">,
-  opts: { limit?: number } = {},
+  opts: RecoverOptions = {},
 ): Promise<RecoveryResult> {
-  const owed = await deps.jobs.listOwed(opts.limit ?? 1000);
-  const results: Record<string, boolean> = {};
-  let sent = 0;
-  let failed = 0;
+  const policy = opts.policy ?? DEFAULT_SWEEP_POLICY;
+  const now = deps.clock.now();
+  const owed = await deps.jobs.listOwed(opts.limit ?? 1000, { dueBy: now.toISOString() });
+  const results: IntentOutcome[] = [];
+  let stopped = false;
   for (const record of owed) {
-    const r = await flushRecord(deps, record);
-    results[record.job_id] = flushed(r);
-    if (r.outcome === "failed") failed++;
-    else sent++;
+    const intentId = String(record.pending_notification?.id ?? "");
+    if (stopped) {
+      results.push({ job_id: record.job_id, intent_id: intentId, outcome: "not_tried" });
+      continue;
+    }
+    let result: IntentOutcome;
+    try {
+      result = await recoverOne(deps, record, policy, now, opts.log);
+    } catch (e) {
+      // recoverOne catches what the intent's own steps throw; this is the last net
+      // (a log sink that throws, say), so one intent still cannot end the sweep.
+      const error = asSweepError(e, { job_id: String(record.job_id), intent_id: intentId }, "sweeping", undefined);
+      result = {
+        job_id: String(record.job_id),
+        intent_id: intentId,
+        outcome: "failed",
+        error: { code: error.code, message: error.message },
+      };
+    }
+    results.push(result);
+    stopped = result.outcome === "deferred";
   }
-  return { owed: owed.length, sent, failed, results };
+  const count = (...outcomes: SweepOutcome[]) => results.filter((r) => outcomes.includes(r.outcome)).length;
+  return {
+    owed: owed.length,
+    sent: count("sent"),
+    failed: count("failed", "deferred"),
+    quarantined: count("quarantined"),
+    not_tried: count("not_tried"),
+    results,
+  };
+}
+
+async function recoverOne(
+  deps: Pick<Deps, "jobs" | "publisher" | "clock" | "ids">,
+  record: JobRecord,
+  policy: SweepPolicy,
+  now: Date,
+  log: RecoverOptions["log"],
+): Promise<IntentOutcome> {
+  const intent = record.pending_notification;
+  const base = { job_id: record.job_id, intent_id: String(intent?.id ?? "") };
+  let error: MamError;
+  try {
+    assertFlushable(record);
+    const r = await flushRecord(deps, record);
+    if (r.outcome !== "failed") return { ...base, outcome: "sent" };
+    error = r.error;
+  } catch (e) {
+    error = asSweepError(e, base, "flushing", log);
+  }
+  const reported = { code: error.code, message: error.message };
+  if (NOBODYS_FAULT.has(error.code)) return { ...base, outcome: "deferred", error: reported };
+  if (intent === undefined || typeof intent.id !== "string") return { ...base, outcome: "failed", error: reported };
+
+  const failures = (intent.failures ?? 0) + 1;
+  const at = now.toISOString();
+  const { retry_at: _retry, quarantined_at: _quarantined, ...rest } = intent;
+  const lastError = { code: error.code, message: error.message.slice(0, 1024), at };
+  const quarantine = failures >= policy.maxFailures;
+  const retryAt = new Date(now.getTime() + backoffAfter(policy, failures)).toISOString();
+  const revised: NotificationIntent = quarantine
+    ? { ...rest, failures, quarantined_at: at, last_error: lastError }
+    : { ...rest, failures, retry_at: retryAt, last_error: lastError };
+  let written: boolean;
+  try {
+    written = await deps.jobs.reviseNotification(record.job_id, revised);
+  } catch (e) {
+    // The failure could not be recorded either: the intent stays as it was, due
+    // again on the next sweep. A store that cannot be reached stops the sweep as an
+    // unreachable broker does; anything else is reported for this intent alone.
+    const bookkeeping = asSweepError(e, base, "recording a failure", log);
+    if (NOBODYS_FAULT.has(bookkeeping.code)) {
+      return { ...base, outcome: "deferred", error: { code: bookkeeping.code, message: bookkeeping.message } };
+    }
+    return {
+      ...base,
+      outcome: "failed",
+      error: { code: error.code, message: `${error.message}; recording the failure failed too: ${bookkeeping.message}` },
+      failures,
+    };
+  }
+  if (!written) return { ...base, outcome: "failed", error: reported, failures };
+  if (quarantine) {
+    log?.({ level: "warn", event: "notification_quarantined", job_id: record.job_id, intent_id: intent.id, failures, error: reported });
+    return { ...base, outcome: "quarantined", error: reported, failures };
+  }
+  return { ...base, outcome: "failed", error: reported, failures, retry_at: retryAt };
+}
+
+/** What the payload and the topic read: an owed record the sweep cannot read is a failure of its own, never a publish. */
+function assertFlushable(record: JobRecord): void {
+  if (typeof record.job_id !== "string" || !JOB_ID_PATTERN.test(record.job_id)) {
+    throw new MamError("internal", `an owed record's job id ${JSON.stringify(String(record.job_id)).slice(0, 80)} is not readable`);
+  }
+  const intent = NotificationIntentSchema.safeParse(record.pending_notification);
+  if (!intent.success) throw new MamError("internal", `the owed notification of job ${record.job_id} is not readable`);
+}
+
+/**
+ * A MamError as it is; anything else becomes `internal`, its own message kept for the
+ * log alone (it may name server paths or internals an answer must not show).
+ */
+function asSweepError(
+  e: unknown,
+  intent: { readonly job_id: string; readonly intent_id: string },
+  doing: string,
+  log: RecoverOptions["log"],
+): MamError {
+  if (isMamError(e)) return e;
+  log?.({
+    level: "error",
+    event: "notification_sweep_error",
+    ...intent,
+    while: doing,
+    error: e instanceof Error ? { name: e.name, message: e.message, stack: e.stack } : String(e),
+  });
+  return new MamError("internal", `an unexpected error while ${doing} (logged by the sweep)`, { cause: e });
+}
+
+export interface ReleaseResult {
+  /** True when the owed intent was cleared to be tried again by the next sweep. */
+  readonly released: boolean;
+  readonly reason: string;
+  /** The record as it stands after the release. */
+  readonly record: JobRecord;
+}
+
+/**
+ * An operator's release: clear the owed intent's failure count, backoff and
+ * quarantine, so the next sweep tries it at once. Bookkeeping, conditional on the
+ * intent id (the one given, else the one read): an intent superseded meanwhile is
+ * left alone, and releasing twice does no harm.
+ */
+export async function releaseNotification(
+  deps: Pick<Deps, "jobs">,
+  jobId: string,
+  opts: { intentId?: string } = {},
+): Promise<ReleaseResult> {
+  const record = await getJob(deps, jobId);
+  const intent = record.pending_notification;
+  if (intent === undefined) return { released: false, reason: `job ${jobId} owes no notification`, record };
+  if (opts.intentId !== undefined && opts.intentId !== intent.id) {
+    return { released: false, reason: `job ${jobId} owes notification ${intent.id}, not ${opts.intentId}`, record };
+  }
+  const { failures: _f, retry_at: _r, quarantined_at: quarantinedAt, ...cleared } = intent;
+  if (!(await deps.jobs.reviseNotification(jobId, cleared))) {
+    const current = (await deps.jobs.get(jobId)) ?? record;
+    return { released: false, reason: `the notification owed by job ${jobId} changed meanwhile; read it again`, record: current };
+  }
+  return {
+    released: true,
+    reason:
+      quarantinedAt === undefined
+        ? `notification ${intent.id} will be tried by the next sweep`
+        : `notification ${intent.id}, quarantined since ${quarantinedAt}, will be tried by the next sweep`,
+    record: { ...record, pending_notification: cleared },
+  };
 }

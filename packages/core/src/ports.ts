@@ -35,6 +35,11 @@ export interface EvidenceChange {
   readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
 }
 
+export interface OwedQuery {
+  /** Only intents due at or before this instant (ISO-8601). */
+  readonly dueBy?: string;
+}
+
 export interface Page<T> {
   readonly items: readonly T[];
   /** Opaque; absent on the last page. */
@@ -54,11 +59,13 @@ export interface Page<T> {
  *   `transition_seq`), and otherwise writes nothing and throws the conflict
  *   (`conflictFor`) carrying the current record. A transition with `change.evidence`
  *   checks (and bumps, when asked) the same conditions in its own single write.
- * - bookkeeping (`replaceNotification`, `settleNotification`) writes only
- *   `pending_notification`, never bumps `transition_seq`; settling is conditional on
- *   the exact intent id that was sent.
- * - `listOwed` costs the number of jobs owing a notification (a sparse index), not
- *   the number of jobs.
+ * - bookkeeping (`replaceNotification`, `reviseNotification`, `settleNotification`)
+ *   writes only `pending_notification`, never bumps `transition_seq`; revising and
+ *   settling are conditional on the exact intent id.
+ * - `listOwed` costs the number of owed intents it returns (a sparse index ordered by
+ *   when each is next due), not the number of jobs, nor the number owed but not due or
+ *   quarantined; `listQuarantined` reads quarantined intents only (their own part of
+ *   the index), so neither kind can crowd out the other.
  * - dispatch records are write-once per (job, attempt).
  * Transient failures (throttling, an unreachable store) throw a retryable
  * `MamError("store.unavailable")`; nothing half-written is left visible.
@@ -72,12 +79,25 @@ export interface JobStore {
   recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord>;
   /** Bookkeeping: write `intent` as the owed notification, whatever was owed before. `job.notFound` if there is no such job. */
   replaceNotification(jobId: string, intent: NotificationIntent): Promise<void>;
+  /**
+   * Bookkeeping: write `intent` (the owed intent with new delivery marks: `failures`,
+   * `retry_at`, `quarantined_at`, `last_error`) iff the owed intent's id is
+   * `intent.id`, and move the job in the owed index accordingly. True if written;
+   * false when that intent was settled or superseded meanwhile (then nothing is written).
+   */
+  reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean>;
   /** Bookkeeping: clear the owed notification iff its id is `intentId`. True if cleared. */
   settleNotification(jobId: string, intentId: string): Promise<boolean>;
   /** Newest first (by `updated_at`, then `job_id`); all statuses when `status` is absent. */
   list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>>;
-  /** Jobs owing a notification, oldest intent first. */
-  listOwed(limit: number): Promise<readonly JobRecord[]>;
+  /**
+   * Jobs owing a notification that is not quarantined, the soonest due first (due:
+   * `retry_at`, else `created_at`); with `dueBy` (an ISO-8601 instant), only those due
+   * at or before it.
+   */
+  listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]>;
+  /** Jobs whose owed notification is quarantined, most recently quarantined first, paged. */
+  listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>>;
   /** Write-once: `dispatch.exists` if this attempt was already recorded. */
   recordDispatch(dispatch: DispatchRecord): Promise<void>;
   getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined>;

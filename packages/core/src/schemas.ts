@@ -38,6 +38,16 @@ export const NotificationIntentSchema = z.strictObject({
   reason: z.string().max(1024).optional(),
   by: IntentCauseSchema.optional(),
   created_at: IsoTime,
+  // Delivery bookkeeping, written by the recovery sweep and an operator's release
+  // (bookkeeping writes: never part of the published payload, never a transition).
+  /** Consecutive failures of the intent's own (never an unreachable broker). */
+  failures: z.number().int().min(1).optional(),
+  /** The sweep does not try it again before this. */
+  retry_at: IsoTime.optional(),
+  /** Set once `failures` reached the configured limit: still owed, not tried until released. */
+  quarantined_at: IsoTime.optional(),
+  /** Why the last try failed. */
+  last_error: z.strictObject({ code: z.string().max(64), message: z.string().max(1024), at: IsoTime }).optional(),
 });
 export type NotificationIntent = z.infer<typeof NotificationIntentSchema>;
 

@@ -6,6 +6,7 @@ import type {
   JobRecord,
   JobStore,
   NotificationIntent,
+  OwedQuery,
   Page,
   Status,
 } from "@mam/core";
@@ -54,14 +55,25 @@ export class ChangeRelay implements JobStore {
   get(jobId: string): Promise<JobRecord | undefined> {
     return this.#inner.get(jobId);
   }
+  /**
+   * Not observed: a revision keeps the intent it marks (a failure recorded, a backoff,
+   * a quarantine, a release), and handing it to `onOwed` would re-send at once what
+   * the sweep just decided to wait for. The sweep picks it up when it is due.
+   */
+  reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+    return this.#inner.reviseNotification(jobId, intent);
+  }
   settleNotification(jobId: string, intentId: string): Promise<boolean> {
     return this.#inner.settleNotification(jobId, intentId);
   }
   list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
     return this.#inner.list(query);
   }
-  listOwed(limit: number): Promise<readonly JobRecord[]> {
-    return this.#inner.listOwed(limit);
+  listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]> {
+    return this.#inner.listOwed(limit, query);
+  }
+  listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    return this.#inner.listQuarantined(query);
   }
   recordDispatch(dispatch: DispatchRecord): Promise<void> {
     return this.#inner.recordDispatch(dispatch);

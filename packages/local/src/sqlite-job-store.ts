@@ -11,6 +11,7 @@ import {
   type JobStore,
   MamError,
   type NotificationIntent,
+  type OwedQuery,
   type Page,
   type Status,
   StatusSchema,
@@ -27,10 +28,22 @@ import Database from "better-sqlite3";
  * indexes can see them. Every state change is ONE `UPDATE ... WHERE ... RETURNING`
  * statement, the SQLite form of a conditional write: there is no read-then-write,
  * so two processes racing from the same seq cannot both commit.
+ *
+ * The owed intent's columns:
+ * - `owed_intent_id`: its id (settling and revising are conditional on it);
+ * - `owed_at`: when the sweep is next due to try it (`retry_at`, else `created_at`),
+ *   or, once quarantined, when it was quarantined;
+ * - `owed_quarantined_id`: the id of the intent that was quarantined. The intent is
+ *   quarantined while it equals `owed_intent_id`, so a newer intent committed by a
+ *   transition (which knows nothing of quarantine) is never born quarantined;
+ * - `owed_revision`: the revised intent, kept here only when SQLite's JSON functions
+ *   can no longer rewrite `doc` (a record past their depth limit); the owed listings
+ *   read it in place of the doc's copy, so such a record is still counted, backed off
+ *   and quarantined instead of stopping the sweep.
  */
 export class SqliteJobStore implements JobStore {
   /**
-   * Job rows materialized by reads (`get`, `list`, `listOwed`, and the read-back
+   * Job rows materialized by reads (`get`, `list`, `listOwed`, `listQuarantined`, the read-back
    * after a failed transition). A committed transition reads none: its RETURNING
    * row is the write's own result. Tests assert the cost of an operation with it.
    */
@@ -60,6 +73,12 @@ export class SqliteJobStore implements JobStore {
       this.#db.pragma("mmap_size = 268435456");
     }
     this.#db.exec(SCHEMA);
+    // Databases made before the owed columns below existed get them here.
+    const columns = new Set((this.#db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
+    for (const column of ["owed_quarantined_id", "owed_revision"]) {
+      if (!columns.has(column)) this.#db.exec(`ALTER TABLE jobs ADD COLUMN ${column} TEXT NULL`);
+    }
+    this.#db.exec(OWED_INDEXES);
   }
 
   async create(record: JobRecord): Promise<void> {
@@ -204,17 +223,39 @@ export class SqliteJobStore implements JobStore {
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+    const owed = owedColumns(intent);
     const result = this.#run(
-      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?
+      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?,
+       owed_quarantined_id = ?, owed_revision = NULL
        WHERE job_id = ?`,
-      [JSON.stringify(intent), intent.id, intent.created_at, jobId],
+      [JSON.stringify(intent), intent.id, owed.at, owed.quarantinedId, jobId],
     );
     if (result.changes === 0) throw new MamError("job.notFound", `job ${jobId} does not exist`);
   }
 
+  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+    const owed = owedColumns(intent);
+    const json = JSON.stringify(intent);
+    // One statement each, both conditional on the intent id; which one writes depends
+    // on whether SQLite can still rewrite the doc (`json_valid`), never on a read.
+    const intoDoc = this.#run(
+      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_at = ?, owed_quarantined_id = ?, owed_revision = NULL
+       WHERE job_id = ? AND owed_intent_id = ? AND json_valid(doc)`,
+      [json, owed.at, owed.quarantinedId, jobId, intent.id],
+    );
+    if (intoDoc.changes === 1) return true;
+    const beside = this.#run(
+      `UPDATE jobs SET owed_at = ?, owed_quarantined_id = ?, owed_revision = ?
+       WHERE job_id = ? AND owed_intent_id = ? AND NOT json_valid(doc)`,
+      [owed.at, owed.quarantinedId, json, jobId, intent.id],
+    );
+    return beside.changes === 1;
+  }
+
   async settleNotification(jobId: string, intentId: string): Promise<boolean> {
     const result = this.#run(
-      `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL
+      `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL,
+       owed_quarantined_id = NULL, owed_revision = NULL
        WHERE job_id = ? AND owed_intent_id = ?`,
       [jobId, intentId],
     );
@@ -248,13 +289,45 @@ export class SqliteJobStore implements JobStore {
     return { items };
   }
 
-  async listOwed(limit: number): Promise<readonly JobRecord[]> {
-    // Served by the partial index jobs_owed: the cost is the number owed.
-    const rows = this.#all<{ doc: string }>("SELECT doc FROM jobs WHERE owed_intent_id IS NOT NULL ORDER BY owed_at LIMIT ?", [
-      checkLimit(limit),
-    ]);
+  async listOwed(limit: number, query: OwedQuery = {}): Promise<readonly JobRecord[]> {
+    // Served by the partial index jobs_owed_due, in its order: the cost is the number
+    // returned, owed and due; quarantined intents are not in that index at all.
+    const params: unknown[] = [];
+    let due = "";
+    if (query.dueBy !== undefined) {
+      due = " AND owed_at <= ?";
+      params.push(sortableTime(query.dueBy));
+    }
+    params.push(checkLimit(limit));
+    const rows = this.#all<OwedRow>(
+      `SELECT doc, owed_intent_id, owed_revision FROM jobs WHERE ${OWED_DUE}${due} ORDER BY owed_at, job_id LIMIT ?`,
+      params,
+    );
     this.rowsRead += rows.length;
-    return rows.map((r) => JSON.parse(r.doc) as JobRecord);
+    return rows.map(owedRecord);
+  }
+
+  async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    const limit = checkLimit(query.limit);
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const params: unknown[] = [];
+    let page = "";
+    if (after !== undefined) {
+      page = " AND (owed_at, job_id) < (?, ?)";
+      params.push(after[0], after[1]);
+    }
+    params.push(limit + 1);
+    // Served by the partial index jobs_owed_quarantined (owed_at is when it was quarantined).
+    const rows = this.#all<OwedRow & { owed_at: string; job_id: string }>(
+      `SELECT doc, owed_intent_id, owed_revision, owed_at, job_id FROM jobs WHERE ${OWED_QUARANTINED}${page}
+       ORDER BY owed_at DESC, job_id DESC LIMIT ?`,
+      params,
+    );
+    this.rowsRead += rows.length;
+    const items = rows.slice(0, limit).map(owedRecord);
+    const last = rows[limit - 1];
+    if (rows.length > limit && last !== undefined) return { items, cursor: encodeCursor(last.owed_at, last.job_id) };
+    return { items };
   }
 
   async recordDispatch(dispatch: DispatchRecord): Promise<void> {
@@ -384,11 +457,13 @@ CREATE TABLE IF NOT EXISTS jobs (
   updated_at TEXT NOT NULL,
   owed_intent_id TEXT NULL,
   owed_at TEXT NULL,
-  doc TEXT NOT NULL CHECK (json_valid(doc))
+  doc TEXT NOT NULL CHECK (json_valid(doc)),
+  owed_quarantined_id TEXT NULL,
+  owed_revision TEXT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, updated_at, job_id);
 DROP INDEX IF EXISTS jobs_by_updated;
-CREATE INDEX IF NOT EXISTS jobs_owed ON jobs (owed_at) WHERE owed_intent_id IS NOT NULL;
+DROP INDEX IF EXISTS jobs_owed;
 CREATE TABLE IF NOT EXISTS dispatches (
   job_id TEXT NOT NULL,
   attempt_id INTEGER NOT NULL,
@@ -405,6 +480,43 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_time ON events (job_id, at, id);
 `;
+
+/**
+ * The two parts of the owed index. A query is served by a partial index only when its
+ * WHERE names the index's own condition, so both are spelled once, here.
+ */
+const OWED_DUE = "owed_intent_id IS NOT NULL AND owed_quarantined_id IS NOT owed_intent_id";
+const OWED_QUARANTINED = "owed_quarantined_id = owed_intent_id";
+const OWED_INDEXES = `
+CREATE INDEX IF NOT EXISTS jobs_owed_due ON jobs (owed_at, job_id) WHERE ${OWED_DUE};
+CREATE INDEX IF NOT EXISTS jobs_owed_quarantined ON jobs (owed_at, job_id) WHERE ${OWED_QUARANTINED};
+`;
+
+interface OwedRow {
+  readonly doc: string;
+  readonly owed_intent_id: string | null;
+  readonly owed_revision: string | null;
+}
+
+/** The record of an owed row, with the revised intent kept beside the doc when the doc could not take it. */
+function owedRecord(row: OwedRow): JobRecord {
+  const record = JSON.parse(row.doc) as JobRecord;
+  if (row.owed_revision === null) return record;
+  const revised = JSON.parse(row.owed_revision) as NotificationIntent;
+  return revised.id === row.owed_intent_id ? { ...record, pending_notification: revised } : record;
+}
+
+/** Where an intent sits in the owed index: when it is next due, or when it was quarantined. */
+function owedColumns(intent: NotificationIntent): { at: string; quarantinedId: string | null } {
+  if (intent.quarantined_at !== undefined) return { at: sortableTime(intent.quarantined_at), quarantinedId: intent.id };
+  return { at: sortableTime(intent.retry_at ?? intent.created_at), quarantinedId: null };
+}
+
+/** A time as it compares in a column: UTC, fixed width (`toISOString`). */
+function sortableTime(iso: string): string {
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? iso : new Date(t).toISOString();
+}
 
 /** Top-level fields a transition may write; the key also becomes a JSON path. */
 const SETTABLE: ReadonlySet<string> = new Set(
