@@ -271,7 +271,8 @@ describe("e2e: mam serve", () => {
     });
     store.close();
 
-    served = await startServe(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "1" });
+    // The first sweep runs one interval after start: the subscriber connects within it.
+    served = await startServe(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" });
     const sub = await subscribeOn(served.mqttUrl, "mam/jobs/owed-across-restart/events");
     try {
       const message = await sub.next(10_000);

@@ -346,6 +346,18 @@ describe("the CloudFormation template", () => {
     expect(covered.size).toBe(7); // the log group and the six above: nothing else
   });
 
+  it("no role may delete the write-once evidence a completion pins", () => {
+    const denied = iamStatements().filter((s) => s.statement.Effect === "Deny");
+    const http = denied.filter((s) => s.owner === roleOf(FUNCTIONS.http.id));
+    expect(http.map((s) => [actionsOf(s.statement), list(s.statement.Resource)])).toEqual([
+      [["s3:DeleteObject"], ["<ReportBucket.Arn>/reports/*/evidence/*"]],
+    ]);
+    // the other roles cannot touch report objects at all
+    for (const f of [FUNCTIONS.streamPublisher, FUNCTIONS.recoverySweep]) {
+      expect(grants(roleOf(f.id)).filter((g) => g.action.startsWith("s3:"))).toEqual([]);
+    }
+  });
+
   it("the stream publisher role: read the stream, settle and log on the table, publish, send to its failure queue", () => {
     const role = roleOf(FUNCTIONS.streamPublisher.id);
     expect(actionsOn(role, "<JobTable.StreamArn>")).toEqual([

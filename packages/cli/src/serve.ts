@@ -188,7 +188,10 @@ export async function startService(
       log(JSON.stringify({ level: "warn", msg: "sweep failed", detail: isMamError(e) ? e.message : String(e) }));
     }
   };
-  let sweeping: Promise<void> = sweep();
+  // The first sweep runs one interval after start, not at once: a subscriber that was
+  // connected before a restart gets that long to reconnect before what is owed is sent
+  // (and settled). What the relay publishes meanwhile goes out at once.
+  let sweeping: Promise<void> = Promise.resolve();
   const timer = setInterval(() => {
     sweeping = sweeping.then(sweep);
   }, config.sweepIntervalSeconds * 1000);
