@@ -125,6 +125,20 @@ async function stage(deps: Deps, ready: ReadyJob, body: string, attempt = ready.
   return stageAttemptReport(deps, ready.jobId, attempt, utf8(body));
 }
 
+/** An upload that sends `first`, then holds its stream open until `finish()`, then sends `last`. */
+function slowUpload(deps: Deps, ready: ReadyJob, first: string, last: string): { done: Promise<unknown>; finish(): void } {
+  let finish!: () => void;
+  const released = new Promise<void>((resolve) => {
+    finish = resolve;
+  });
+  async function* body(): AsyncGenerator<Uint8Array> {
+    yield utf8(first);
+    await released;
+    yield utf8(last);
+  }
+  return { done: stageAttemptReport(deps, ready.jobId, ready.attemptId, body()), finish };
+}
+
 const hits: Record<string, number> = {};
 const hit = (backend: string, name: string) => {
   const key = `${backend}: ${name}`;
@@ -221,20 +235,11 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
       const b = backend();
       const deps = b.deps(ON);
       const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      let completed!: () => void;
-      const completion = new Promise<void>((resolve) => {
-        completed = resolve;
-      });
-      async function* slowBody(): AsyncGenerator<Uint8Array> {
-        yield utf8("the first half, sent before the completion; ");
-        await completion;
-        yield utf8("the second half, after it\n");
-      }
-      const upload = stageAttemptReport(deps, r.jobId, r.attemptId, slowBody());
+      const upload = slowUpload(deps, r, "the first half, sent before the completion; ", "the second half, after it\n");
       const gate = await evaluateJob(deps, r.jobId, r.scenario);
       expect(gate.committed, gate.reason).toBe(true);
-      completed();
-      const refused = await rejection(upload);
+      upload.finish();
+      const refused = await rejection(upload.done);
       expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
       expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
       await expectPinned(deps, r, "v1\n");
@@ -247,19 +252,10 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
       const b = backend();
       const deps = b.deps(ON);
       const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      let dispatched!: () => void;
-      const newer = new Promise<void>((resolve) => {
-        dispatched = resolve;
-      });
-      async function* slowBody(): AsyncGenerator<Uint8Array> {
-        yield utf8("begun under attempt 1; ");
-        await newer;
-        yield utf8("finished after attempt 2 was dispatched\n");
-      }
-      const upload = stageAttemptReport(deps, r.jobId, r.attemptId, slowBody());
+      const upload = slowUpload(deps, r, "begun under attempt 1; ", "finished after attempt 2 was dispatched\n");
       await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
-      dispatched();
-      const refused = await rejection(upload);
+      upload.finish();
+      const refused = await rejection(upload.done);
       expect(isMamError(refused, "report.notLatest"), String(refused)).toBe(true);
       expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
       hit(b.name, "upload's attempt superseded while it streamed");

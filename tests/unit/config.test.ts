@@ -1,16 +1,7 @@
 /** Configuration: parsed once from the environment; defaults as DESIGN.md states them; a bad value names its variable. */
-import { backoffAfter, type Config, DEFAULT_SWEEP_POLICY, isMamError, MamError, parseConfig, parseFlags } from "@mam/core";
+import { backoffAfter, type Config, DEFAULT_SWEEP_POLICY, MamError, parseConfig, parseFlags } from "@mam/core";
 import { describe, expect, it } from "vitest";
-
-function configError(env: Record<string, string>): MamError {
-  try {
-    parseConfig(env);
-  } catch (e) {
-    if (isMamError(e)) return e;
-    throw e;
-  }
-  throw new Error(`parseConfig accepted ${JSON.stringify(env)}`);
-}
+import { configError } from "../support/config-error.ts";
 
 describe("parseConfig", () => {
   it("has the documented defaults on an empty environment", () => {

@@ -1,16 +1,7 @@
 /** The MQTT part of the configuration: the embedded broker's limits and the service's login on an external broker. */
-import { isMamError, type MamError, parseConfig } from "@mam/core";
+import { parseConfig } from "@mam/core";
 import { describe, expect, it } from "vitest";
-
-function configError(env: Record<string, string>): MamError {
-  try {
-    parseConfig(env);
-  } catch (e) {
-    if (isMamError(e)) return e;
-    throw e;
-  }
-  throw new Error(`parseConfig accepted ${JSON.stringify(env)}`);
-}
+import { configError } from "../support/config-error.ts";
 
 const external = { MAM_MQTT_URL: "mqtts://broker.internal:8883", MAM_MQTT_USERNAME: "mam", MAM_MQTT_PASSWORD: "secret" };
 

@@ -386,16 +386,7 @@ export class DynamoJobStore implements JobStore {
       limit + 1,
       "list jobs",
     );
-    const page = items.slice(0, limit);
-    const last = page[page.length - 1];
-    if (items.length <= limit || last === undefined) return { items: page.map((i) => stripKeys<JobRecord>(i)) };
-    const key: Record<string, string> = {
-      pk: String(last.pk),
-      sk: String(last.sk),
-      [hashKey]: String(last[hashKey]),
-      [rangeKey]: String(last[rangeKey]),
-    };
-    return { items: page.map((i) => stripKeys<JobRecord>(i)), cursor: encodeCursor({ i: index, k: key }) };
+    return jobPage(items, limit, index, hashKey, rangeKey);
   }
 
   async listOwed(limit: number, query: OwedQuery = {}): Promise<readonly JobRecord[]> {
@@ -432,11 +423,7 @@ export class DynamoJobStore implements JobStore {
       limit + 1,
       "list quarantined notifications",
     );
-    const page = items.slice(0, limit);
-    const last = page[page.length - 1];
-    if (items.length <= limit || last === undefined) return { items: page.map((i) => stripKeys<JobRecord>(i)) };
-    const key = { pk: String(last.pk), sk: String(last.sk), owed_pk: String(last.owed_pk), owed_at: String(last.owed_at) };
-    return { items: page.map((i) => stripKeys<JobRecord>(i)), cursor: encodeCursor({ i: index, k: key }) };
+    return jobPage(items, limit, index, "owed_pk", "owed_at");
   }
 
   async recordDispatch(dispatch: DispatchRecord): Promise<void> {
@@ -593,6 +580,19 @@ export function recordFromConditionFailure(err: unknown): JobRecord | undefined 
   const item = (err as { Item?: Record<string, AttributeValue> } | null)?.Item;
   if (item === undefined || Object.keys(item).length === 0) return undefined;
   return stripKeys<JobRecord>(unmarshall(item, { wrapNumbers: (v: string) => Number(v) }));
+}
+
+/**
+ * A page of job records out of `limit + 1` items read from an index: the cursor (the
+ * last item's table and index keys) only when another page exists.
+ */
+function jobPage(items: Record<string, unknown>[], limit: number, index: string, hashKey: string, rangeKey: string): Page<JobRecord> {
+  const page = items.slice(0, limit);
+  const last = page[page.length - 1];
+  const records = page.map((i) => stripKeys<JobRecord>(i));
+  if (items.length <= limit || last === undefined) return { items: records };
+  const key = { pk: String(last.pk), sk: String(last.sk), [hashKey]: String(last[hashKey]), [rangeKey]: String(last[rangeKey]) };
+  return { items: records, cursor: encodeCursor({ i: index, k: key }) };
 }
 
 function notFound(jobId: string): MamError {
