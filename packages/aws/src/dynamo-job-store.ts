@@ -22,6 +22,7 @@ import {
   type JobRecord,
   type JobStore,
   MamError,
+  NON_TERMINAL,
   type NotificationIntent,
   type OwedQuery,
   type Page,
@@ -40,8 +41,6 @@ export interface DynamoJobStoreOptions {
 const KEY_ATTRIBUTES = ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "owed_pk", "owed_at"] as const;
 
 const RECORD_SK = "JOB";
-/** The statuses an evidence write requires: any but terminal. */
-const OPEN: readonly Status[] = ["pending", "running"];
 const ALL_JOBS = "JOBS";
 const OWED = "OWED";
 const EVENT_PREFIX = "EVENT#";
@@ -187,7 +186,7 @@ export class DynamoJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, { from: OPEN, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+    return this.#update(jobId, null, { from: NON_TERMINAL, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
   }
 
   /**

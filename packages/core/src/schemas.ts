@@ -18,6 +18,8 @@ export type Status = (typeof STATUS)[keyof typeof STATUS];
 export const StatusSchema = z.enum(STATUS);
 export const TERMINAL: readonly Status[] = ["completed", "error", "cancelled"];
 export const isTerminal = (s: Status): boolean => TERMINAL.includes(s);
+/** What an evidence write (dispatch, report stage, finalize) requires of a job: not terminal. */
+export const NON_TERMINAL: readonly Status[] = ["pending", "running"];
 
 export const ROLE = { Worker: "Worker", Reviewer: "Reviewer" } as const;
 export const RoleSchema = z.enum(["Worker", "Reviewer"]);

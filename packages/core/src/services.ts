@@ -24,7 +24,7 @@ import {
   type FinalizedReport,
   isTerminal,
   type JobRecord,
-  type Status,
+  NON_TERMINAL,
   zodIssues,
 } from "./schemas.ts";
 
@@ -32,9 +32,6 @@ import {
  * The use cases every entry point shares (HTTP routes, the CLI, the Lambda
  * handlers): one function per thing a user can do, so there is one way to do it.
  */
-
-/** The statuses an evidence write (dispatch, report stage, finalize) requires. */
-const OPEN: readonly Status[] = ["pending", "running"];
 
 /**
  * Record a dispatch with its execution anchor. Two writes, in this order: the job's
@@ -48,10 +45,7 @@ export async function recordDispatch(deps: Pick<Deps, "jobs" | "clock">, jobId: 
   const parsed = DispatchRequestSchema.safeParse(req);
   if (!parsed.success) throw new MamError("input.invalid", "invalid dispatch", { issues: zodIssues(parsed.error) });
   const job = await getJob(deps, jobId);
-  if (isTerminal(job.status))
-    throw new MamError("job.transitionRefused", `job ${jobId} is ${job.status}; a terminal job is not dispatched again`, {
-      details: { current: job },
-    });
+  if (isTerminal(job.status)) throw notDispatchedAgain(job);
   const now = deps.clock.now().toISOString();
   const d = parsed.data;
   const record: DispatchRecord = {
@@ -70,11 +64,7 @@ export async function recordDispatch(deps: Pick<Deps, "jobs" | "clock">, jobId: 
     await deps.jobs.recordEvidence(jobId, { guard: { newAttempt: d.attempt_id } });
   } catch (e) {
     if (!(e instanceof TransitionConflict)) throw e;
-    if (isTerminal(e.current.status)) {
-      throw new MamError("job.transitionRefused", `job ${jobId} is ${e.current.status}; a terminal job is not dispatched again`, {
-        details: { current: e.current },
-      });
-    }
+    if (isTerminal(e.current.status)) throw notDispatchedAgain(e.current);
     // This very attempt is the latest, but its dispatch item is missing: a dispatch
     // that committed its first write and was lost before its second. Complete it.
     const unfinished = e.current.latest_attempt === d.attempt_id && (await deps.jobs.getDispatch(jobId, d.attempt_id)) === undefined;
@@ -83,6 +73,11 @@ export async function recordDispatch(deps: Pick<Deps, "jobs" | "clock">, jobId: 
   await deps.jobs.recordDispatch(record);
   return record;
 }
+
+const notDispatchedAgain = (job: JobRecord): MamError =>
+  new MamError("job.transitionRefused", `job ${job.job_id} is ${job.status}; a terminal job is not dispatched again`, {
+    details: { current: job },
+  });
 
 /**
  * The job exists, is not terminal (its report tree is frozen once it is), and this
@@ -96,7 +91,7 @@ async function writableAttempt(deps: Pick<Deps, "jobs">, jobId: string, attemptI
     if (job.latest_attempt === undefined || job.latest_attempt < attemptId) {
       throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attemptId}`);
     }
-    throw conflictFor(job, null, OPEN, { attempt: attemptId });
+    throw conflictFor(job, null, NON_TERMINAL, { attempt: attemptId });
   }
   return attemptReportLocation(jobId, attemptId);
 }

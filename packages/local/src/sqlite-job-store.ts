@@ -10,6 +10,7 @@ import {
   JobRecordSchema,
   type JobStore,
   MamError,
+  NON_TERMINAL,
   type NotificationIntent,
   type OwedQuery,
   type Page,
@@ -136,7 +137,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, { from: OPEN, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+    return this.#update(jobId, null, { from: NON_TERMINAL, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
   }
 
   /**
@@ -433,9 +434,6 @@ export class SqliteJobStore implements JobStore {
     }
   }
 }
-
-/** The statuses an evidence write requires: any but terminal. */
-const OPEN: readonly Status[] = ["pending", "running"];
 
 /** Records kept by `get`; past this, the oldest read goes first. */
 const CACHED_RECORDS = 1024;
