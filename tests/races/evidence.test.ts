@@ -31,6 +31,8 @@ import { MANIFEST_FILE, type ReadyJob, readyJob, utf8 } from "../seed/scenario.t
 import { rejection } from "../support/rejection.ts";
 
 const TRIALS = Number(process.env.MAM_RACE_TRIALS ?? 3);
+/** Each test runs every trial in turn: a trial takes well under a second on either backend. */
+const TIMEOUT = 30_000 + TRIALS * 1_500;
 const ON = parseFlags({ MAM_AUTO_COMPLETE: "1" });
 
 // ---- forcing interleavings
@@ -153,150 +155,182 @@ afterAll(() => {
 const trials = Array.from({ length: TRIALS }, (_, i) => i + 1);
 
 describeBackends("races: the gate against the evidence it verified", (backend) => {
-  it("gate verified v1, then a finalize of v2 lands before its commit: the gate loses; evaluated again it completes on v2", async () => {
-    for (const _ of trials) {
-      const { deps, holds } = heldDeps(backend());
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      const held = holds.hold("transition", isGateCommit);
-      const gate = evaluateJob(deps, r.jobId, r.scenario);
-      await held.reached;
-      await stage(deps, r, "v2\n");
-      await finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
-      held.release();
-      const lost = await gate;
-      expect(lost.committed).toBe(false);
-      expect(lost.reason).toContain("moved while the gate was deciding");
-      expect((await deps.jobs.get(r.jobId))?.status).toBe("running");
-      const again = await evaluateJob(deps, r.jobId, r.scenario);
-      expect(again.committed, again.reason).toBe(true);
-      await expectPinned(deps, r, "v2\n");
-      hit(backend().name, "finalize landed between verify and commit");
-    }
-  });
+  it(
+    "gate verified v1, then a finalize of v2 lands before its commit: the gate loses; evaluated again it completes on v2",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        const held = holds.hold("transition", isGateCommit);
+        const gate = evaluateJob(deps, r.jobId, r.scenario);
+        await held.reached;
+        await stage(deps, r, "v2\n");
+        await finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        held.release();
+        const lost = await gate;
+        expect(lost.committed).toBe(false);
+        expect(lost.reason).toContain("moved while the gate was deciding");
+        expect((await deps.jobs.get(r.jobId))?.status).toBe("running");
+        const again = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(again.committed, again.reason).toBe(true);
+        await expectPinned(deps, r, "v2\n");
+        hit(backend().name, "finalize landed between verify and commit");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("a finalize of v2 prepared, then the gate completes on v1 before the finalize commits: the finalize is refused and nothing live changes", async () => {
-    for (const _ of trials) {
-      const { deps, holds } = heldDeps(backend());
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      await stage(deps, r, "v2\n");
-      const held = holds.hold("recordEvidence", isFinalizeCommit);
-      const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
-      await held.reached;
-      const gate = await evaluateJob(deps, r.jobId, r.scenario);
-      expect(gate.committed, gate.reason).toBe(true);
-      held.release();
-      const refused = await rejection(finalize);
-      expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
-      await expectPinned(deps, r, "v1\n");
-      const live = await deps.reports.getBytes(r.reportLocation, REPORT_NAME);
-      expect(new TextDecoder().decode(live)).toBe("v1\n");
-      hit(backend().name, "gate committed between finalize's prepare and its commit");
-    }
-  });
+  it(
+    "a finalize of v2 prepared, then the gate completes on v1 before the finalize commits: the finalize is refused and nothing live changes",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        await stage(deps, r, "v2\n");
+        const held = holds.hold("recordEvidence", isFinalizeCommit);
+        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        await held.reached;
+        const gate = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(gate.committed, gate.reason).toBe(true);
+        held.release();
+        const refused = await rejection(finalize);
+        expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
+        await expectPinned(deps, r, "v1\n");
+        const live = await deps.reports.getBytes(r.reportLocation, REPORT_NAME);
+        expect(new TextDecoder().decode(live)).toBe("v1\n");
+        hit(backend().name, "gate committed between finalize's prepare and its commit");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("a finalize of v2 committed but not yet written live when the gate verifies: the gate refuses, and completes on v2 once it is", async () => {
-    for (const _ of trials) {
-      const { deps, holds } = heldDeps(backend());
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      await stage(deps, r, "v2\n");
-      const held = holds.hold("promote", isStagePromotion);
-      const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
-      await held.reached;
-      const gate = await evaluateJob(deps, r.jobId, r.scenario);
-      expect(gate.committed).toBe(false);
-      expect(gate.reason).toContain("latest finalize committed");
-      held.release();
-      await finalize;
-      const again = await evaluateJob(deps, r.jobId, r.scenario);
-      expect(again.committed, again.reason).toBe(true);
-      await expectPinned(deps, r, "v2\n");
-      hit(backend().name, "finalize committed, live names not yet written");
-    }
-  });
+  it(
+    "a finalize of v2 committed but not yet written live when the gate verifies: the gate refuses, and completes on v2 once it is",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        await stage(deps, r, "v2\n");
+        const held = holds.hold("promote", isStagePromotion);
+        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        await held.reached;
+        const gate = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(gate.committed).toBe(false);
+        expect(gate.reason).toContain("latest finalize committed");
+        held.release();
+        await finalize;
+        const again = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(again.committed, again.reason).toBe(true);
+        await expectPinned(deps, r, "v2\n");
+        hit(backend().name, "finalize committed, live names not yet written");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("gate verified, then an upload for the attempt lands before its commit: the gate loses", async () => {
-    for (const _ of trials) {
-      const { deps, holds } = heldDeps(backend());
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      const held = holds.hold("transition", isGateCommit);
-      const gate = evaluateJob(deps, r.jobId, r.scenario);
-      await held.reached;
-      await stage(deps, r, "v2, staged while the gate decided\n");
-      held.release();
-      const lost = await gate;
-      expect(lost.committed).toBe(false);
-      expect((await deps.jobs.get(r.jobId))?.status).toBe("running");
-      hit(backend().name, "upload landed between verify and commit");
-    }
-  });
+  it(
+    "gate verified, then an upload for the attempt lands before its commit: the gate loses",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        const held = holds.hold("transition", isGateCommit);
+        const gate = evaluateJob(deps, r.jobId, r.scenario);
+        await held.reached;
+        await stage(deps, r, "v2, staged while the gate decided\n");
+        held.release();
+        const lost = await gate;
+        expect(lost.committed).toBe(false);
+        expect((await deps.jobs.get(r.jobId))?.status).toBe("running");
+        hit(backend().name, "upload landed between verify and commit");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("a slow upload begun before the completion and finished after it is refused, and leaves nothing staged", async () => {
-    for (const _ of trials) {
-      const b = backend();
-      const deps = b.deps(ON);
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      const upload = slowUpload(deps, r, "the first half, sent before the completion; ", "the second half, after it\n");
-      const gate = await evaluateJob(deps, r.jobId, r.scenario);
-      expect(gate.committed, gate.reason).toBe(true);
-      upload.finish();
-      const refused = await rejection(upload.done);
-      expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
-      expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
-      await expectPinned(deps, r, "v1\n");
-      hit(b.name, "upload open across the completion");
-    }
-  });
+  it(
+    "a slow upload begun before the completion and finished after it is refused, and leaves nothing staged",
+    async () => {
+      for (const _ of trials) {
+        const b = backend();
+        const deps = b.deps(ON);
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        const upload = slowUpload(deps, r, "the first half, sent before the completion; ", "the second half, after it\n");
+        const gate = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(gate.committed, gate.reason).toBe(true);
+        upload.finish();
+        const refused = await rejection(upload.done);
+        expect(isMamError(refused, "report.frozen"), String(refused)).toBe(true);
+        expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
+        await expectPinned(deps, r, "v1\n");
+        hit(b.name, "upload open across the completion");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("an upload whose attempt is superseded by a newer dispatch while it streams is refused at its last byte", async () => {
-    for (const _ of trials) {
-      const b = backend();
-      const deps = b.deps(ON);
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      const upload = slowUpload(deps, r, "begun under attempt 1; ", "finished after attempt 2 was dispatched\n");
-      await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
-      upload.finish();
-      const refused = await rejection(upload.done);
-      expect(isMamError(refused, "report.notLatest"), String(refused)).toBe(true);
-      expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
-      hit(b.name, "upload's attempt superseded while it streamed");
-    }
-  });
+  it(
+    "an upload whose attempt is superseded by a newer dispatch while it streams is refused at its last byte",
+    async () => {
+      for (const _ of trials) {
+        const b = backend();
+        const deps = b.deps(ON);
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        const upload = slowUpload(deps, r, "begun under attempt 1; ", "finished after attempt 2 was dispatched\n");
+        await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
+        upload.finish();
+        const refused = await rejection(upload.done);
+        expect(isMamError(refused, "report.notLatest"), String(refused)).toBe(true);
+        expect(await deps.reports.exists(r.reportLocation, STAGED_REPORT_NAME)).toBe(false);
+        hit(b.name, "upload's attempt superseded while it streamed");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("gate verified attempt 1, then attempt 2 is dispatched before its commit: the gate loses", async () => {
-    for (const _ of trials) {
-      const { deps, holds } = heldDeps(backend());
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      const held = holds.hold("transition", isGateCommit);
-      const gate = evaluateJob(deps, r.jobId, r.scenario);
-      await held.reached;
-      await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
-      held.release();
-      const lost = await gate;
-      expect(lost.committed).toBe(false);
-      expect(await deps.jobs.get(r.jobId)).toMatchObject({ status: "running", latest_attempt: r.attemptId + 1 });
-      hit(backend().name, "newer dispatch between verify and commit");
-    }
-  });
+  it(
+    "gate verified attempt 1, then attempt 2 is dispatched before its commit: the gate loses",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        const held = holds.hold("transition", isGateCommit);
+        const gate = evaluateJob(deps, r.jobId, r.scenario);
+        await held.reached;
+        await recordDispatch(deps, r.jobId, { attempt_id: r.attemptId + 1, agent_session_uuid: "next", pane_process_generation: 9 });
+        held.release();
+        const lost = await gate;
+        expect(lost.committed).toBe(false);
+        expect(await deps.jobs.get(r.jobId)).toMatchObject({ status: "running", latest_attempt: r.attemptId + 1 });
+        hit(backend().name, "newer dispatch between verify and commit");
+      }
+    },
+    TIMEOUT,
+  );
 
-  it("a newer dispatch read the job, then the gate completes before the dispatch commits: the dispatch is refused", async () => {
-    for (const _ of trials) {
-      const { deps, holds } = heldDeps(backend());
-      const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-      const held = holds.hold("recordEvidence", isDispatchCommit);
-      const dispatch = recordDispatch(deps, r.jobId, {
-        attempt_id: r.attemptId + 1,
-        agent_session_uuid: "next",
-        pane_process_generation: 9,
-      });
-      await held.reached;
-      const gate = await evaluateJob(deps, r.jobId, r.scenario);
-      expect(gate.committed, gate.reason).toBe(true);
-      held.release();
-      const refused = await rejection(dispatch);
-      expect(isMamError(refused, "job.transitionRefused"), String(refused)).toBe(true);
-      expect(await deps.jobs.getDispatch(r.jobId, r.attemptId + 1)).toBeUndefined();
-      await expectPinned(deps, r, "v1\n");
-      hit(backend().name, "gate committed between a dispatch's read and its commit");
-    }
-  });
+  it(
+    "a newer dispatch read the job, then the gate completes before the dispatch commits: the dispatch is refused",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        const held = holds.hold("recordEvidence", isDispatchCommit);
+        const dispatch = recordDispatch(deps, r.jobId, {
+          attempt_id: r.attemptId + 1,
+          agent_session_uuid: "next",
+          pane_process_generation: 9,
+        });
+        await held.reached;
+        const gate = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(gate.committed, gate.reason).toBe(true);
+        held.release();
+        const refused = await rejection(dispatch);
+        expect(isMamError(refused, "job.transitionRefused"), String(refused)).toBe(true);
+        expect(await deps.jobs.getDispatch(r.jobId, r.attemptId + 1)).toBeUndefined();
+        await expectPinned(deps, r, "v1\n");
+        hit(backend().name, "gate committed between a dispatch's read and its commit");
+      }
+    },
+    TIMEOUT,
+  );
 });
