@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { createTokenService, ROUTE_PERMISSIONS, ROUTES, type RouteKey, SCOPES, type Scope } from "@mam/api";
 import { afterEach, describe, expect, it } from "vitest";
 import {
@@ -1211,6 +1211,9 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         });
         expectProblem(res, 409, "job.transitionConflict");
         expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body).toEqual(before.body);
+        // not even an unreferenced pinned copy: the stale seq is refused before anything is prepared
+        const sha = createHash("sha256").update(REPORT).digest("hex");
+        expect(await h.ports.reports.exists(`reports/${job.job_id}/1/evidence`, sha)).toBe(false);
         const v = await h.call("GET", `/v1/jobs/${job.job_id}/attempts/1/verification`, { token: h.operator });
         expect(v.body).toMatchObject({ ok: false, manifest: null });
         expect(v.body.reason).toContain("no completion manifest");
@@ -1222,6 +1225,45 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(ok.status, ok.text).toBe(200);
         expect(ok.body.record.finalized_report).toMatchObject({ attempt_id: 1, manifest_sha256: ok.body.finalized.manifest_sha256 });
       });
+
+      it.each([
+        ["POST /transitions", "transitions", { action: "completed", expected_seq: 0 }],
+        ["POST /events", "events", { event: "error", expected_seq: 0 }],
+        ["POST /transitions (progress)", "transitions", { action: "claim", expected_seq: 0, fields: { progress: { by: "old" } } }],
+      ])(
+        "a retired token's %s whose body was still in flight when a newer attempt was dispatched commits nothing (403)",
+        async (_, route, json) => {
+          const h = await harness();
+          const job = await register(h);
+          const agent = await dispatch(h, job.job_id, 1);
+          const text = JSON.stringify(json);
+          let finish!: () => void;
+          const dispatched = new Promise<void>((resolve) => {
+            finish = resolve;
+          });
+          const body = new ReadableStream<Uint8Array>({
+            async start(ctrl) {
+              ctrl.enqueue(new TextEncoder().encode(text.slice(0, 5)));
+              await dispatched;
+              ctrl.enqueue(new TextEncoder().encode(text.slice(5)));
+              ctrl.close();
+            },
+          });
+          const pending = h.call("POST", `/v1/jobs/${job.job_id}/${route}`, {
+            token: agent,
+            body,
+            headers: { "content-type": "application/json" },
+          });
+          await dispatch(h, job.job_id, 2);
+          finish();
+          const res = await pending;
+          expectProblem(res, 403, "auth.forbidden");
+          expect(res.body.detail).toContain("superseded by attempt 2");
+          const record = await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator });
+          expect(record.body).toMatchObject({ status: "pending", transition_seq: 0, latest_attempt: 2 });
+          expect(record.body).not.toHaveProperty("progress");
+        },
+      );
 
       it("finding 6: a dispatch whose attempt is not greater than the latest is 409 naming the latest; the latest attempt's token stays valid", async () => {
         const h = await harness();

@@ -2,8 +2,10 @@ import {
   ConditionalCheckFailedException,
   DescribeTableCommand,
   ProvisionedThroughputExceededException,
+  PutItemCommand,
   QueryCommand,
 } from "@aws-sdk/client-dynamodb";
+import { marshall } from "@aws-sdk/util-dynamodb";
 import {
   countRequests,
   createJobTable,
@@ -113,6 +115,25 @@ describe("DynamoJobStore: records", () => {
     expect(err).toBeInstanceOf(MamError);
     expect((err as MamError).code).toBe("job.exists");
     expect((await store.get("job-1"))?.prompt).toBe("do job-1");
+  });
+
+  it("an item from before evidence_seq existed reads as 0, and takes evidence writes and guarded commits", async () => {
+    const { evidence_seq: _, ...legacy } = job("job-1", { status: "running", transition_seq: 1, latest_attempt: 1 });
+    await peer.client.send(
+      new PutItemCommand({
+        TableName: store.tableName,
+        Item: marshall({ ...legacy, pk: "JOB#job-1", sk: "JOB" }, { removeUndefinedValues: true }),
+      }),
+    );
+    expect(await store.get("job-1")).toMatchObject({ evidence_seq: 0 });
+    // a commit guarded on the evidence it read (0, the attribute absent) commits
+    const stay = { from: ["running" as const], set: { status: "running" as const }, evidence: { seq: 0, attempt: 1 } };
+    expect(await store.transition("job-1", 1, stay)).toMatchObject({ transition_seq: 2 });
+    expect(await store.recordEvidence("job-1", { guard: { attempt: 1 } })).toMatchObject({ evidence_seq: 1 });
+    const err = await rejection(store.transition("job-1", 2, stay));
+    expect((err as MamError).code).toBe("job.evidenceConflict");
+    const cancel = { from: ["running" as const], set: { status: "cancelled" as const }, evidence: { seq: 1, attempt: 1 } };
+    expect(await store.transition("job-1", 2, cancel)).toMatchObject({ status: "cancelled", evidence_seq: 1 });
   });
 
   it("refuses an id unsafe in a key before asking the table", async () => {

@@ -158,6 +158,20 @@ describe("SqliteJobStore, beyond the contract", () => {
     expect(await store.reviseNotification("deep", { ...quarantined, id: "someone-else" })).toBe(false);
   });
 
+  it("a record from before evidence_seq existed reads as 0 once the database is opened, and takes evidence writes and guarded commits", async () => {
+    await store.create(job("legacy", { status: "running", transition_seq: 1, latest_attempt: 1 }));
+    await store.close();
+    const old = new Database(file);
+    old.exec("UPDATE jobs SET doc = json_remove(doc, '$.evidence_seq'); PRAGMA user_version = 0;");
+    old.close();
+
+    store = new SqliteJobStore(file);
+    expect(await store.get("legacy")).toMatchObject({ evidence_seq: 0 });
+    expect(await store.recordEvidence("legacy", { guard: { attempt: 1 } })).toMatchObject({ evidence_seq: 1 });
+    const done = await store.transition("legacy", 1, { from: ["running"], set: { status: "cancelled" }, evidence: { seq: 1, attempt: 1 } });
+    expect(done).toMatchObject({ status: "cancelled", evidence_seq: 1 });
+  });
+
   it("a database made before the sweep's owed columns gains them, and what it owed stays owed and due", async () => {
     await store.close();
     await tmp.remove();

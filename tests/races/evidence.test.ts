@@ -19,11 +19,13 @@ import {
   type JobRecord,
   type JobStore,
   parseFlags,
+  publishAgentEvent,
   REPORT_NAME,
   type ReportStore,
   recordDispatch,
   STAGED_REPORT_NAME,
   stageAttemptReport,
+  transitionJob,
 } from "@mam/core";
 import { afterAll, expect, it } from "vitest";
 import { describeBackends, type SeedBackend } from "../seed/harness.ts";
@@ -96,7 +98,7 @@ const isGateCommit = (args: unknown[]): boolean => (args[2] as { set?: { complet
 const isFinalizeCommit = (args: unknown[]): boolean =>
   (args[1] as { set?: { finalized_report?: unknown } }).set?.finalized_report !== undefined;
 const isDispatchCommit = (args: unknown[]): boolean => (args[1] as { guard?: { newAttempt?: number } }).guard?.newAttempt !== undefined;
-const isStagePromotion = (args: unknown[]): boolean => args[1] === STAGED_REPORT_NAME && args[2] === REPORT_NAME;
+const isLiveReportWrite = (args: unknown[]): boolean => args[1] === REPORT_NAME;
 
 // ---- what every completed job must show
 
@@ -211,7 +213,7 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
         const { deps, holds } = heldDeps(backend());
         const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
         await stage(deps, r, "v2\n");
-        const held = holds.hold("promote", isStagePromotion);
+        const held = holds.hold("put", isLiveReportWrite);
         const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
         await held.reached;
         const gate = await evaluateJob(deps, r.jobId, r.scenario);
@@ -223,6 +225,122 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
         expect(again.committed, again.reason).toBe(true);
         await expectPinned(deps, r, "v2\n");
         hit(backend().name, "finalize committed, live names not yet written");
+      }
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "an upload lands while a finalize pins v2: the live report is the pinned v2, and v3 stays staged for the next finalize",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        await stage(deps, r, "v2\n");
+        // held once v2 is pinned, before the finalize commits and writes the live names
+        const held = holds.hold("recordEvidence", isFinalizeCommit);
+        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        await held.reached;
+        await stage(deps, r, "v3, staged while v2 was being pinned\n");
+        held.release();
+        const { manifest } = await finalize;
+        expect(manifest.sha256).toBe(createHash("sha256").update("v2\n").digest("hex"));
+        expect(new TextDecoder().decode(await deps.reports.getBytes(r.reportLocation, REPORT_NAME))).toBe("v2\n");
+        expect(new TextDecoder().decode(await deps.reports.getBytes(r.reportLocation, STAGED_REPORT_NAME))).toBe(
+          "v3, staged while v2 was being pinned\n",
+        );
+        const gate = await evaluateJob(deps, r.jobId, r.scenario);
+        expect(gate.committed, gate.reason).toBe(true);
+        await expectPinned(deps, r, "v2\n");
+        hit(backend().name, "upload landed while a finalize pinned its bytes");
+      }
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "an agent's completion with finalize, racing its own upload, completes on v2 and leaves the live report v2",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        await stage(deps, r, "v2\n");
+        // held once v2 is pinned, before the completion commits and writes the live names
+        const held = holds.hold("transition", (args) => (args[2] as { set?: { status?: string } }).set?.status === "completed");
+        const agent = { kind: "agent", jobId: r.jobId, attemptId: r.attemptId } as const;
+        const finalize = { location: r.reportLocation, attemptId: r.attemptId, sideEffects: [{ kind: "git_push", reference: "v2" }] };
+        const completion = publishAgentEvent(deps, r.jobId, { event: "completed", finalize }, agent);
+        await held.reached;
+        await stage(deps, r, "v3, staged while the completion was being prepared\n");
+        held.release();
+        const done = await completion;
+        expect(done.record).toMatchObject({ status: "completed" });
+        expect(done.record).not.toHaveProperty("completed_by");
+        expect(done.warnings).toEqual([]);
+        await expectPinned(deps, r, "v2\n");
+        expect(new TextDecoder().decode(await deps.reports.getBytes(r.reportLocation, REPORT_NAME))).toBe("v2\n");
+        hit(backend().name, "upload landed while an agent's completion pinned its bytes");
+      }
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "an upload lands between a finalize's hash and its pinned copy: the finalize is refused (report.changed) and writes nothing",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+        await stage(deps, r, "v2\n");
+        const held = holds.hold("copyOnce");
+        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        await held.reached;
+        await stage(deps, r, "v3, staged after v2 was hashed\n");
+        const before = await deps.jobs.get(r.jobId);
+        held.release();
+        const refused = await rejection(finalize);
+        expect(isMamError(refused, "report.changed"), String(refused)).toBe(true);
+        expect(await deps.jobs.get(r.jobId)).toEqual(before);
+        const v2 = createHash("sha256").update("v2\n").digest("hex");
+        expect(await deps.reports.exists(evidenceLocation(r.reportLocation), v2)).toBe(false);
+        expect(new TextDecoder().decode(await deps.reports.getBytes(r.reportLocation, REPORT_NAME))).toBe("v1\n");
+        hit(backend().name, "upload landed between a finalize's hash and its copy");
+      }
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "an agent checks the job, an operator adds expected_artifacts, the agent commits on the seq it predicted: refused, nothing completed",
+    async () => {
+      for (const _ of trials) {
+        const { deps, holds } = heldDeps(backend());
+        const r = await readyJob(deps, { body: "v1\n" });
+        const before = await deps.jobs.get(r.jobId);
+        if (before === undefined) throw new Error("unreachable");
+        const agent = { kind: "agent", jobId: r.jobId, attemptId: r.attemptId } as const;
+        // The agent sends the seq the operator's write will leave, hoping to commit on it
+        // after checking a record that expected nothing.
+        const held = holds.hold("transition", (args) => (args[2] as { set?: { status?: string } }).set?.status === "completed");
+        const completion = transitionJob(deps, r.jobId, { action: "completed", expectedSeq: before.transition_seq + 1 }, agent);
+        const settled = completion.then(
+          () => "settled" as const,
+          () => "settled" as const,
+        );
+        const first = await Promise.race([held.reached.then(() => "held" as const), settled]);
+        await transitionJob(
+          deps,
+          r.jobId,
+          { action: "progress", expectedSeq: before.transition_seq, fields: { expected_artifacts: ["git_push"] } },
+          { kind: "operator" },
+        );
+        held.release();
+        const refused = await rejection(completion);
+        expect(isMamError(refused, "job.transitionConflict"), String(refused)).toBe(true);
+        expect(await deps.jobs.get(r.jobId)).toMatchObject({ status: "running", expected_artifacts: ["git_push"] });
+        // refused at its check, before it could reach the write
+        expect(first).toBe("settled");
+        hit(backend().name, "operator changed the job between an agent's check and its commit");
       }
     },
     TIMEOUT,

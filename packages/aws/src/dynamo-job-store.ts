@@ -77,6 +77,15 @@ function stripKeys<T>(item: Record<string, unknown>): T {
   return out as T;
 }
 
+/**
+ * A job item as a record. An item written before `evidence_seq` existed has none: it
+ * reads as 0, and the first evidence write sets it (`if_not_exists`).
+ */
+function jobRecord(item: Record<string, unknown>): JobRecord {
+  const record = stripKeys<JobRecord>(item);
+  return record.evidence_seq === undefined ? { ...record, evidence_seq: 0 } : record;
+}
+
 const isConditionalFailure = (err: unknown): boolean => (err as { name?: string } | null)?.name === "ConditionalCheckFailedException";
 
 /** Cursor: the index it pages and the key of the last item returned. */
@@ -211,7 +220,10 @@ export class DynamoJobStore implements JobStore {
     const unset = new Set<string>(change.unset ?? []);
     if (bumpTransition || evidence.bump) values[":one"] = 1;
     if (bumpTransition) sets.push("transition_seq = transition_seq + :one");
-    if (evidence.bump) sets.push("evidence_seq = evidence_seq + :one");
+    if (evidence.bump) {
+      values[":zero"] = 0;
+      sets.push("evidence_seq = if_not_exists(evidence_seq, :zero) + :one");
+    }
 
     let n = 0;
     const fields: [string, unknown][] = Object.entries(change.set);
@@ -263,11 +275,18 @@ export class DynamoJobStore implements JobStore {
     conditions.push(`#status IN (${fromKeys.join(", ")})`);
     if (evidence.seq !== undefined) {
       values[":evidenceSeq"] = evidence.seq;
-      conditions.push("evidence_seq = :evidenceSeq");
+      // An item from before evidence_seq existed is at 0.
+      conditions.push(
+        evidence.seq === 0 ? "(attribute_not_exists(evidence_seq) OR evidence_seq = :evidenceSeq)" : "evidence_seq = :evidenceSeq",
+      );
     }
     if (evidence.attempt !== undefined) {
       values[":attempt"] = evidence.attempt;
       conditions.push("latest_attempt = :attempt");
+    }
+    if (evidence.currentAttempt !== undefined) {
+      values[":currentAttempt"] = evidence.currentAttempt;
+      conditions.push("(attribute_not_exists(latest_attempt) OR latest_attempt = :currentAttempt)");
     }
     if (evidence.newAttempt !== undefined) {
       values[":newAttempt"] = evidence.newAttempt;
@@ -290,7 +309,7 @@ export class DynamoJobStore implements JobStore {
           ReturnValuesOnConditionCheckFailure: "ALL_OLD",
         }),
       );
-      return stripKeys<JobRecord>(out.Attributes ?? {});
+      return jobRecord(out.Attributes ?? {});
     } catch (err) {
       if (!isConditionalFailure(err)) throw storeFailure(err, `update job ${jobId}`);
       // DynamoDB hands back the record the write lost to (low-level shape: the
@@ -403,7 +422,7 @@ export class DynamoJobStore implements JobStore {
       positiveLimit(limit),
       "list owed notifications",
     );
-    return items.map((i) => stripKeys<JobRecord>(i));
+    return items.map((i) => jobRecord(i));
   }
 
   async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
@@ -511,7 +530,7 @@ export class DynamoJobStore implements JobStore {
       const out = await this.#doc.send(
         new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: RECORD_SK }, ConsistentRead: true }),
       );
-      return out.Item === undefined ? undefined : stripKeys<JobRecord>(out.Item);
+      return out.Item === undefined ? undefined : jobRecord(out.Item);
     } catch (err) {
       throw storeFailure(err, `get job ${jobId}`);
     }
@@ -578,7 +597,7 @@ export class DynamoJobStore implements JobStore {
 export function recordFromConditionFailure(err: unknown): JobRecord | undefined {
   const item = (err as { Item?: Record<string, AttributeValue> } | null)?.Item;
   if (item === undefined || Object.keys(item).length === 0) return undefined;
-  return stripKeys<JobRecord>(unmarshall(item, { wrapNumbers: (v: string) => Number(v) }));
+  return jobRecord(unmarshall(item, { wrapNumbers: (v: string) => Number(v) }));
 }
 
 /**
@@ -588,7 +607,7 @@ export function recordFromConditionFailure(err: unknown): JobRecord | undefined 
 function jobPage(items: Record<string, unknown>[], limit: number, index: string, hashKey: string, rangeKey: string): Page<JobRecord> {
   const page = items.slice(0, limit);
   const last = page[page.length - 1];
-  const records = page.map((i) => stripKeys<JobRecord>(i));
+  const records = page.map((i) => jobRecord(i));
   if (items.length <= limit || last === undefined) return { items: records };
   const key = { pk: String(last.pk), sk: String(last.sk), [hashKey]: String(last[hashKey]), [rangeKey]: String(last[rangeKey]) };
   return { items: records, cursor: encodeCursor({ i: index, k: key }) };

@@ -43,6 +43,13 @@ export function conflictFor(
     return new TransitionConflict(code, message, current);
   }
   const latest = current.latest_attempt;
+  if (evidence.currentAttempt !== undefined && latest !== undefined && latest !== evidence.currentAttempt) {
+    return new TransitionConflict(
+      "auth.forbidden",
+      `attempt ${evidence.currentAttempt} was superseded by attempt ${latest} of job ${id}; its token is retired`,
+      current,
+    );
+  }
   if (evidence.newAttempt !== undefined && latest !== undefined && latest >= evidence.newAttempt) {
     return new TransitionConflict(
       "dispatch.outOfOrder",

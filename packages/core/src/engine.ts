@@ -1,3 +1,4 @@
+import { conflictFor } from "./conflicts.ts";
 import type { Actor, Deps } from "./deps.ts";
 import { MamError } from "./errors.ts";
 import { attemptReportLocation, type PreparedFinalize, verifyFinalizedEvidence } from "./finalize.ts";
@@ -197,9 +198,22 @@ export async function transitionJob(
     nextSeq = current.transition_seq + 1;
   }
 
+  /**
+   * The record a decision on evidence is made from. It must be the one the write will
+   * commit against: a stale caller is refused now, and under the rollback switch the
+   * write is held to the seq read here, so nothing (expected_artifacts, say) can change
+   * between what was checked and what commits.
+   */
+  const readForEvidence = async (): Promise<JobRecord> => {
+    current ??= await getJob(deps, jobId);
+    if (expectedSeq === null) expectedSeq = current.transition_seq;
+    else if (current.transition_seq !== expectedSeq) throw conflictFor(current, expectedSeq, rule.from);
+    return current;
+  };
+
   const now = deps.clock.now().toISOString();
   const set: Record<string, unknown> = { ...fields, status: rule.to, updated_at: now };
-  let evidence: EvidenceGuard | undefined;
+  let evidence: EvidenceGuard = {};
   const prepared = input.finalized?.prepared;
   if (prepared !== undefined) {
     // The finalize commits with the transition: one write, so a refused transition
@@ -213,8 +227,8 @@ export async function transitionJob(
     } satisfies FinalizedReport;
     evidence = { ...input.finalized?.guard, bump: true };
     if (rule.to === "completed") {
-      current ??= await getJob(deps, jobId);
-      const missing = current.expected_artifacts.filter((k) => !prepared.manifest.side_effects.some((s) => s.kind === k));
+      const job = await readForEvidence();
+      const missing = job.expected_artifacts.filter((k) => !prepared.manifest.side_effects.some((s) => s.kind === k));
       if (missing.length > 0) {
         throw new MamError("job.evidenceMissing", `no side-effect evidence for ${missing.join(", ")} (expected by the job): not completed`);
       }
@@ -231,13 +245,13 @@ export async function transitionJob(
     // An agent's own completion of a job that expects artifacts rests on evidence, as
     // the gate's does: a verified manifest of its current attempt, committed under the
     // same evidence_seq condition, pinned in completed_evidence (completed_by stays absent).
-    current ??= await getJob(deps, jobId);
-    if (current.expected_artifacts.length > 0) {
-      const attemptId = current.latest_attempt;
+    const job = await readForEvidence();
+    if (job.expected_artifacts.length > 0) {
+      const attemptId = job.latest_attempt;
       if (attemptId === undefined || attemptId !== actor.attemptId) {
         throw new MamError(
           "job.evidenceMissing",
-          `job ${jobId} expects ${current.expected_artifacts.join(", ")}: completing it needs a finalized report of its latest attempt${attemptId === undefined ? ", and it has no recorded dispatch" : ` (${attemptId}), not attempt ${actor.attemptId}`}`,
+          `job ${jobId} expects ${job.expected_artifacts.join(", ")}: completing it needs a finalized report of its latest attempt${attemptId === undefined ? ", and it has no recorded dispatch" : ` (${attemptId}), not attempt ${actor.attemptId}`}`,
         );
       }
       if (deps.reports === undefined) throw new MamError("internal", "an agent's completion on evidence needs the report store");
@@ -245,23 +259,27 @@ export async function transitionJob(
         location: input.reportLocation ?? attemptReportLocation(jobId, attemptId),
         jobId,
         attemptId,
-        expectedArtifacts: current.expected_artifacts,
-        finalized: current.finalized_report,
+        expectedArtifacts: job.expected_artifacts,
+        finalized: job.finalized_report,
       });
       if (!verified.ok) {
         throw new MamError(
           "job.evidenceMissing",
-          `job ${jobId} expects ${current.expected_artifacts.join(", ")}: not completed, because ${verified.reason}`,
+          `job ${jobId} expects ${job.expected_artifacts.join(", ")}: not completed, because ${verified.reason}`,
         );
       }
       set.completed_evidence = { ...verified.evidence, verified_at: now } satisfies CompletedEvidence;
-      evidence = { seq: current.evidence_seq, attempt: attemptId };
+      evidence = { seq: job.evidence_seq, attempt: attemptId };
     }
   }
 
+  // An agent acts for its attempt only while that attempt is the job's latest: checked
+  // in the write itself, so a token retired while its request was in flight commits nothing.
+  if (actor.kind === "agent") evidence = { ...evidence, currentAttempt: actor.attemptId };
+
   const notify = input.notify ?? terminal;
   if (notify) set.pending_notification = newIntent(deps, rule.event, nextSeq, input.reason, actor.kind);
-  const change: JobChange = { from: rule.from, set: set as JobChange["set"], ...(evidence === undefined ? {} : { evidence }) };
+  const change: JobChange = { from: rule.from, set: set as JobChange["set"], ...(Object.keys(evidence).length === 0 ? {} : { evidence }) };
   return deps.jobs.transition(jobId, expectedSeq, change);
 }
 

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import * as z from "zod";
-import { isMamError, MamError } from "./errors.ts";
+import { MamError } from "./errors.ts";
 import type { Clock, ReportStore } from "./ports.ts";
 import {
   AttemptId,
@@ -154,20 +154,22 @@ export async function prepareFinalize(reports: ReportStore, clock: Clock, input:
 
 /**
  * The second half: make a prepared finalize visible at the live names, once whatever
- * references it has committed. The staged report is promoted atomically (B-06); if
- * another finalize promoted it first there is nothing to promote. A report staged
- * again meanwhile is promoted as it is: the live report then differs from the
- * manifest, and verification says so (fail closed) until the next finalize.
+ * references it has committed. The live report is written, atomically (B-06), from
+ * the pinned copy — the bytes that were hashed and verified — never by renaming the
+ * staged name, which an upload may have replaced since. The staged upload is removed
+ * only while it still holds those bytes: one staged again meanwhile stays staged for
+ * the next finalize.
  */
 export async function applyFinalize(reports: ReportStore, prepared: PreparedFinalize): Promise<void> {
-  if (prepared.source === STAGED_REPORT_NAME) {
-    try {
-      await reports.promote(prepared.location, STAGED_REPORT_NAME, REPORT_NAME);
-    } catch (e) {
-      if (!isMamError(e, "report.notFound")) throw e;
-    }
+  const { location } = prepared;
+  const sha256 = prepared.manifest.sha256;
+  const pinned = await reports.read(evidenceLocation(location), sha256);
+  if (pinned === undefined) throw new MamError("report.notFound", `the pinned copy ${prepared.evidence} is missing`);
+  await reports.put(location, REPORT_NAME, pinned);
+  if (prepared.source === STAGED_REPORT_NAME && (await reports.hash(location, STAGED_REPORT_NAME))?.sha256 === sha256) {
+    await reports.delete(location, STAGED_REPORT_NAME);
   }
-  await reports.put(prepared.location, MANIFEST_NAME, prepared.manifestBytes);
+  await reports.put(location, MANIFEST_NAME, prepared.manifestBytes);
 }
 
 /**

@@ -23,6 +23,8 @@ export interface EvidenceGuard {
   readonly seq?: number;
   /** `latest_attempt` must be this attempt (a report write, a completion on it). */
   readonly attempt?: number;
+  /** `latest_attempt` must be absent or this attempt: the attempt an agent acts for is not superseded. */
+  readonly currentAttempt?: number;
   /** `latest_attempt` must be absent or below this one, which becomes the latest (a dispatch). */
   readonly newAttempt?: number;
   /** Bump `evidence_seq` by one. */

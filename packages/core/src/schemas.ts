@@ -109,9 +109,9 @@ export const JobRecordSchema = z.strictObject({
   /**
    * Bumped by every write the gate's evidence depends on (dispatch, report stage,
    * finalize), never by a state transition; the gate commits on it and on
-   * `transition_seq`.
+   * `transition_seq`. A record from before it existed has none: it reads as 0.
    */
-  evidence_seq: z.number().int().min(0),
+  evidence_seq: z.number().int().min(0).default(0),
   /** The job's latest dispatched attempt (not `attempt_id`: attempt identity lives in the dispatch, B-03). */
   latest_attempt: AttemptId.optional(),
   finalized_report: FinalizedReportSchema.optional(),
@@ -144,7 +144,7 @@ export type Action = z.infer<typeof ActionSchema>;
 /** Fields a `progress` transition may write. Who may write which is the engine's table. */
 export const ProgressFieldsSchema = z.strictObject({
   progress: ProgressSchema.optional(),
-  agent_session: z.string().max(256).optional(),
+  agent_session: boundedText(256).optional(),
   auto_complete: z.boolean().optional(),
   role: RoleSchema.optional(),
   expected_artifacts: z.array(ArtifactKind).max(32).optional(),

@@ -252,9 +252,13 @@ export async function publishAgentEvent(deps: Deps, jobId: string, input: Publis
   let prepared: PreparedFinalize | undefined;
   if (input.finalize) {
     if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
-    // Refuse what the commit would refuse before preparing anything: bad input changes nothing.
+    // Refuse what the commit would refuse before preparing anything: bad input changes
+    // nothing, not even an unreferenced pinned copy. (The commit still checks both.)
     const rule = TRANSITIONS[action];
-    if (!(rule.from as readonly string[]).includes(job.status)) throw conflictFor(job, null, rule.from);
+    const stale = deps.flags.engineCas && input.expectedSeq !== undefined ? input.expectedSeq : null;
+    if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
+      throw conflictFor(job, stale, rule.from);
+    }
     // Only unreferenced, write-once bytes are written before the commit; the finalize
     // becomes visible once the transition that carries its pointer has committed.
     prepared = await prepareFinalize(deps.reports, deps.clock, { ...input.finalize, jobId });

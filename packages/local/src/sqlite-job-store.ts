@@ -80,6 +80,11 @@ export class SqliteJobStore implements JobStore {
       if (!columns.has(column)) this.#db.exec(`ALTER TABLE jobs ADD COLUMN ${column} TEXT NULL`);
     }
     this.#db.exec(OWED_INDEXES);
+    // Version 1: every record carries evidence_seq (records made before it existed are at 0).
+    if ((this.#db.pragma("user_version", { simple: true }) as number) < 1) {
+      this.#db.exec(`UPDATE jobs SET doc = json_set(doc, '$.evidence_seq', 0) WHERE json_type(doc, '$.evidence_seq') IS NULL;
+        PRAGMA user_version = 1;`);
+    }
   }
 
   async create(record: JobRecord): Promise<void> {
@@ -205,6 +210,10 @@ export class SqliteJobStore implements JobStore {
     if (evidence.attempt !== undefined) {
       where += " AND json_extract(doc, '$.latest_attempt') = ?";
       params.push(evidence.attempt);
+    }
+    if (evidence.currentAttempt !== undefined) {
+      where += " AND coalesce(json_extract(doc, '$.latest_attempt'), ?) = ?";
+      params.push(evidence.currentAttempt, evidence.currentAttempt);
     }
     if (evidence.newAttempt !== undefined) {
       where += " AND coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?";
