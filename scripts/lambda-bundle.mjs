@@ -3,7 +3,7 @@
  * `npm run package` (scripts/package.mjs) and by bench/bundles.ts, so what is
  * measured is what is deployed.
  *
- * ESM (`.mjs`), node20, minified, linked source maps (the functions run with
+ * ESM (`.mjs`), node22, minified, linked source maps (the functions run with
  * NODE_OPTIONS=--enable-source-maps). Nothing is external: the AWS SDK v3 clients
  * are bundled (tree-shaken) at the versions the lockfile pins. Code splitting is on
  * so that a dynamic import (the S3 store, loaded on the first report operation)
@@ -34,7 +34,7 @@ export function lambdaBuildOptions(root, name, entry, outdir) {
     splitting: true,
     chunkNames: "chunks/[name]-[hash]",
     platform: "node",
-    target: "node20",
+    target: "node22",
     format: "esm",
     mainFields: ["module", "main"],
     minify: true,

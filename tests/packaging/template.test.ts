@@ -272,10 +272,10 @@ describe("the CloudFormation template", () => {
     expect(routes.sort()).toEqual(["ANY /", "ANY /{proxy+}"]);
   });
 
-  it("every function: nodejs20.x on arm64, its bundle as handler, the configuration the env schema accepts", () => {
+  it("every function: nodejs22.x on arm64, its bundle as handler, the configuration the env schema accepts", () => {
     for (const f of Object.values(FUNCTIONS)) {
       const p = resource(f.id).Properties;
-      expect(p).toMatchObject({ Runtime: "nodejs20.x", Architectures: ["arm64"], Handler: `.build/${f.bundle}/${f.bundle}.handler` });
+      expect(p).toMatchObject({ Runtime: "nodejs22.x", Architectures: ["arm64"], Handler: `.build/${f.bundle}/${f.bundle}.handler` });
       const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
       expect(env).toMatchObject({
         MAM_TABLE_NAME: { Ref: "JobTable" },
