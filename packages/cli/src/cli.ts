@@ -325,6 +325,11 @@ function groupHelp(group: string): string {
   return `Usage: mam ${group} <command> [options]    (mam ${group} <command> --help for one command)\n\nCommands:\n${lines.join("\n")}\n`;
 }
 
+/** With `--json`, a usage error is a JSON document on stdout too, as every other failure is. */
+function usageError(io: CliIo, args: readonly string[], message: string): void {
+  if (args.includes("--json")) io.stdout(`${JSON.stringify({ error: { code: "input.invalid", message } })}\n`);
+}
+
 const wantsHelp = (args: readonly string[]): boolean => args.some((a) => a === "--help" || a === "-h");
 
 /** Run one `mam` invocation; returns its exit code. Never throws. */
@@ -365,6 +370,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
   const command = Object.hasOwn(COMMANDS, key) ? COMMANDS[key] : undefined;
   if (command === undefined) {
     io.stderr(`mam: unknown command ${JSON.stringify(name)}\n\n${helpText()}`);
+    usageError(io, rest, `unknown command ${JSON.stringify(name)}`);
     return EXIT_REFUSED;
   }
   if (wantsHelp(rest)) {
@@ -379,6 +385,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     const why = (e as Error).message;
     const hint = command.modes === "embedded" && /'--(api|token)'/.test(why) ? ` (mam ${key} has no API mode)` : "";
     io.stderr(`mam ${key}: ${why}${hint}\n\nUsage: ${command.usage}\n`);
+    usageError(io, rest, `${why}${hint}`);
     return EXIT_REFUSED;
   }
   const json = values.json === true;
