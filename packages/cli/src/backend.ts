@@ -1,4 +1,4 @@
-import type { Schemas } from "@mam/client";
+import type { Answer } from "@mam/client";
 import type { AgentEvent, SideEffect } from "@mam/core";
 
 /**
@@ -25,9 +25,9 @@ export interface Backend {
   close(): Promise<void>;
 }
 
-export type PublishEventAnswer = Schemas["PublishEventResponse"];
-export type FinalizeAnswer = Schemas["Finalized"];
-export type VerificationAnswer = Schemas["Verification"];
+export type PublishEventAnswer = Answer<"/v1/jobs/{job_id}/events", "post">;
+export type FinalizeAnswer = Answer<"/v1/jobs/{job_id}/attempts/{attempt}/finalize", "post">;
+export type VerificationAnswer = Answer<"/v1/jobs/{job_id}/attempts/{attempt}/verification", "get">;
 
 /** The report an agent finalizes: the directory holding `report-final.md` (or `report-final.md.tmp`). */
 export interface ReportInput {

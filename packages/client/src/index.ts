@@ -4,8 +4,18 @@ import type { components, paths } from "./schema.ts";
 
 export type { components, operations, paths } from "./schema.ts";
 
-/** The API's named schemas: `Schemas["PublishEventResponse"]`, as the service sends it. */
+/** The API's named schemas, as the service sends them. */
 export type Schemas = components["schemas"];
+
+/**
+ * The JSON body of an operation's 2xx answer, by path and method:
+ * `Answer<"/v1/jobs/{job_id}/events", "post">`. Named by the route rather than by a
+ * component's name, which the document may choose differently.
+ */
+export type Answer<P extends keyof paths, M extends "get" | "post" | "put"> = paths[P][M] extends { responses: infer R }
+  ? JsonBody<R[200 & keyof R]> | JsonBody<R[201 & keyof R]>
+  : never;
+type JsonBody<Response> = Response extends { content: { "application/json": infer Body } } ? Body : never;
 
 export type MamClient = Client<paths>;
 
@@ -65,13 +75,24 @@ export async function ok<D>(call: Promise<{ data?: D; response: Response }>): Pr
   return data;
 }
 
-type Problem = Partial<Schemas["Problem"]>;
+/** What the client reads of an `application/problem+json` answer (RFC 9457 and mam's members); any of it may be missing. */
+interface Problem {
+  readonly title?: unknown;
+  readonly detail?: unknown;
+  readonly code?: unknown;
+  readonly request_id?: unknown;
+  readonly errors?: unknown;
+  readonly current?: unknown;
+}
 
 /**
  * A non-2xx answer as the MamError it stands for. A problem whose code is core's
  * keeps it; anything else (a routing problem, a proxy's HTML page) is named by its
  * status: 502-504 as a service that could not be reached, other 4xx as bad input.
  */
+const isFieldIssue = (i: unknown): i is FieldIssue =>
+  i !== null && typeof i === "object" && typeof (i as FieldIssue).path === "string" && typeof (i as FieldIssue).message === "string";
+
 export async function problemError(response: Response): Promise<MamError> {
   const text = await response.text().catch(() => "");
   let problem: Problem = {};
@@ -92,11 +113,11 @@ export async function problemError(response: Response): Promise<MamError> {
   const detail =
     typeof problem.detail === "string" && problem.detail !== ""
       ? problem.detail
-      : (problem.title ?? `${response.status} ${response.statusText || "from the mam service"}`);
-  const message = known || problem.code === undefined ? detail : `${detail} (${problem.code})`;
-  const issues: FieldIssue[] = Array.isArray(problem.errors)
-    ? problem.errors.filter((i) => typeof i?.path === "string" && typeof i.message === "string")
-    : [];
+      : typeof problem.title === "string" && problem.title !== ""
+        ? problem.title
+        : `${response.status} ${response.statusText || "from the mam service"}`;
+  const message = known || typeof problem.code !== "string" ? detail : `${detail} (${problem.code})`;
+  const issues: FieldIssue[] = Array.isArray(problem.errors) ? problem.errors.filter(isFieldIssue) : [];
   return new MamError(code, message, {
     issues,
     details: {
