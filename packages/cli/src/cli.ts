@@ -1,59 +1,75 @@
-import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
 import { basename, dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import type { Scope } from "@mam/api";
 import {
   type AgentEvent,
   type Config,
-  type Deps,
-  ERROR_TABLE,
-  type ErrorCode,
   EVENT_ACTIONS,
-  finalizeReport,
   isMamError,
   MamError,
-  OPERATOR,
   parseConfig,
   parseSideEffects,
-  publishAgentEvent,
   REPORT_NAME,
-  randomIds,
   STAGED_REPORT_NAME,
   systemClock,
-  verifyManifest,
 } from "@mam/core";
-import { MqttPublisher, openDataDir, readCredentials } from "@mam/local";
+import { readCredentials } from "@mam/local";
+import type { Backend } from "./backend.ts";
+import { embeddedBackend, namedDataDir } from "./embedded-backend.ts";
+import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
+import { httpBackend } from "./http-backend.ts";
 
 export interface CliIo {
   readonly env: Readonly<Record<string, string | undefined>>;
   readonly stdout: (s: string) => void;
   readonly stderr: (s: string) => void;
+  /** API mode's fetch; the global one by default (tests pass an app's `request`). */
+  readonly fetch?: typeof fetch;
 }
+
+type Options = NonNullable<Parameters<typeof parseArgs>[0]>["options"];
 
 interface Command {
   readonly summary: string;
   readonly usage: string;
-  readonly options: NonNullable<Parameters<typeof parseArgs>[0]>["options"];
+  /** `both`: `--api` or `--data-dir`, one backend each; `embedded`: works on a data dir's own files only. */
+  readonly modes: "both" | "embedded";
+  readonly options: Options;
   run(values: Record<string, unknown>, ctx: Ctx): Promise<number>;
 }
 
 interface Ctx {
   readonly io: CliIo;
   readonly config: Config;
-  readonly json: boolean;
+  /** The data dir named (`--data-dir`, MAM_DATA_DIR, or an existing ./.mam). */
+  readonly dataDir: string | undefined;
+  /** The mode's backend, made on first use. */
+  backend(): Backend;
+  /** One JSON document on stdout with `--json`; the human line otherwise. */
   out(human: string, doc: unknown): void;
+  /** A diagnostic on stderr, in both forms. */
+  say(line: string): void;
 }
 
 const COMMON = {
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
   "data-dir": { type: "string" },
+} as const satisfies Options;
+
+const BOTH_MODES = {
+  ...COMMON,
   api: { type: "string" },
   token: { type: "string" },
-} as const;
+} as const satisfies Options;
 
-const EXIT_CODES = `Exit codes: 0 done; 1 bad input or a refusal (nothing finalized, committed or published);
+const EXIT_TEXT = `Exit codes: 0 done; 1 bad input or a refusal (nothing finalized, committed or published);
 2 the broker or the service could not be reached (what was committed stays; the notification stays owed).`;
+
+const MODES_TEXT = `Modes: --api URL (or MAM_API_URL) calls the service, with --token TOKEN (or MAM_TOKEN);
+--data-dir DIR (or MAM_DATA_DIR, or ./.mam where mam serve made it) works on an embedded
+store directly. The CLI never creates a data dir. Both modes print the same --json shape:
+the API's answer.`;
 
 const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
 const strs = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : []);
@@ -81,76 +97,40 @@ function reportDirOf(path: string): string {
   return dirname(abs);
 }
 
-/** Embedded mode: the stores under the data dir, and the broker the service publishes to. */
-async function embedded(values: Record<string, unknown>, ctx: Ctx): Promise<Deps & { close(): Promise<void> }> {
-  const dir = resolve(str(values["data-dir"]) ?? ctx.config.dataDir);
-  const creds = await readCredentials(dir);
-  const flagUrl = str(values["mqtt-url"]);
-  const url = flagUrl ?? ctx.config.mqttUrl ?? `mqtt://127.0.0.1:${ctx.config.mqttPort}`;
-  // On MAM_MQTT_URL's external broker, the service's login from the environment;
-  // otherwise the embedded broker's, from the data dir. Never the service's client
-  // id: a second connection with it would close the service's own.
-  const external = flagUrl === undefined && ctx.config.mqttUrl !== undefined;
-  const login = external
-    ? { username: ctx.config.mqttUsername, password: ctx.config.mqttPassword }
-    : { username: creds?.mqtt.username, password: creds?.mqtt.password };
-  const store = openDataDir(dir);
-  const publisher = new MqttPublisher({
-    url,
-    publishTimeoutMs: ctx.config.publishTimeoutMs,
-    ...(login.username === undefined || login.password === undefined ? {} : { username: login.username, password: login.password }),
-  });
-  return {
-    jobs: store.jobs,
-    reports: store.reports,
-    publisher,
-    clock: systemClock,
-    ids: randomIds,
-    flags: ctx.config.flags,
-    async close() {
-      await publisher.close();
-      store.close();
-    },
-  };
-}
-
-/** API mode: one JSON call; a problem+json answer becomes the MamError it stands for. */
-async function api(
-  ctx: Ctx,
-  values: Record<string, unknown>,
-  method: string,
-  path: string,
-  body?: unknown,
-  raw?: Uint8Array,
-): Promise<unknown> {
-  const base = str(values.api) ?? ctx.config.apiUrl;
-  const token = str(values.token) ?? ctx.config.token;
-  if (!base) throw new MamError("input.invalid", "--api URL (or MAM_API_URL) is required in API mode");
-  const headers: Record<string, string> = {};
-  if (token) headers.authorization = `Bearer ${token}`;
-  if (body !== undefined) headers["content-type"] = "application/json";
-  if (raw !== undefined) headers["content-type"] = "text/markdown";
-  let res: Response;
-  try {
-    res = await fetch(new URL(path, base), {
-      method,
-      headers,
-      ...(raw !== undefined ? { body: raw } : body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-  } catch (e) {
-    throw new MamError("service.unreachable", `the mam service at ${base} could not be reached: ${(e as Error).message}`, { cause: e });
+/**
+ * Which backend a command runs on, from its flags and the environment. A flag that
+ * the chosen mode would ignore is refused, saying why, rather than ignored.
+ */
+function chooseBackend(values: Record<string, unknown>, io: CliIo, config: Config, dataDir: string | undefined): Backend {
+  const apiFlag = str(values.api);
+  const dataDirFlag = str(values["data-dir"]);
+  if (apiFlag !== undefined && dataDirFlag !== undefined) {
+    throw new MamError(
+      "input.invalid",
+      "--api and --data-dir choose different modes: give one (--api calls the service, --data-dir works on its store)",
+    );
   }
-  const text = await res.text();
-  const doc = text ? (JSON.parse(text) as Record<string, unknown>) : {};
-  if (!res.ok) {
-    const code = (typeof doc.code === "string" && doc.code in ERROR_TABLE ? doc.code : "internal") as ErrorCode;
-    throw new MamError(code, `${res.status} ${String(doc.detail ?? doc.title ?? res.statusText)}`);
+  // A --data-dir flag overrides MAM_API_URL; MAM_API_URL overrides MAM_DATA_DIR.
+  const apiUrl = apiFlag ?? (dataDirFlag === undefined ? config.apiUrl : undefined);
+  const tokenFlag = str(values.token);
+  if (tokenFlag !== undefined && apiUrl === undefined) {
+    throw new MamError(
+      "input.invalid",
+      dataDirFlag !== undefined
+        ? "--token is sent to the service in API mode; with --data-dir the CLI works on the store directly and sends it nowhere"
+        : "--token needs --api URL (or MAM_API_URL): without a service to call there is nowhere to send it",
+    );
   }
-  return doc;
+  if (apiUrl !== undefined) {
+    if (!URL.canParse(apiUrl))
+      throw new MamError("input.invalid", `--api must be a URL such as http://127.0.0.1:8787, not ${JSON.stringify(apiUrl)}`);
+    if (values["mqtt-url"] !== undefined) {
+      throw new MamError("input.invalid", "--mqtt-url is for --data-dir mode: in API mode the service publishes, to its own broker");
+    }
+    return httpBackend({ baseUrl: apiUrl, token: tokenFlag ?? config.token, ...(io.fetch === undefined ? {} : { fetch: io.fetch }) });
+  }
+  return embeddedBackend({ config, dataDir, mqttUrl: str(values["mqtt-url"]) });
 }
-
-const apiMode = (values: Record<string, unknown>, ctx: Ctx): boolean =>
-  str(values.api) !== undefined || (ctx.config.apiUrl !== undefined && values["data-dir"] === undefined);
 
 const COMMANDS: Record<string, Command> = {
   "publish-event": {
@@ -160,10 +140,14 @@ const COMMANDS: Record<string, Command> = {
     [--data-dir DIR] [--mqtt-url URL] | [--api URL --token TOKEN] [--json]
 
 With --finalize-report PATH (PATH is report-final.md, possibly still staged as
-report-final.md.tmp) the report is finalized where it lies before anything is
-committed; every --side-effect must be kind=reference. The transition is committed
-with its notification intent, the attempt is recorded in the job's event log, and
-the intent is published and settled.`,
+report-final.md.tmp) the report is finalized before anything is committed: where it
+lies with --data-dir, on the service (uploaded first) with --api; every --side-effect
+must be kind=reference. The transition is committed with its notification intent,
+the attempt is recorded in the job's event log, and the intent is published and
+settled. A publish that fails after the commit exits 2, naming the error.
+
+--json prints the API's answer: {record, published, finalized?, publish_error?, warnings?}.`,
+    modes: "both",
     options: {
       job: { type: "string" },
       event: { type: "string" },
@@ -175,69 +159,47 @@ the intent is published and settled.`,
     async run(v, ctx) {
       const jobId = required("job", v.job);
       const event = required("event", v.event);
-      if (!(event in EVENT_ACTIONS))
+      if (!Object.hasOwn(EVENT_ACTIONS, event)) {
         throw new MamError("input.invalid", `--event must be one of ${Object.keys(EVENT_ACTIONS).join(", ")}, not ${event}`);
+      }
       const attemptId = positiveInt("attempt", v.attempt);
       // Bad input is refused before anything is read, finalized or published (B-14).
       const sideEffects = parseSideEffects(strs(v["side-effect"]));
       const reportPath = str(v["finalize-report"]);
-      const location = reportPath === undefined ? undefined : reportDirOf(reportPath);
-      if (location !== undefined && attemptId === undefined) throw new MamError("input.invalid", "--finalize-report needs --attempt");
+      const reportDir = reportPath === undefined ? undefined : reportDirOf(reportPath);
+      if (reportDir !== undefined && attemptId === undefined) throw new MamError("input.invalid", "--finalize-report needs --attempt");
+      if (reportDir === undefined && sideEffects.length > 0)
+        throw new MamError("input.invalid", "--side-effect goes with --finalize-report");
 
-      if (apiMode(v, ctx)) {
-        if (location !== undefined && attemptId !== undefined) {
-          const staged = resolve(location, STAGED_REPORT_NAME);
-          const body = await readFile(existsSync(staged) ? staged : resolve(location, REPORT_NAME));
-          await api(ctx, v, "PUT", `/v1/jobs/${encodeURIComponent(jobId)}/attempts/${attemptId}/report`, undefined, body);
-        }
-        const doc = (await api(ctx, v, "POST", `/v1/jobs/${encodeURIComponent(jobId)}/events`, {
-          event,
-          ...(location !== undefined && attemptId !== undefined ? { finalize: { attempt_id: attemptId, side_effects: sideEffects } } : {}),
-        })) as { published?: boolean; error?: string };
-        ctx.out(doc.published ? `${event} committed and published` : `${event} committed; publish failed: ${doc.error ?? "unknown"}`, doc);
-        return doc.published ? 0 : 2;
+      const answer = await ctx.backend().publishEvent(jobId, {
+        event: event as AgentEvent,
+        attemptId,
+        ...(reportDir !== undefined && attemptId !== undefined ? { finalize: { reportDir, attemptId, sideEffects } } : {}),
+      });
+      const seq = answer.record.transition_seq;
+      for (const w of answer.warnings ?? []) ctx.say(`warning: ${w}`);
+      if (!answer.published) {
+        ctx.say(`${event} committed (seq ${seq}) but not published: ${answer.publish_error?.message ?? "the service did not say why"}`);
+        ctx.say("the notification stays owed; the recovery sweep will send it");
+        ctx.out("", answer);
+        return EXIT_UNREACHABLE;
       }
-
-      const deps = await embedded(v, ctx);
-      try {
-        const result = await publishAgentEvent(
-          deps,
-          jobId,
-          {
-            event: event as AgentEvent,
-            attemptId,
-            ...(location !== undefined && attemptId !== undefined ? { finalize: { location, attemptId, sideEffects } } : {}),
-          },
-          OPERATOR,
-        );
-        const doc = {
-          job_id: jobId,
-          status: result.record.status,
-          transition_seq: result.record.transition_seq,
-          finalized: result.finalized?.manifest ?? null,
-          published: result.flush.outcome !== "failed",
-          ...(result.flush.outcome === "failed" ? { error: result.flush.error.message } : {}),
-        };
-        if (result.flush.outcome === "failed") {
-          ctx.io.stderr(`mam: ${event} committed (seq ${result.record.transition_seq}) but not published: ${result.flush.error.message}\n`);
-          ctx.io.stderr("mam: the notification stays owed; the recovery sweep will send it\n");
-          ctx.out("", doc);
-          return 2;
-        }
-        ctx.out(`${event} committed (seq ${result.record.transition_seq}) and published`, doc);
-        return 0;
-      } finally {
-        await deps.close();
-      }
+      const finalized = answer.finalized === undefined ? "" : `finalized ${answer.finalized.manifest.report_location}; `;
+      ctx.out(`${finalized}${event} committed (seq ${seq}) and published`, answer);
+      return EXIT_OK;
     },
   },
   finalize: {
-    summary: "finalize a report where it lies: promote the staged report and write its manifest",
+    summary: "finalize a report: promote the staged report and write its manifest",
     usage: `mam finalize --job ID --attempt N --report PATH [--side-effect kind=reference ...] [--json]
     [--api URL --token TOKEN]
 
-PATH is report-final.md (possibly still staged as report-final.md.tmp). In API mode
-the report is uploaded to the service and finalized there.`,
+PATH is report-final.md (possibly still staged as report-final.md.tmp). Without
+--api the report is finalized where it lies (no data dir is read); with --api it is
+uploaded to the service and finalized there.
+
+--json prints the API's answer: {manifest, manifest_sha256}.`,
+    modes: "both",
     options: {
       job: { type: "string" },
       attempt: { type: "string" },
@@ -248,30 +210,25 @@ the report is uploaded to the service and finalized there.`,
       const jobId = required("job", v.job);
       const attemptId = positiveInt("attempt", required("attempt", v.attempt)) as number;
       const sideEffects = parseSideEffects(strs(v["side-effect"]));
-      const location = reportDirOf(required("report", v.report));
-      if (apiMode(v, ctx)) {
-        const staged = resolve(location, STAGED_REPORT_NAME);
-        const body = await readFile(existsSync(staged) ? staged : resolve(location, REPORT_NAME));
-        await api(ctx, v, "PUT", `/v1/jobs/${encodeURIComponent(jobId)}/attempts/${attemptId}/report`, undefined, body);
-        const doc = await api(ctx, v, "POST", `/v1/jobs/${encodeURIComponent(jobId)}/attempts/${attemptId}/finalize`, {
-          side_effects: sideEffects,
-        });
-        ctx.out("finalized on the service", doc);
-        return 0;
-      }
-      const { FileReportStore } = await import("@mam/local");
-      const reports = new FileReportStore(location);
-      const { manifest } = await finalizeReport(reports, systemClock, { location, jobId, attemptId, sideEffects });
-      ctx.out(`finalized ${manifest.report_location} (sha256 ${manifest.sha256})`, manifest);
-      return 0;
+      const reportDir = reportDirOf(required("report", v.report));
+      const answer = await ctx.backend().finalize(jobId, { reportDir, attemptId, sideEffects });
+      ctx.out(`finalized ${answer.manifest.report_location} (sha256 ${answer.manifest.sha256})`, answer);
+      return EXIT_OK;
     },
   },
   verify: {
     summary: "verify a finalized report against its manifest, re-deriving the hash",
     usage: `mam verify --job ID --report-dir DIR [--attempt N] [--expected-artifacts kind,kind] [--json]
-    [--api URL --token TOKEN]   (API mode: --attempt is required; DIR is not used)
+mam verify --job ID --attempt N [--expected-artifacts kind,kind] --api URL --token TOKEN [--json]
 
-Exits 0 when the manifest verifies, 1 with the reason when it does not.`,
+Without --api the report in DIR is verified (no data dir is read); with --api the
+service verifies its copy of attempt N (and, once the job completed on it, the copy
+its completion pinned), against the job's expected artifacts unless
+--expected-artifacts names others. Exits 0 when the manifest verifies, 1 with the
+reason when it does not.
+
+--json prints the API's answer: {ok, reason, manifest, manifest_sha256?, pinned?}.`,
+    modes: "both",
     options: {
       job: { type: "string" },
       attempt: { type: "string" },
@@ -281,27 +238,18 @@ Exits 0 when the manifest verifies, 1 with the reason when it does not.`,
     async run(v, ctx) {
       const jobId = required("job", v.job);
       const attemptId = positiveInt("attempt", v.attempt);
-      const expected = (str(v["expected-artifacts"]) ?? "")
+      const reportDir = str(v["report-dir"]);
+      const expectedArtifacts = (str(v["expected-artifacts"]) ?? "")
         .split(",")
         .map((s) => s.trim())
         .filter(Boolean);
-      let verdict: { ok: boolean; reason: string };
-      if (apiMode(v, ctx)) {
-        if (attemptId === undefined) throw new MamError("input.invalid", "--attempt is required in API mode");
-        const q = expected.length ? `?expected_artifacts=${encodeURIComponent(expected.join(","))}` : "";
-        verdict = (await api(
-          ctx,
-          v,
-          "GET",
-          `/v1/jobs/${encodeURIComponent(jobId)}/attempts/${attemptId}/verification${q}`,
-        )) as typeof verdict;
-      } else {
-        const location = resolve(required("report-dir", v["report-dir"]));
-        const { FileReportStore } = await import("@mam/local");
-        verdict = await verifyManifest(new FileReportStore(location), { location, jobId, attemptId, expectedArtifacts: expected });
-      }
-      ctx.out(verdict.ok ? `ok: ${verdict.reason}` : `refused: ${verdict.reason}`, verdict);
-      return verdict.ok ? 0 : 1;
+      const answer = await ctx.backend().verify(jobId, {
+        attemptId,
+        reportDir: reportDir === undefined ? undefined : resolve(reportDir),
+        expectedArtifacts,
+      });
+      ctx.out(answer.ok ? `ok: ${answer.reason}` : `refused: ${answer.reason}`, answer);
+      return answer.ok ? EXIT_OK : EXIT_REFUSED;
     },
   },
   "token create": {
@@ -309,34 +257,45 @@ Exits 0 when the manifest verifies, 1 with the reason when it does not.`,
     usage: `mam token create --scope read[,write,gate,ops] [--ttl SECONDS] [--data-dir DIR] [--json]
 
 Reads the signing key from <data dir>/credentials.json (written by mam serve on
-first start) and prints a new operator token with just those scopes.`,
+first start), or MAM_TOKEN_SIGNING_KEY, and prints a new operator token with just
+those scopes. It signs locally: there is no API mode.
+
+--json prints {token, scopes, ttl_seconds?}.`,
+    modes: "embedded",
     options: { scope: { type: "string" }, ttl: { type: "string" } },
     async run(v, ctx) {
-      const dir = resolve(str(v["data-dir"]) ?? ctx.config.dataDir);
-      const creds = await readCredentials(dir);
-      const key = ctx.config.tokenSigningKey ?? creds?.signing_key;
-      if (!key)
-        throw new MamError(
-          "input.invalid",
-          `no signing key: ${dir}/credentials.json does not exist (run mam serve once) and MAM_TOKEN_SIGNING_KEY is unset`,
-        );
       const scopes = required("scope", v.scope)
         .split(",")
         .map((s) => s.trim())
         .filter(Boolean);
       const ttl = positiveInt("ttl", v.ttl);
-      const { createTokenService, ScopeSchema } = await import("@mam/api");
+      const { createTokenService, SCOPES, ScopeSchema } = await import("@mam/api");
       const bad = scopes.filter((s) => !ScopeSchema.safeParse(s).success);
-      if (bad.length > 0) throw new MamError("input.invalid", `unknown scope ${bad.join(", ")}: scopes are read, write, gate, ops`);
+      if (bad.length > 0) throw new MamError("input.invalid", `unknown scope ${bad.join(", ")}: scopes are ${SCOPES.join(", ")}`);
+      const creds = ctx.dataDir === undefined ? undefined : await readCredentials(ctx.dataDir);
+      const key = ctx.config.tokenSigningKey ?? creds?.signing_key;
+      if (!key) {
+        throw new MamError(
+          "input.invalid",
+          ctx.dataDir === undefined
+            ? "no signing key: give --data-dir DIR (or MAM_DATA_DIR) of a service that has started once, or set MAM_TOKEN_SIGNING_KEY"
+            : `no signing key: ${ctx.dataDir}/credentials.json does not exist (run mam serve once) and MAM_TOKEN_SIGNING_KEY is unset`,
+        );
+      }
       const token = createTokenService({ signingKey: key, clock: systemClock }).mintOperator(
-        scopes as ("read" | "write" | "gate" | "ops")[],
+        scopes as Scope[],
         ttl === undefined ? {} : { ttlSeconds: ttl },
       );
       ctx.out(token, { token, scopes, ...(ttl === undefined ? {} : { ttl_seconds: ttl }) });
-      return 0;
+      return EXIT_OK;
     },
   },
 };
+
+/** Command groups (`mam token ...`): the first word of a two-word command. */
+const GROUPS = new Set(Object.keys(COMMANDS).flatMap((n) => (n.includes(" ") ? [n.split(" ")[0]!] : [])));
+
+const SERVE_SUMMARY = "run the service on the embedded default (what npm start runs)";
 
 function helpText(): string {
   const lines = Object.entries(COMMANDS).map(([n, c]) => `  ${n.padEnd(15)} ${c.summary}`);
@@ -346,65 +305,126 @@ Usage: mam <command> [options]    (mam <command> --help for one command)
 
 Commands:
 ${lines.join("\n")}
-  ${"serve".padEnd(15)} run the service on the embedded default (npm start)
+  ${"serve".padEnd(15)} ${SERVE_SUMMARY}
 
-Modes: --data-dir DIR works on an embedded store directly; --api URL with --token
-(or MAM_API_URL / MAM_TOKEN) calls the HTTPS API.
+${MODES_TEXT}
 
-${EXIT_CODES}
+${EXIT_TEXT}
 `;
 }
 
+function commandHelp(name: string, command: Command): string {
+  const modes = command.modes === "both" ? `\n\n${MODES_TEXT}` : "";
+  return `mam ${name} — ${command.summary}\n\nUsage: ${command.usage}${modes}\n\n${EXIT_TEXT}\n`;
+}
+
+function groupHelp(group: string): string {
+  const lines = Object.entries(COMMANDS)
+    .filter(([n]) => n.startsWith(`${group} `))
+    .map(([n, c]) => `  ${n.padEnd(15)} ${c.summary}`);
+  return `Usage: mam ${group} <command> [options]    (mam ${group} <command> --help for one command)\n\nCommands:\n${lines.join("\n")}\n`;
+}
+
+/** With `--json`, a usage error is a JSON document on stdout too, as every other failure is. */
+function usageError(io: CliIo, args: readonly string[], message: string): void {
+  if (args.includes("--json")) io.stdout(`${JSON.stringify({ error: { code: "input.invalid", message } })}\n`);
+}
+
+const wantsHelp = (args: readonly string[]): boolean => args.some((a) => a === "--help" || a === "-h");
+
 /** Run one `mam` invocation; returns its exit code. Never throws. */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
-  const [name, ...rest] = argv;
-  if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+  let [name, ...rest] = argv;
+  if (name === "help") {
+    // `mam help <command>` is `mam <command> --help`.
+    if (rest.length === 0) {
+      io.stdout(helpText());
+      return EXIT_OK;
+    }
+    [name, ...rest] = [...rest, "--help"];
+  }
+  if (name === undefined || name === "--help" || name === "-h") {
     io.stdout(helpText());
-    return name === undefined ? 1 : 0;
+    return name === undefined ? EXIT_REFUSED : EXIT_OK;
   }
   if (name === "serve") {
     const { serveCommand } = await import("./serve.ts");
     return serveCommand(rest, io);
   }
-  const key = name === "token" && rest[0] === "create" ? "token create" : name;
-  if (key === "token create") rest.shift();
-  const command = COMMANDS[key];
-  if (!command) {
+  let key = name;
+  if (GROUPS.has(name)) {
+    const sub = rest[0];
+    if (sub === undefined || sub.startsWith("-") || !Object.hasOwn(COMMANDS, `${name} ${sub}`)) {
+      if (sub !== undefined && wantsHelp(rest.slice(0, 1))) {
+        io.stdout(groupHelp(name));
+        return EXIT_OK;
+      }
+      io.stderr(
+        `mam ${name}: ${sub === undefined ? "which command?" : `unknown command ${JSON.stringify(`${name} ${sub}`)}`}\n\n${groupHelp(name)}`,
+      );
+      return EXIT_REFUSED;
+    }
+    key = `${name} ${sub}`;
+    rest.shift();
+  }
+  const command = Object.hasOwn(COMMANDS, key) ? COMMANDS[key] : undefined;
+  if (command === undefined) {
     io.stderr(`mam: unknown command ${JSON.stringify(name)}\n\n${helpText()}`);
-    return 1;
+    usageError(io, rest, `unknown command ${JSON.stringify(name)}`);
+    return EXIT_REFUSED;
+  }
+  if (wantsHelp(rest)) {
+    io.stdout(commandHelp(key, command));
+    return EXIT_OK;
   }
   let values: Record<string, unknown>;
   try {
-    values = parseArgs({ args: [...rest], options: { ...COMMON, ...command.options }, strict: true, allowPositionals: false }).values;
+    const common = command.modes === "both" ? BOTH_MODES : COMMON;
+    values = parseArgs({ args: [...rest], options: { ...common, ...command.options }, strict: true, allowPositionals: false }).values;
   } catch (e) {
-    io.stderr(`mam ${name}: ${(e as Error).message}\n\nUsage: ${command.usage}\n`);
-    return 1;
-  }
-  if (values.help) {
-    io.stdout(`${command.summary}\n\nUsage: ${command.usage}\n\n${EXIT_CODES}\n`);
-    return 0;
+    const why = (e as Error).message;
+    const hint = command.modes === "embedded" && /'--(api|token)'/.test(why) ? ` (mam ${key} has no API mode)` : "";
+    io.stderr(`mam ${key}: ${why}${hint}\n\nUsage: ${command.usage}\n`);
+    usageError(io, rest, `${why}${hint}`);
+    return EXIT_REFUSED;
   }
   const json = values.json === true;
+  let backend: Backend | undefined;
   try {
     const config = parseConfig(io.env);
+    const dataDir = namedDataDir(str(values["data-dir"]), io.env, config);
     const ctx: Ctx = {
       io,
       config,
-      json,
+      dataDir,
+      backend() {
+        backend ??= chooseBackend(values, io, config, dataDir);
+        return backend;
+      },
       out(human, doc) {
         if (json) io.stdout(`${JSON.stringify(doc)}\n`);
         else if (human) io.stdout(`${human}\n`);
       },
+      say(line) {
+        io.stderr(`mam ${key}: ${line}\n`);
+      },
     };
+    // Mode flags are checked before the command reads anything.
+    if (command.modes === "both") ctx.backend();
     return await command.run(values, ctx);
   } catch (e) {
     if (isMamError(e)) {
-      io.stderr(`mam ${name}: ${e.message}\n`);
+      io.stderr(`mam ${key}: ${e.message}\n`);
       for (const i of e.issues) io.stderr(`  ${i.path}: ${i.message}\n`);
-      if (json) io.stdout(`${JSON.stringify({ error: { code: e.code, message: e.message } })}\n`);
-      return e.exitCode;
+      if (json) {
+        const issues = e.issues.length > 0 ? { issues: e.issues } : {};
+        io.stdout(`${JSON.stringify({ error: { code: e.code, message: e.message, ...issues } })}\n`);
+      }
+      return EXIT_CODES[e.code];
     }
-    io.stderr(`mam ${name}: unexpected error: ${e instanceof Error ? e.message : String(e)}\n`);
-    return 1;
+    io.stderr(`mam ${key}: unexpected error: ${e instanceof Error ? e.message : String(e)}\n`);
+    return EXIT_REFUSED;
+  } finally {
+    await backend?.close();
   }
 }

@@ -27,6 +27,7 @@ import {
   startEmbeddedBroker,
 } from "@mam/local";
 import type { CliIo } from "./cli.ts";
+import { EXIT_CODES } from "./exit-codes.ts";
 
 /** The longest a request's log line waits in memory before it is written. */
 const LOG_FLUSH_MS = 10;
@@ -264,7 +265,7 @@ cleanly on SIGINT or SIGTERM. Every variable: docs/configuration.md.
     process.off("exit", flushLog);
     flushLog();
     io.stderr(`mam serve: ${e instanceof Error ? e.message : String(e)}\n`);
-    return isMamError(e) ? e.exitCode : 1;
+    return isMamError(e) ? EXIT_CODES[e.code] : 1;
   }
   io.stderr(`mam serving on ${service.url}\n`);
   io.stderr(`  MQTT broker: ${service.mqttUrl} (subscribe to mam/events or mam/jobs/<job_id>/events)\n`);

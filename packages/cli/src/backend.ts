@@ -1,0 +1,52 @@
+import type { Answer } from "@mam/client";
+import type { AgentEvent, SideEffect } from "@mam/core";
+
+/**
+ * What a `mam` command asks of mam, whichever mode it runs in. Each command is
+ * written once over this interface; `httpBackend` calls the API through @mam/client,
+ * `embeddedBackend` calls core's services over the stores of a data dir (and the
+ * agent's own report tree). Both answer in the API's wire shapes — the types
+ * generated from the served OpenAPI document — so `--json` prints one shape per
+ * command in both modes.
+ */
+export interface Backend {
+  /** `api` (`--api URL`) or `embedded` (`--data-dir DIR`, or the report's own directory). */
+  readonly mode: "api" | "embedded";
+  /**
+   * The agent's explicit report: finalize first (when asked), commit the transition
+   * with its intent, log the attempt, publish, settle. A publish that fails after the
+   * commit is an answer (`published: false`, `publish_error`), not an error.
+   */
+  publishEvent(jobId: string, input: PublishEventInput): Promise<PublishEventAnswer>;
+  /** Promote the report and write its manifest (`report-final.md` where it lies, or on the service). */
+  finalize(jobId: string, input: ReportInput): Promise<FinalizeAnswer>;
+  /** Re-derive the report's hash and check the manifest; a failed verification is an answer (`ok: false`). */
+  verify(jobId: string, input: VerifyInput): Promise<VerificationAnswer>;
+  close(): Promise<void>;
+}
+
+export type PublishEventAnswer = Answer<"/v1/jobs/{job_id}/events", "post">;
+export type FinalizeAnswer = Answer<"/v1/jobs/{job_id}/attempts/{attempt}/finalize", "post">;
+export type VerificationAnswer = Answer<"/v1/jobs/{job_id}/attempts/{attempt}/verification", "get">;
+
+/** The report an agent finalizes: the directory holding `report-final.md` (or `report-final.md.tmp`). */
+export interface ReportInput {
+  readonly reportDir: string;
+  readonly attemptId: number;
+  readonly sideEffects: readonly SideEffect[];
+}
+
+export interface PublishEventInput {
+  readonly event: AgentEvent;
+  readonly attemptId?: number | undefined;
+  readonly finalize?: ReportInput | undefined;
+}
+
+export interface VerifyInput {
+  /** Required over the API (the service verifies its copy of that attempt); checked against the manifest when given locally. */
+  readonly attemptId?: number | undefined;
+  /** Embedded mode: the directory of the finalized report. */
+  readonly reportDir?: string | undefined;
+  /** Kinds of side effect that must be evidenced; over the API, the job's own list when none is given. */
+  readonly expectedArtifacts: readonly string[];
+}

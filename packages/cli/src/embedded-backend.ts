@@ -1,0 +1,176 @@
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import {
+  type Config,
+  type Deps,
+  finalizeReport,
+  MamError,
+  OPERATOR,
+  publishAgentEvent,
+  randomIds,
+  systemClock,
+  verifyManifest,
+} from "@mam/core";
+import { dataDirPaths, FileReportStore, MqttPublisher, openDataDir, readCredentials } from "@mam/local";
+import type { Backend, PublishEventAnswer, VerificationAnswer } from "./backend.ts";
+
+export interface EmbeddedOptions {
+  readonly config: Config;
+  /** The data dir the caller named (or ./.mam where mam serve made it); undefined when none was. */
+  readonly dataDir: string | undefined;
+  /** `--mqtt-url`: the broker to publish to, instead of the service's. */
+  readonly mqttUrl: string | undefined;
+}
+
+/**
+ * Embedded mode: core's services over the stores themselves. `publish-event` works
+ * on a data dir's store (as the original system did: whoever can write the data dir
+ * is trusted as an operator) and publishes to its broker itself; `finalize` and
+ * `verify` work on the agent's own report tree and read no data dir. A data dir is
+ * opened only when one was named and already holds a store: the CLI never creates
+ * one (that is `mam serve`'s).
+ */
+export function embeddedBackend(opts: EmbeddedOptions): Backend {
+  return {
+    mode: "embedded",
+
+    async publishEvent(jobId, input) {
+      const deps = await openStore(opts);
+      try {
+        const r = await publishAgentEvent(
+          deps,
+          jobId,
+          {
+            event: input.event,
+            attemptId: input.attemptId,
+            ...(input.finalize === undefined
+              ? {}
+              : {
+                  finalize: {
+                    location: input.finalize.reportDir,
+                    attemptId: input.finalize.attemptId,
+                    sideEffects: input.finalize.sideEffects,
+                  },
+                }),
+          },
+          OPERATOR,
+        );
+        // The same answer the API builds for POST /v1/jobs/{job_id}/events.
+        const answer: PublishEventAnswer = {
+          record: onTheWire(r.record),
+          published: r.flush.outcome !== "failed",
+          ...(r.finalized === undefined
+            ? {}
+            : { finalized: { manifest: onTheWire(r.finalized.manifest), manifest_sha256: r.finalized.manifestSha256 } }),
+          ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
+          ...(r.warnings.length > 0 ? { warnings: [...r.warnings] } : {}),
+        };
+        return answer;
+      } finally {
+        await deps.close();
+      }
+    },
+
+    async finalize(jobId, input) {
+      const f = await finalizeReport(new FileReportStore(input.reportDir), systemClock, {
+        location: input.reportDir,
+        jobId,
+        attemptId: input.attemptId,
+        sideEffects: input.sideEffects,
+      });
+      return { manifest: onTheWire(f.manifest), manifest_sha256: f.manifestSha256 };
+    },
+
+    async verify(jobId, input) {
+      if (input.reportDir === undefined) throw new MamError("input.invalid", "--report-dir is required in embedded mode");
+      const v = await verifyManifest(new FileReportStore(input.reportDir), {
+        location: input.reportDir,
+        jobId,
+        attemptId: input.attemptId,
+        expectedArtifacts: input.expectedArtifacts,
+      });
+      // The same answer the API builds for GET .../verification (no pinned copy here: that is the service's).
+      const answer: VerificationAnswer = {
+        ok: v.ok,
+        reason: v.reason,
+        manifest: v.manifest === undefined ? null : onTheWire(v.manifest),
+        ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
+      };
+      return answer;
+    },
+
+    async close() {},
+  };
+}
+
+/** A value as JSON carries it: a key whose value is `undefined` is not there. */
+type Wire<T> = T extends readonly (infer U)[]
+  ? Wire<U>[]
+  : T extends object
+    ? { -readonly [K in keyof T]: Wire<Exclude<T[K], undefined>> }
+    : T;
+
+/**
+ * Core's value as the API sends it (JSON drops `undefined`), typed so that the
+ * compiler checks core's shape against the wire type the answer is built as.
+ */
+function onTheWire<T>(value: T): Wire<T> {
+  return JSON.parse(JSON.stringify(value)) as Wire<T>;
+}
+
+/** The data dir's stores and the broker the service publishes to; refused, creating nothing, when there is no store. */
+async function openStore(opts: EmbeddedOptions): Promise<Deps & { close(): Promise<void> }> {
+  const { config } = opts;
+  if (opts.dataDir === undefined) {
+    throw new MamError(
+      "input.invalid",
+      "no data dir: give --data-dir DIR (or MAM_DATA_DIR) to work on a store directly, or --api URL (or MAM_API_URL) to call the service",
+    );
+  }
+  const paths = dataDirPaths(opts.dataDir);
+  if (!existsSync(paths.database)) {
+    throw new MamError(
+      "input.invalid",
+      `${paths.root} holds no mam store (no mam.db); the CLI never creates one: mam serve does (MAM_DATA_DIR=${paths.root} npm start)`,
+    );
+  }
+  const creds = await readCredentials(paths.root);
+  const url = opts.mqttUrl ?? config.mqttUrl ?? `mqtt://127.0.0.1:${config.mqttPort}`;
+  // On MAM_MQTT_URL's external broker, the service's login from the environment;
+  // otherwise the embedded broker's, from the data dir. Never the service's client
+  // id: a second connection with it would close the service's own.
+  const external = opts.mqttUrl === undefined && config.mqttUrl !== undefined;
+  const login = external
+    ? { username: config.mqttUsername, password: config.mqttPassword }
+    : { username: creds?.mqtt.username, password: creds?.mqtt.password };
+  const store = openDataDir(paths.root);
+  const publisher = new MqttPublisher({
+    url,
+    publishTimeoutMs: config.publishTimeoutMs,
+    ...(login.username === undefined || login.password === undefined ? {} : { username: login.username, password: login.password }),
+  });
+  return {
+    jobs: store.jobs,
+    reports: store.reports,
+    publisher,
+    clock: systemClock,
+    ids: randomIds,
+    flags: config.flags,
+    async close() {
+      await publisher.close();
+      store.close();
+    },
+  };
+}
+
+/** `resolve`d data dir the caller named, or ./.mam (MAM_DATA_DIR's default) when mam serve already made it there. */
+export function namedDataDir(
+  flag: string | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+  config: Config,
+): string | undefined {
+  if (flag !== undefined) return resolve(flag);
+  if (env.MAM_DATA_DIR !== undefined && env.MAM_DATA_DIR !== "") return resolve(config.dataDir);
+  const dflt = dataDirPaths(config.dataDir);
+  return existsSync(dflt.database) || existsSync(dflt.credentials) ? dflt.root : undefined;
+}

@@ -1,0 +1,51 @@
+import type { ErrorCode } from "@mam/core";
+
+/**
+ * The CLI's one map from core's closed set of error codes to an exit code (DESIGN,
+ * "The `mam` command"): 1 bad input or a refusal — nothing finalized, committed or
+ * published; 2 the broker, the store or the service could not be reached — what was
+ * committed stays, and the notification stays owed for the sweep. Total by its type:
+ * a code added in core does not compile until it is mapped here.
+ */
+export const EXIT_CODES = {
+  "input.invalid": 1,
+  "input.jobId": 1,
+  "input.sideEffect": 1,
+  "input.tooLarge": 1,
+  "input.unsupportedMediaType": 1,
+  "job.notFound": 1,
+  "job.exists": 1,
+  "job.transitionConflict": 1,
+  "job.transitionRefused": 1,
+  "job.evidenceConflict": 1,
+  "job.evidenceMissing": 1,
+  "job.preconditionFailed": 1,
+  "job.fieldNotAllowed": 1,
+  "job.actionForbidden": 1,
+  "bookkeeping.fieldRefused": 1,
+  "dispatch.exists": 1,
+  "dispatch.outOfOrder": 1,
+  "dispatch.notFound": 1,
+  "report.notFound": 1,
+  "report.frozen": 1,
+  "report.notLatest": 1,
+  "report.changed": 1,
+  "report.location": 1,
+  "auth.missing": 1,
+  "auth.invalid": 1,
+  "auth.forbidden": 1,
+  "publish.unreachable": 2,
+  "publish.refused": 2,
+  "publish.tooLarge": 2,
+  "store.unavailable": 2,
+  "service.unreachable": 2,
+  "config.invalid": 1,
+  internal: 1,
+} as const satisfies Record<ErrorCode, 1 | 2>;
+
+/** A run that printed its answer: 0. */
+export const EXIT_OK = 0;
+/** Bad usage (unknown command or option) or a refusal. */
+export const EXIT_REFUSED = 1;
+/** The commit stands but the broker could not be reached (a failed publish answered `published: false`). */
+export const EXIT_UNREACHABLE = 2;

@@ -1,0 +1,175 @@
+/**
+ * Each `mam` command, run the same way in both modes — over the API (`--api`, an
+ * agent's token) and on the store (`--data-dir`) — prints one `--json` shape: the
+ * API's answer. Both modes run against one service (`startService`, what `mam serve`
+ * runs, in-process): the API mode through its HTTP port, the embedded mode on its
+ * data dir and its broker, each on a job of its own taken through the same steps.
+ */
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type RunningService, runCli, startService } from "@mam/cli";
+import { createMamClient, ok } from "@mam/client";
+import { parseConfig } from "@mam/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { captureIo } from "../support/cli-io.ts";
+
+type Mode = "api" | "embedded";
+type Who = "agent" | "operator";
+
+interface Lane {
+  readonly job: string;
+  /** `<tree>/report-final.md`: the agent's own report. */
+  readonly report: string;
+  readonly tree: string;
+  /** The flags that choose the mode, as the job's agent or as an operator (the API tells them apart by token). */
+  readonly modeArgs: Record<Who, readonly string[]>;
+  /** The environment: in embedded mode, where the service's broker listens (the CLI publishes there itself). */
+  readonly env: Record<string, string>;
+  /** What `verify` needs besides the job in this mode: the report's directory, read locally. */
+  readonly verifyArgs: readonly string[];
+}
+
+let root: string;
+let service: RunningService;
+const lanes = {} as Record<Mode, Lane>;
+
+beforeAll(async () => {
+  root = await mkdtemp(path.join(tmpdir(), "mam-cli-modes-"));
+  const dataDir = path.join(root, "data");
+  service = await startService(parseConfig({ MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0" }), () => undefined);
+  const operator = createMamClient({ baseUrl: service.url, token: service.operatorToken });
+  for (const mode of ["api", "embedded"] as const) {
+    const job = `modes-${mode}`;
+    await ok(operator.POST("/v1/jobs", { body: { job_id: job, prompt: "fix the flaky test", agent: "codex" } }));
+    const dispatch = await ok(
+      operator.POST("/v1/jobs/{job_id}/dispatches", {
+        params: { path: { job_id: job } },
+        body: { attempt_id: 1, agent_session_uuid: "0c9a2d11-0000-4000-8000-000000000001", pane_process_generation: 1 },
+      }),
+    );
+    const tree = path.join(root, `tree-${mode}`);
+    await mkdir(tree);
+    await writeFile(path.join(tree, "report-final.md.tmp"), "# done\n\npushed a1b2c3d\n");
+    lanes[mode] = {
+      job,
+      tree,
+      report: path.join(tree, "report-final.md"),
+      modeArgs:
+        mode === "api"
+          ? {
+              agent: ["--api", service.url, "--token", dispatch.agent_token],
+              operator: ["--api", service.url, "--token", service.operatorToken],
+            }
+          : { agent: ["--data-dir", dataDir], operator: ["--data-dir", dataDir] },
+      env: mode === "api" ? {} : { MAM_MQTT_PORT: new URL(service.mqttUrl).port },
+      verifyArgs: mode === "api" ? [] : ["--report-dir", tree],
+    };
+  }
+}, 30_000);
+
+afterAll(async () => {
+  await service?.stop();
+  await rm(root, { recursive: true, force: true });
+});
+
+/** A JSON value's shape: its keys, recursively, and the type of each leaf; an array by the shapes of its elements. */
+type Shape = string | Shape[] | { [key: string]: Shape };
+function shapeOf(value: unknown): Shape {
+  if (value === null) return "null";
+  if (Array.isArray(value)) {
+    const shapes = new Set(value.map((v) => JSON.stringify(shapeOf(v))));
+    return [...shapes].sort().map((s) => JSON.parse(s) as Shape);
+  }
+  if (typeof value === "object") {
+    const o = value as Record<string, unknown>;
+    return Object.fromEntries(
+      Object.keys(o)
+        .sort()
+        .map((k) => [k, shapeOf(o[k])]),
+    );
+  }
+  return typeof value;
+}
+
+/** One run of `mam <args> --json` in a mode: its exit code and the one JSON document it printed. */
+async function mam(mode: Mode, step: Step): Promise<{ code: number; doc: unknown; stderr: string }> {
+  const lane = lanes[mode];
+  const io = captureIo(lane.env);
+  const code = await runCli([...step.args(lane), ...lane.modeArgs[step.who], "--json"], io);
+  expect(io.out.length, `${mode}: one JSON document on stdout; stderr:\n${io.err.join("")}`).toBe(1);
+  return { code, doc: JSON.parse(io.out[0]!), stderr: io.err.join("") };
+}
+
+const SIDE_EFFECT = ["--side-effect", "git_push=a1b2c3d"];
+
+interface Step {
+  readonly name: string;
+  /** Who runs it: the agent with its own token, or (verify is operator-only over the API) an operator. */
+  readonly who: Who;
+  readonly args: (lane: Lane) => readonly string[];
+  readonly exit: number;
+  readonly check?: (doc: unknown) => void;
+}
+
+/** The steps, in order (each lane's job moves through them), with the exit code each must end with. */
+const STEPS: readonly Step[] = [
+  {
+    name: "publish-event --event started",
+    who: "agent",
+    args: (l) => ["publish-event", "--job", l.job, "--event", "started", "--attempt", "1"],
+    exit: 0,
+    check: (doc) => expect(doc).toMatchObject({ published: true, record: { status: "running" } }),
+  },
+  {
+    name: "finalize",
+    who: "agent",
+    args: (l) => ["finalize", "--job", l.job, "--attempt", "1", "--report", l.report, ...SIDE_EFFECT],
+    exit: 0,
+    check: (doc) =>
+      expect(doc).toMatchObject({ manifest: { attempt_id: 1, side_effects: [{ kind: "git_push" }] }, manifest_sha256: expect.any(String) }),
+  },
+  {
+    name: "verify",
+    who: "operator",
+    args: (l) => ["verify", "--job", l.job, "--attempt", "1", ...l.verifyArgs],
+    exit: 0,
+    check: (doc) => expect(doc).toMatchObject({ ok: true, manifest: { attempt_id: 1 } }),
+  },
+  {
+    name: "verify, refused (an artifact the manifest lacks)",
+    who: "operator",
+    args: (l) => ["verify", "--job", l.job, "--attempt", "1", "--expected-artifacts", "pr_url", ...l.verifyArgs],
+    exit: 1,
+    check: (doc) => expect(doc).toMatchObject({ ok: false, reason: expect.stringContaining("pr_url") }),
+  },
+  {
+    name: "publish-event --event completed --finalize-report",
+    who: "agent",
+    args: (l) => ["publish-event", "--job", l.job, "--event", "completed", "--attempt", "1", "--finalize-report", l.report, ...SIDE_EFFECT],
+    exit: 0,
+    check: (doc) =>
+      expect(doc).toMatchObject({ published: true, record: { status: "completed" }, finalized: { manifest: { attempt_id: 1 } } }),
+  },
+  {
+    name: "publish-event, refused (the job is terminal)",
+    who: "agent",
+    args: (l) => ["publish-event", "--job", l.job, "--event", "progress"],
+    exit: 1,
+    check: (doc) => expect(doc).toMatchObject({ error: { code: "job.transitionRefused", message: expect.any(String) } }),
+  },
+];
+
+describe("e2e: each mam command prints one --json shape in both modes [--api and --data-dir]", () => {
+  for (const step of STEPS) {
+    it(`${step.name}: the same exit code and the same JSON shape over the API and on the store`, async () => {
+      const api = await mam("api", step);
+      const embedded = await mam("embedded", step);
+      expect(api.code, `api: ${api.stderr}`).toBe(step.exit);
+      expect(embedded.code, `embedded: ${embedded.stderr}`).toBe(step.exit);
+      step.check?.(api.doc);
+      step.check?.(embedded.doc);
+      expect(shapeOf(embedded.doc)).toEqual(shapeOf(api.doc));
+    });
+  }
+});
