@@ -3,8 +3,16 @@ import { mkdtemp, readdir, rm, stat, symlink, writeFile } from "node:fs/promises
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { EVENT_PAGE_MAX_BYTES, guardJobStore, type JobRecord, type JobStore, MamError } from "@mam/core";
-import { CachedJobStore, FileReportStore, MqttPublisher, openEmbeddedJobStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { EVENT_PAGE_MAX_BYTES, guardJobStore, isGuardedJobStore, type JobRecord, type JobStore, MamError } from "@mam/core";
+import {
+  CachedJobStore,
+  FileReportStore,
+  MqttPublisher,
+  openDataDir,
+  openEmbeddedJobStore,
+  SqliteJobStore,
+  startEmbeddedBroker,
+} from "@mam/local";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
@@ -362,6 +370,19 @@ describe("CachedJobStore around SQLite (as openEmbeddedJobStore composes them)",
     }).toThrow(TypeError);
     expect(() => (record.expected_artifacts as string[]).push("pr")).toThrow(TypeError);
     expect((await store.get("frozen"))?.status).toBe("pending");
+  });
+
+  it("openDataDir, the store `mam serve` and the CLI use, is guarded and cached", async () => {
+    const opened = openDataDir(path.join(tmp.dir, "data"));
+    try {
+      expect(isGuardedJobStore(opened.jobs)).toBe(true);
+      await opened.jobs.create(job("via-data-dir"));
+      const first = await opened.jobs.get("via-data-dir");
+      expect(await opened.jobs.get("via-data-dir")).toBe(first); // the same frozen record: from the cache
+      await expect(opened.jobs.get("../x")).rejects.toMatchObject({ code: "input.jobId" });
+    } finally {
+      opened.close();
+    }
   });
 
   it("asking data_version reads no row, and only another connection's commit moves it", async () => {
