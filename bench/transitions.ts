@@ -1,8 +1,9 @@
 import { statSync } from "node:fs";
 import path from "node:path";
 import { OPERATOR, parseFlags, randomIds, registerJob, systemClock, transitionJob } from "@mam/core";
-import { SqliteJobStore } from "@mam/local";
+import { openEmbeddedJobStore } from "@mam/local";
 import Database from "better-sqlite3";
+import { countingConnection } from "../tests/support/sqlite-rows-read.ts";
 import { fixed, grouped, MiB, machineNote, median, sizeFromEnv, tempDir, verdict } from "./support/measure.ts";
 
 /**
@@ -69,8 +70,9 @@ try {
   const mamFile = path.join(tmp.dir, "mam.db");
   const bareFile = path.join(tmp.dir, "baseline.db");
   // mam: the engine over the store, as `mam serve` composes it (CAS on).
-  const store = new SqliteJobStore(mamFile);
-  const deps = { jobs: store, clock: systemClock, ids: randomIds, flags: parseFlags({}) };
+  const connection = countingConnection(mamFile);
+  const store = openEmbeddedJobStore(connection.db);
+  const deps = { jobs: store.jobs, clock: systemClock, ids: randomIds, flags: parseFlags({}) };
   const job = await registerJob(deps, { job_id: "bench-transitions", prompt: "benchmark", agent: "claude" });
   let record = await transitionJob(deps, job.job_id, { action: "claim", expectedSeq: job.transition_seq }, OPERATOR);
   let mamStep = 0;
@@ -119,7 +121,7 @@ try {
 
   await timed(WARMUP, bareTransition);
   await timed(WARMUP, mamTransition);
-  const readsBefore = store.rowsRead;
+  const readsBefore = connection.rowsRead();
   const bare: number[] = [];
   const mam: number[] = [];
   for (let round = 1; round <= ROUNDS; round++) {
@@ -139,7 +141,7 @@ try {
   }
   const expected = job.transition_seq + 1 + WARMUP + ROUNDS * N;
   if (record.transition_seq !== expected) throw new Error(`mam ended at seq ${record.transition_seq}, expected ${expected}`);
-  console.log(`rows read by the store during ${grouped(ROUNDS * N)} committed transitions: ${store.rowsRead - readsBefore}`);
+  console.log(`rows read by the store during ${grouped(ROUNDS * N)} committed transitions: ${connection.rowsRead() - readsBefore}`);
   const [bareWal, mamWal] = [walBytes(bareFile), walBytes(mamFile)];
   console.log(`WAL after the run: bare ${fixed(bareWal / MiB)} MiB, mam ${fixed(mamWal / MiB)} MiB (auto-checkpoint keeps one near 4 MiB)`);
   for (const [who, bytes] of [

@@ -30,6 +30,7 @@ import {
   type Config,
   type Deps,
   ERROR_TABLE,
+  guardJobStore,
   type Ids,
   MamError,
   parseConfig,
@@ -115,7 +116,7 @@ function notifierDeps(config: Config, overrides: Overrides): NotifierDeps {
     ...credentialsOf(overrides),
   });
   return {
-    jobs: new DynamoJobStore({ client: dynamodb, tableName }),
+    jobs: guardJobStore(new DynamoJobStore({ client: dynamodb, tableName })),
     publisher: new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs }),
     clock: overrides.clock ?? systemClock,
     ids: overrides.ids ?? randomIds,

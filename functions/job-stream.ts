@@ -14,44 +14,23 @@
  * Seeing a record twice does no harm: a second publish is a duplicate consumers drop
  * by intent id, and settling is conditional on that id.
  */
-import type { AttributeValue } from "@aws-sdk/client-dynamodb";
-import { unmarshall } from "@aws-sdk/util-dynamodb";
-import { JOB_TABLE_DEFINITION } from "@mam/aws/job-table";
-import { flushRecord, type JobRecord, JobRecordSchema, MamError, zodIssues } from "@mam/core";
+import { isJobImage, jobRecordOfNewImage, owedIntentIdOfImage } from "@mam/aws/job-item";
+import { flushRecord, type JobRecord } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import type { NotifierDeps } from "./compose.ts";
 import { type LogSink, logJson } from "./log.ts";
-
-const JOB_ITEM_SK = "JOB";
-
-/** The table's key and index attributes: derived, never part of a record. */
-const TABLE_ATTRIBUTES: readonly string[] = JOB_TABLE_DEFINITION.AttributeDefinitions.map((a) => a.AttributeName);
-
-type StreamImage = NonNullable<NonNullable<DynamoDBRecord["dynamodb"]>["NewImage"]>;
-
-function intentId(image: StreamImage | undefined): string | undefined {
-  return image?.pending_notification?.M?.id?.S;
-}
 
 /** The job record whose intent this stream record committed, or undefined when it owes nothing. */
 export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
   if (record.eventName === "REMOVE") return undefined;
   const image = record.dynamodb?.NewImage;
-  if (image?.sk?.S !== JOB_ITEM_SK) return undefined;
-  const owed = intentId(image);
-  if (owed === undefined || owed === intentId(record.dynamodb?.OldImage)) return undefined;
-
-  // Stream images are DynamoDB JSON, the shape unmarshall reads (a job item has no binary attributes).
-  const item = unmarshall(image as Record<string, AttributeValue>, { wrapNumbers: (v: string) => Number(v) });
-  for (const attribute of TABLE_ATTRIBUTES) delete item[attribute];
-  const parsed = JobRecordSchema.safeParse(item);
-  if (!parsed.success) {
-    // Not retryable by waiting; failing it sends it, after the bounded retries, to the on-failure queue.
-    throw new MamError("internal", `stream record ${record.dynamodb?.SequenceNumber ?? "?"} holds a job item that is not a job record`, {
-      issues: zodIssues(parsed.error, "NewImage"),
-    });
-  }
-  return parsed.data;
+  if (image === undefined || !isJobImage(image)) return undefined;
+  const owed = owedIntentIdOfImage(image);
+  if (owed === undefined || owed === owedIntentIdOfImage(record.dynamodb?.OldImage)) return undefined;
+  // The item layout is packages/aws's to read; a job item that is not a job record is
+  // not retryable by waiting: failing it sends it, after the bounded retries, to the
+  // on-failure queue.
+  return jobRecordOfNewImage(image, `stream record ${record.dynamodb?.SequenceNumber ?? "?"}`);
 }
 
 /** Publish and settle the intent a stream record committed; throws if the publish failed. */

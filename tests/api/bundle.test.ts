@@ -4,7 +4,7 @@ import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type * as Api from "@mam/api";
 import { type Deps, parseFlags, randomIds } from "@mam/core";
-import { FileReportStore, MqttPublisher, SqliteJobStore } from "@mam/local";
+import { FileReportStore, MqttPublisher, openEmbeddedJobStore } from "@mam/local";
 import { build } from "esbuild";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,7 +18,7 @@ import { SIGNING_KEY, send, TestClock } from "./harness.ts";
 describe("the app bundled without swagger-ui-dist", () => {
   let dir: string;
   let app: Hono;
-  let jobs: SqliteJobStore;
+  let closeJobs: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
     dir = await mkdtemp(path.join(tmpdir(), "mam-api-bundle-"));
@@ -27,10 +27,11 @@ describe("the app bundled without swagger-ui-dist", () => {
     await build({ entryPoints: [entry], bundle: true, platform: "node", format: "esm", target: "node20", outfile, logLevel: "silent" });
     // The bundle carries its own copy of every module: use its token service too.
     const bundled = (await import(pathToFileURL(outfile).href)) as typeof Api;
-    jobs = new SqliteJobStore(":memory:");
+    const embedded = openEmbeddedJobStore(":memory:");
+    closeJobs = embedded.close;
     const clock = new TestClock("2026-11-20T10:00:00Z");
     const deps: Deps = {
-      jobs,
+      jobs: embedded.jobs,
       reports: new FileReportStore(dir, { allowAbsolute: false }),
       publisher: new MqttPublisher({ url: "mqtt://127.0.0.1:1" }),
       clock,
@@ -45,7 +46,7 @@ describe("the app bundled without swagger-ui-dist", () => {
   }, 60_000);
 
   afterAll(async () => {
-    await jobs?.close();
+    await closeJobs?.();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 

@@ -2,14 +2,15 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { deadPort } from "../support/dead-port.ts";
 import { apiBoundsSuite } from "./bounds.suite.ts";
 import { apiRoutesSuite, type PortsFactory } from "./routes.suite.ts";
 
 const localPorts: PortsFactory = async ({ publisher, refusedTopics }) => {
   const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));
-  const jobs = new SqliteJobStore(path.join(dir, "mam.db"));
+  // As `mam serve` composes it: core's guard, the record cache, SQLite.
+  const { jobs, close: closeJobs } = openEmbeddedJobStore(path.join(dir, "mam.db"));
   // The service derives every location (reports/<job>/<attempt>) and refuses absolute ones.
   const reports = new FileReportStore(dir, { allowAbsolute: false });
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
@@ -29,7 +30,7 @@ const localPorts: PortsFactory = async ({ publisher, refusedTopics }) => {
     async close() {
       await pub.close();
       await broker.close();
-      await jobs.close();
+      await closeJobs();
       await rm(dir, { recursive: true, force: true });
     },
   };

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
 import { CANDIDATE_DISPATCH, candidateScenario, type Harness, makeHarness, type Res } from "./harness.ts";
 
@@ -24,7 +24,7 @@ describe("no absolute server path in any API answer", () => {
     const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
     return makeHarness(
       async () => {
-        const jobs = new SqliteJobStore(path.join(dataDir, "mam.db"));
+        const { jobs, close: closeJobs } = openEmbeddedJobStore(path.join(dataDir, "mam.db"));
         const publisher = new MqttPublisher({ url: broker.url, ...credentials });
         return {
           jobs,
@@ -33,7 +33,7 @@ describe("no absolute server path in any API answer", () => {
           async close() {
             await publisher.close();
             await broker.close();
-            await jobs.close();
+            await closeJobs();
             await rm(dataDir, { recursive: true, force: true });
           },
         };

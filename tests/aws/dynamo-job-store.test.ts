@@ -11,11 +11,22 @@ import {
   createJobTable,
   DynamoJobStore,
   JOB_TABLE_DEFINITION,
+  jobItem,
+  jobRecordOfNewImage,
+  KEY_ATTRIBUTES,
   type RequestCounter,
   recordFromConditionFailure,
   storeFailure,
 } from "@mam/aws";
-import { type DispatchRecord, type JobRecord, MamError, type NotificationIntent, type Status, TransitionConflict } from "@mam/core";
+import {
+  type DispatchRecord,
+  guardJobStore,
+  type JobRecord,
+  MamError,
+  type NotificationIntent,
+  type Status,
+  TransitionConflict,
+} from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
 import { rejection } from "../support/rejection.ts";
@@ -136,11 +147,12 @@ describe("DynamoJobStore: records", () => {
     expect(await store.transition("job-1", 2, cancel)).toMatchObject({ status: "cancelled", evidence_seq: 1 });
   });
 
-  it("refuses an id unsafe in a key before asking the table", async () => {
+  it("behind core's guard (as functions/compose.ts puts it), an id unsafe in a key never reaches the table", async () => {
+    const guarded = guardJobStore(store);
     counter.reset();
-    const err = await rejection(store.create(job("JOB#x")));
+    const err = await rejection(guarded.create(job("JOB#x")));
     expect((err as MamError).code).toBe("input.jobId");
-    expect(await store.get("../x")).toBeUndefined();
+    expect(((await rejection(guarded.get("../x"))) as MamError).code).toBe("input.jobId");
     expect(counter.total).toBe(0);
   });
 });
@@ -495,6 +507,32 @@ describe("DynamoJobStore: failures", () => {
     const bad = Object.assign(new Error("bad expression"), { name: "ValidationException", $metadata: { httpStatusCode: 400 } });
     expect(storeFailure(bad, "x").code).toBe("internal");
     expect(storeFailure(new TypeError("a bug of ours"), "x").code).toBe("internal");
+  });
+});
+
+describe("the job item layout (job-item.ts)", () => {
+  it("its key attributes are exactly the table's attribute definitions", () => {
+    expect([...KEY_ATTRIBUTES].sort()).toEqual(JOB_TABLE_DEFINITION.AttributeDefinitions.map((a) => a.AttributeName).sort());
+  });
+
+  it("a stream's new image of a job item reads back as the record, stripped of keys; one that is not a record is internal, naming the field", () => {
+    const record = job("job-1", { status: "running", pending_notification: intent("n-1", 4), progress: { ratio: 0.5, big: 2 ** 60 } });
+    const image = marshall(jobItem(record), { removeUndefinedValues: true, allowImpreciseNumbers: true }) as Parameters<
+      typeof jobRecordOfNewImage
+    >[0];
+    expect(image.owed_pk).toEqual({ S: "OWED" });
+    expect(jobRecordOfNewImage(image, "record 1")).toEqual(record);
+    const { prompt: _gone, ...broken } = image;
+    const err = (() => {
+      try {
+        return jobRecordOfNewImage(broken, "stream record 7");
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(MamError);
+    expect(err).toMatchObject({ code: "internal", message: "stream record 7 holds a job item that is not a job record" });
+    expect((err as MamError).issues.map((i) => i.path)).toEqual(["NewImage.prompt"]);
   });
 });
 

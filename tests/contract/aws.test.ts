@@ -3,6 +3,7 @@ import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { guardJobStore } from "@mam/core";
 import { startEmbeddedBroker } from "@mam/local";
 import { afterAll, beforeAll } from "vitest";
 import { type DynalitePeer, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
@@ -31,7 +32,7 @@ jobStoreContract("DynamoDB (dynalite)", async () => {
   const tableName = `mam-contract-${++seq}`;
   await createJobTable(dynamo.client, tableName);
   return {
-    store: new DynamoJobStore({ client: dynamo.client, tableName }),
+    store: guardJobStore(new DynamoJobStore({ client: dynamo.client, tableName })),
     async close() {
       await dynamo.client.send(new DeleteTableCommand({ TableName: tableName }));
     },

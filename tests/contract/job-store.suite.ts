@@ -13,8 +13,10 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { maxFreeForm } from "../support/free-form.ts";
 
 /**
- * The JobStore contract: what every adapter (SQLite, DynamoDB) must do, observed
- * through the port alone. `make` returns a fresh, empty store for each test.
+ * The JobStore contract: what every adapter (SQLite, DynamoDB, core's in-memory
+ * reference) must do behind core's `guardJobStore`, observed through the port alone:
+ * the rules every store keeps (the guard's) and what each adapter translates. `make`
+ * returns a fresh, empty store for each test, guarded as a composition root guards it.
  */
 export function jobStoreContract(name: string, make: () => Promise<{ store: JobStore; close(): Promise<void> }>): void {
   describe(`JobStore contract: ${name}`, () => {
@@ -474,6 +476,165 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
 
       expect((await store.listQuarantined({ limit: 10 })).items).toEqual([]);
       expect((await store.listOwed(10, { dueBy: at(30) })).map((j) => j.job_id)).toEqual(["q1", "fine", "q3"]);
+    });
+
+    // ---- The rules every store keeps (core's guard). Before the guard, SQLite and
+    // DynamoDB answered each of these differently; each case names how.
+
+    it("a change naming a field in both set and unset is refused (internal), and writes nothing", async () => {
+      // Was: SQLite committed it (set won), DynamoDB refused it.
+      const record = job("both", { status: "running", agent_session: "s-1", progress: { step: 1 } });
+      await store.create(record);
+      const err = await expectMamError(
+        store.transition("both", 0, { from: ["running"], set: { agent_session: "s-2" }, unset: ["agent_session"] }),
+        "internal",
+      );
+      expect(err.message).toContain("both set and unset agent_session");
+      // Neither a fixed field nor one outside the record is written, in set or unset.
+      await expectMamError(store.transition("both", 0, { from: ["running"], set: { transition_seq: 9 } as never }), "internal");
+      await expectMamError(store.transition("both", 0, { from: ["running"], set: { pk: "JOB#other" } as never }), "internal");
+      await expectMamError(store.transition("both", 0, { from: ["running"], set: {}, unset: ["status"] as never }), "internal");
+      await expectMamError(store.recordEvidence("both", { guard: {}, set: { status: "completed" } as never }), "internal");
+      expect(await store.get("both")).toEqual(record);
+      // Absent values in set are not writes: unsetting the field they name is fine.
+      const moved = await store.transition("both", 0, { from: ["running"], set: { progress: undefined }, unset: ["progress"] });
+      expect(moved).toEqual({ ...record, progress: undefined, transition_seq: 1 });
+      expect(moved.progress).toBeUndefined();
+    });
+
+    it("list and listQuarantined refuse a cursor they did not hand out (garbage, another listing's, another status's): input.invalid naming query.cursor", async () => {
+      // Was: SQLite named query.cursor but took another listing's cursor as a position;
+      // DynamoDB named cursor.
+      for (const [id, minute, status] of [
+        ["c-a", 1, "pending"],
+        ["c-b", 2, "running"],
+        ["c-c", 3, "running"],
+        ["c-d", 4, "pending"],
+      ] as const) {
+        await store.create(job(id, { status, updated_at: at(minute) }));
+      }
+      await store.appendEvent(event("c-a", "e-0", at(0), "started"));
+      await store.appendEvent(event("c-a", "e-1", at(1), "started"));
+      const all = (await store.list({ limit: 1 })).cursor!;
+      const running = (await store.list({ status: "running", limit: 1 })).cursor!;
+      const events = (await store.listEvents("c-a", { limit: 1 })).cursor!;
+      for (const c of [all, running, events]) expect(c).toEqual(expect.any(String));
+      const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
+      const garbage = ["not-a-cursor", "%%%", b64(null), b64([at(1), "c-a"]), b64({ l: "jobs" }), b64({ l: "jobs", c: 5 })];
+      const refusals: Promise<unknown>[] = [];
+      for (const bad of [...garbage, running, events]) refusals.push(store.list({ limit: 1, cursor: bad }));
+      for (const bad of [...garbage, all, events]) refusals.push(store.list({ status: "running", limit: 1, cursor: bad }));
+      for (const bad of [...garbage, running]) refusals.push(store.list({ status: "pending", limit: 1, cursor: bad }));
+      for (const bad of [...garbage, all, running, events]) refusals.push(store.listQuarantined({ limit: 1, cursor: bad }));
+      for (const bad of [all, running]) refusals.push(store.listEvents("c-a", { limit: 1, cursor: bad }));
+      refusals.push(store.listEvents("c-b", { limit: 1, cursor: events }));
+      for (const refusal of refusals) {
+        const err = await expectMamError(refusal, "input.invalid");
+        expect(err.issues).toEqual([{ path: "query.cursor", message: "not a cursor of this listing" }]);
+      }
+      // The cursors themselves still work where they were handed out.
+      expect((await store.list({ limit: 10, cursor: all })).items.map((j) => j.job_id)).toEqual(["c-c", "c-b", "c-a"]);
+      expect((await store.list({ status: "running", limit: 10, cursor: running })).items.map((j) => j.job_id)).toEqual(["c-b"]);
+      expect((await store.listEvents("c-a", { limit: 10, cursor: events })).items.map((e) => e.id)).toEqual(["e-1"]);
+    });
+
+    it("a limit that is not a positive integer is refused by every listing the same way: input.invalid naming query.limit", async () => {
+      // Was: SQLite refused with no field named; DynamoDB named limit.
+      await store.create(job("lim", { pending_notification: intent("i-lim", "completed", 0, at(1)) }));
+      await store.appendEvent(event("lim", "e-0", at(0), "started"));
+      for (const limit of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 60]) {
+        for (const refusal of [
+          store.list({ limit }),
+          store.list({ status: "pending", limit }),
+          store.listOwed(limit),
+          store.listOwed(limit, { dueBy: at(5) }),
+          store.listQuarantined({ limit }),
+          store.listEvents("lim", { limit }),
+        ]) {
+          const err = await expectMamError(refusal, "input.invalid");
+          expect(err.issues).toEqual([{ path: "query.limit", message: "a positive integer" }]);
+        }
+      }
+      expect((await store.listOwed(1)).map((j) => j.job_id)).toEqual(["lim"]);
+    });
+
+    it("create refuses a record that is not a job record (input.invalid naming record.<field>), and stores nothing", async () => {
+      // Was: SQLite refused it; DynamoDB stored it, for every later reader to trip on.
+      const good = job("valid");
+      const bad: [Record<string, unknown>, string][] = [
+        [{ ...good, status: "done" }, "record.status"],
+        [{ ...good, transition_seq: -1 }, "record.transition_seq"],
+        [{ ...good, surprise: true }, "record.surprise"],
+        [{ ...good, pending_notification: { id: "i", seq: 0, created_at: at(1) } }, "record.pending_notification.event"],
+        [{ ...good, progress: { ["k".repeat(65)]: 1 } }, "record.progress"],
+        [{ ...good, updated_at: "yesterday" }, "record.updated_at"],
+      ];
+      for (const [record, path] of bad) {
+        const err = await expectMamError(store.create(record as unknown as JobRecord), "input.invalid");
+        expect(err.issues.map((i) => i.path)).toContainEqual(expect.stringMatching(new RegExp(`^${path.replaceAll(".", "\\.")}`)));
+      }
+      const { prompt: _missing, ...noPrompt } = good;
+      expect((await expectMamError(store.create(noPrompt as JobRecord), "input.invalid")).issues.map((i) => i.path)).toEqual([
+        "record.prompt",
+      ]);
+      expect(await store.get("valid")).toBeUndefined();
+      expect((await store.list({ limit: 10 })).items).toEqual([]);
+      expect(await store.listOwed(10)).toEqual([]);
+      // A dispatch is held to its schema the same way (an attempt is 1..1,000,000).
+      for (const attempt of [0, 1.5, 1_000_001]) {
+        const err = await expectMamError(store.recordDispatch(dispatch("valid", attempt, "s")), "input.invalid");
+        expect(err.issues.map((i) => i.path)).toContain("dispatch.attempt_id");
+        expect(await store.getDispatch("valid", attempt)).toBeUndefined();
+      }
+    });
+
+    it("every call naming a job refuses an id that is not a job id (input.jobId), and writes nothing", async () => {
+      // Was: SQLite stored dispatches and event lines for any id and answered the rest
+      // as unknown jobs; DynamoDB answered job.notFound, undefined, false or an empty
+      // page, by method.
+      await store.create(job("real"));
+      const badIds = ["../escape", "", "a/b", "a#b", "-leading-dash", "x".repeat(65), "é"];
+      for (const id of badIds) {
+        const calls: [string, Promise<unknown>][] = [
+          ["create", store.create(job(id))],
+          ["get", store.get(id)],
+          ["transition", store.transition(id, 0, { from: ["pending"], set: { status: "running" } })],
+          ["recordEvidence", store.recordEvidence(id, { guard: { newAttempt: 1 } })],
+          ["replaceNotification", store.replaceNotification(id, intent("i", "completed", 0, at(1)))],
+          ["reviseNotification", store.reviseNotification(id, intent("i", "completed", 0, at(1)))],
+          ["settleNotification", store.settleNotification(id, "i")],
+          ["recordDispatch", store.recordDispatch(dispatch(id, 1, "s"))],
+          ["getDispatch", store.getDispatch(id, 1)],
+          ["appendEvent", store.appendEvent(event(id, "e", at(1), "started"))],
+          ["listEvents", store.listEvents(id, { limit: 10 })],
+        ];
+        for (const [method, call] of calls) {
+          const err = await rejection(call);
+          expect(err, `${method}(${JSON.stringify(id)})`).toBeInstanceOf(MamError);
+          expect((err as MamError).code, `${method}(${JSON.stringify(id)})`).toBe("input.jobId");
+        }
+      }
+      expect((await store.list({ limit: 10 })).items.map((j) => j.job_id)).toEqual(["real"]);
+      expect(await store.get("real")).toEqual(job("real"));
+    });
+
+    it("an intent's delivery marks place it in the owed index the same way whichever write stored it (create, transition, replace)", async () => {
+      // Was: SQLite indexed a created or transitioned intent by its created_at alone,
+      // so a quarantined or backing-off intent written that way was due at once.
+      const quarantined = { ...intent("i-q", "completed", 0, at(1)), failures: 5, quarantined_at: at(2) };
+      const backingOff = { ...intent("i-b", "completed", 0, at(1)), failures: 1, retry_at: at(30) };
+      await store.create(job("made-quarantined", { pending_notification: quarantined }));
+      await store.create(job("made-backing-off", { pending_notification: backingOff }));
+      await store.create(job("moved"));
+      await store.transition("moved", 0, {
+        from: ["pending"],
+        set: { status: "cancelled", pending_notification: { ...quarantined, id: "i-m" } },
+      });
+      await store.create(job("replaced"));
+      await store.replaceNotification("replaced", { ...backingOff, id: "i-r" });
+      expect((await store.listOwed(10, { dueBy: at(10) })).map((j) => j.job_id)).toEqual([]);
+      expect((await store.listOwed(10, { dueBy: at(30) })).map((j) => j.job_id)).toEqual(["made-backing-off", "replaced"]);
+      expect((await store.listQuarantined({ limit: 10 })).items.map((j) => j.job_id).sort()).toEqual(["made-quarantined", "moved"]);
     });
 
     it("16 concurrent transitions from the same seq commit exactly once; the others lose with job.transitionConflict", async () => {

@@ -3,11 +3,20 @@ import { mkdtemp, readdir, rm, stat, symlink, writeFile } from "node:fs/promises
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { EVENT_PAGE_MAX_BYTES, type JobRecord, MamError } from "@mam/core";
-import { FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { EVENT_PAGE_MAX_BYTES, guardJobStore, isGuardedJobStore, type JobRecord, type JobStore, MamError } from "@mam/core";
+import {
+  CachedJobStore,
+  FileReportStore,
+  MqttPublisher,
+  openDataDir,
+  openEmbeddedJobStore,
+  SqliteJobStore,
+  startEmbeddedBroker,
+} from "@mam/local";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
+import { countingConnection } from "../support/sqlite-rows-read.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { subscribeOn } from "./mqtt-subscriber.ts";
 import { publisherContract } from "./publisher.suite.ts";
@@ -22,11 +31,24 @@ async function tempDir(prefix: string): Promise<{ dir: string; remove(): Promise
 
 jobStoreContract("SQLite (temp file, WAL)", async () => {
   const tmp = await tempDir("sqlite");
-  const store = new SqliteJobStore(path.join(tmp.dir, "mam.db"));
+  const sqlite = new SqliteJobStore(path.join(tmp.dir, "mam.db"));
   return {
-    store,
+    store: guardJobStore(sqlite),
     async close() {
-      await store.close();
+      await sqlite.close();
+      await tmp.remove();
+    },
+  };
+});
+
+// The composition `mam serve` and the CLI use: the record cache must keep the contract too.
+jobStoreContract("SQLite behind its record cache (openEmbeddedJobStore)", async () => {
+  const tmp = await tempDir("sqlite-cached");
+  const embedded = openEmbeddedJobStore(path.join(tmp.dir, "mam.db"));
+  return {
+    store: embedded.jobs,
+    async close() {
+      await embedded.close();
       await tmp.remove();
     },
   };
@@ -36,10 +58,17 @@ describe("SqliteJobStore, beyond the contract", () => {
   let tmp: { dir: string; remove(): Promise<void> };
   let file: string;
   let store: SqliteJobStore;
+  /** Job rows read on the store's connection (`countingConnection`): the adapter keeps no counter. */
+  let rowsRead: () => number;
+  const open = (): SqliteJobStore => {
+    const connection = countingConnection(file);
+    rowsRead = connection.rowsRead;
+    return new SqliteJobStore(connection.db);
+  };
   beforeEach(async () => {
     tmp = await tempDir("sqlite-x");
     file = path.join(tmp.dir, "mam.db");
-    store = new SqliteJobStore(file);
+    store = open();
   });
   afterEach(async () => {
     await store.close();
@@ -62,16 +91,16 @@ describe("SqliteJobStore, beyond the contract", () => {
     ...over,
   });
 
-  it("listOwed reads only the owed rows (rowsRead), through the partial index", async () => {
+  it("listOwed reads only the owed rows, through the partial index", async () => {
     for (let i = 0; i < 200; i++) await store.create(job(`bulk-${i}`));
     for (const id of ["owed-1", "owed-2"]) {
       await store.create(
         job(id, { pending_notification: { id: `i-${id}`, event: "completed", seq: 0, created_at: "2025-01-15T12:01:00.000Z" } }),
       );
     }
-    const before = store.rowsRead;
+    const before = rowsRead();
     expect((await store.listOwed(100)).map((j) => j.job_id).sort()).toEqual(["owed-1", "owed-2"]);
-    expect(store.rowsRead - before).toBe(2);
+    expect(rowsRead() - before).toBe(2);
 
     const peek = new Database(file, { readonly: true });
     try {
@@ -102,13 +131,13 @@ describe("SqliteJobStore, beyond the contract", () => {
       expect(await store.reviseNotification(`owed-${i}`, { ...intent, quarantined_at: "2025-01-15T13:00:00.000Z" })).toBe(true);
     }
 
-    let before = store.rowsRead;
+    let before = rowsRead();
     const due = await store.listOwed(100, { dueBy: "2025-01-15T13:30:00.000Z" });
     expect(due.map((j) => j.job_id)).toEqual(["owed-35", "owed-36", "owed-37", "owed-38", "owed-39"]);
-    expect(store.rowsRead - before).toBe(5);
-    before = store.rowsRead;
+    expect(rowsRead() - before).toBe(5);
+    before = rowsRead();
     expect((await store.listQuarantined({ limit: 100 })).items).toHaveLength(5);
-    expect(store.rowsRead - before).toBe(5);
+    expect(rowsRead() - before).toBe(5);
 
     const peek = new Database(file, { readonly: true });
     const plan = (sql: string, ...params: unknown[]) =>
@@ -208,11 +237,11 @@ describe("SqliteJobStore, beyond the contract", () => {
 
   it("a committed transition reads no row; a lost one reads the one it reports", async () => {
     await store.create(job("cost"));
-    const before = store.rowsRead;
+    const before = rowsRead();
     await store.transition("cost", 0, { from: ["pending"], set: { status: "running" } });
-    expect(store.rowsRead - before).toBe(0);
+    expect(rowsRead() - before).toBe(0);
     await expect(store.transition("cost", 0, { from: ["pending"], set: { status: "running" } })).rejects.toBeInstanceOf(MamError);
-    expect(store.rowsRead - before).toBe(1);
+    expect(rowsRead() - before).toBe(1);
   });
 
   it("keeps the owed columns in step with pending_notification through transition, replace and settle", async () => {
@@ -237,12 +266,74 @@ describe("SqliteJobStore, beyond the contract", () => {
     expect(owed()).toEqual({ owed_intent_id: null, owed_at: null });
   });
 
-  it("get answers a repeated read from its cache, and sees every commit at once: its own, another store's, a bare connection's", async () => {
+  it("records survive closing and reopening the file", async () => {
+    await store.create(job("durable"));
+    await store.close();
+    store = new SqliteJobStore(file);
+    expect((await store.get("durable"))?.job_id).toBe("durable");
+  });
+
+  // Beyond the contract: no DynamoDB item is larger than a page (400 KB against 1 MiB).
+  it("listEvents always returns at least one entry, however large", async () => {
+    const entry = (id: string, data: Record<string, string>) => ({
+      job_id: "one",
+      id,
+      at: `2025-01-15T12:00:0${id}.000Z`,
+      event: "progress",
+      data,
+    });
+    const huge = entry("0", { blob: "y".repeat(EVENT_PAGE_MAX_BYTES + 10) });
+    const next = entry("1", { i: "1" });
+    await store.appendEvent(huge);
+    await store.appendEvent(next);
+    const first = await store.listEvents("one", { limit: 10 });
+    expect(first.items).toEqual([huge]);
+    expect(first.cursor).toBeDefined();
+    expect(await store.listEvents("one", { limit: 10, cursor: first.cursor! })).toEqual({ items: [next] });
+  });
+});
+
+describe("CachedJobStore around SQLite (as openEmbeddedJobStore composes them)", () => {
+  let tmp: { dir: string; remove(): Promise<void> };
+  let file: string;
+  let sqlite: SqliteJobStore;
+  let store: JobStore;
+  let rowsRead: () => number;
+  beforeEach(async () => {
+    tmp = await tempDir("sqlite-cache");
+    file = path.join(tmp.dir, "mam.db");
+    const connection = countingConnection(file);
+    rowsRead = connection.rowsRead;
+    sqlite = new SqliteJobStore(connection.db);
+    store = guardJobStore(new CachedJobStore(sqlite, { version: () => sqlite.dataVersion() }));
+  });
+  afterEach(async () => {
+    await sqlite.close();
+    await tmp.remove();
+  });
+
+  const job = (id: string, over: Partial<JobRecord> = {}): JobRecord => ({
+    job_id: id,
+    prompt: "p",
+    agent: "codex",
+    role: "Worker",
+    status: "pending",
+    iteration: 0,
+    transition_seq: 0,
+    evidence_seq: 0,
+    expected_artifacts: [],
+    auto_complete: false,
+    created_at: "2025-01-15T12:00:00.000Z",
+    updated_at: "2025-01-15T12:00:00.000Z",
+    ...over,
+  });
+
+  it("get answers a repeated read from the cache, and sees every commit at once: its own, another store's, a bare connection's", async () => {
     await store.create(job("cached"));
-    const before = store.rowsRead;
+    const before = rowsRead();
     expect((await store.get("cached"))?.status).toBe("pending");
     expect((await store.get("cached"))?.status).toBe("pending");
-    expect(store.rowsRead - before).toBe(1); // the second read came from the cache
+    expect(rowsRead() - before).toBe(1); // the second read came from the cache
 
     // This store's own writes (data_version does not count them).
     await store.transition("cached", 0, { from: ["pending"], set: { status: "running" } });
@@ -281,35 +372,33 @@ describe("SqliteJobStore, beyond the contract", () => {
     expect((await store.get("frozen"))?.status).toBe("pending");
   });
 
-  it("records survive closing and reopening the file", async () => {
-    await store.create(job("durable"));
-    await store.close();
-    store = new SqliteJobStore(file);
-    expect((await store.get("durable"))?.job_id).toBe("durable");
+  it("openDataDir, the store `mam serve` and the CLI use, is guarded and cached", async () => {
+    const opened = openDataDir(path.join(tmp.dir, "data"));
+    try {
+      expect(isGuardedJobStore(opened.jobs)).toBe(true);
+      await opened.jobs.create(job("via-data-dir"));
+      const first = await opened.jobs.get("via-data-dir");
+      expect(await opened.jobs.get("via-data-dir")).toBe(first); // the same frozen record: from the cache
+      await expect(opened.jobs.get("../x")).rejects.toMatchObject({ code: "input.jobId" });
+    } finally {
+      opened.close();
+    }
   });
 
-  // Beyond the contract: no DynamoDB item is larger than a page (400 KB against 1 MiB).
-  it("listEvents always returns at least one entry, however large", async () => {
-    const entry = (id: string, data: Record<string, string>) => ({
-      job_id: "one",
-      id,
-      at: `2025-01-15T12:00:0${id}.000Z`,
-      event: "progress",
-      data,
-    });
-    const huge = entry("0", { blob: "y".repeat(EVENT_PAGE_MAX_BYTES + 10) });
-    const next = entry("1", { i: "1" });
-    await store.appendEvent(huge);
-    await store.appendEvent(next);
-    const first = await store.listEvents("one", { limit: 10 });
-    expect(first.items).toEqual([huge]);
-    expect(first.cursor).toBeDefined();
-    expect(await store.listEvents("one", { limit: 10, cursor: first.cursor! })).toEqual({ items: [next] });
-  });
-
-  it("refuses a malformed record at create and a cursor it did not issue", async () => {
-    await expect(store.create({ ...job("bad"), job_id: "../nope" })).rejects.toMatchObject({ code: "input.invalid" });
-    await expect(store.list({ limit: 2, cursor: "not-a-cursor" })).rejects.toMatchObject({ code: "input.invalid" });
+  it("asking data_version reads no row, and only another connection's commit moves it", async () => {
+    await sqlite.create(job("v"));
+    const before = rowsRead();
+    const v1 = sqlite.dataVersion();
+    await sqlite.transition("v", 0, { from: ["pending"], set: { status: "running" } });
+    expect(sqlite.dataVersion()).toBe(v1);
+    const other = new SqliteJobStore(file);
+    try {
+      await other.transition("v", 1, { from: ["running"], set: { status: "completed" } });
+    } finally {
+      await other.close();
+    }
+    expect(sqlite.dataVersion()).not.toBe(v1);
+    expect(rowsRead() - before).toBe(0);
   });
 });
 

@@ -4,7 +4,7 @@ import { MamError, type ReportStore } from "@mam/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 
 /**
- * The ReportStore contract: what every adapter (files, S3) must do, observed through
+ * The ReportStore contract: what every adapter (files, S3, core's in-memory reference) must do, observed through
  * the port alone. `make` returns a fresh, empty store for each test. Locations are
  * the service's shape, `reports/<job>/<attempt>`.
  */
@@ -117,9 +117,9 @@ export function reportStoreContract(name: string, make: () => Promise<{ store: R
       expect(await store.exists(location, "never.json")).toBe(false);
     });
 
-    it("describe names an object of the store's own tree by a URI in the store's namespace (s3://, mam-file://), never a server path", () => {
+    it("describe names an object of the store's own tree by a URI in the store's namespace (s3://, mam-file://, mam-memory://), never a server path", () => {
       const address = store.describe(location, "report-final.md");
-      expect(address).toMatch(/^(s3|mam-file):\/\/[^/]*\//);
+      expect(address).toMatch(/^(s3|mam-file|mam-memory):\/\/[^/]*\//);
       expect(address.endsWith(`/${location}/report-final.md`), address).toBe(true);
       expect(address).not.toContain(tmpdir());
     });

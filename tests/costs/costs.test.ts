@@ -5,7 +5,8 @@
  *   SDK clients (one count per HTTP attempt, retries included); items read, counted
  *   by a middleware of this file that looks at every response of a read command
  *   (GetItem, BatchGetItem, Query, Scan) and adds up the items in it.
- * - SQLite and files: job rows read (`SqliteJobStore.rowsRead`) and, for the file
+ * - SQLite and files: job rows read (counted on the store's connection, `countingConnection`,
+ *   the stores composed as `mam serve` composes them) and, for the file
  *   report store, the ReportStore calls made (a counting decorator, below).
  *
  * Every count covers the operation alone: the counters are reset after the set-up.
@@ -31,10 +32,11 @@ import {
   systemClock,
   transitionJob,
 } from "@mam/core";
-import { type EmbeddedBroker, FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readyJob } from "../seed/scenario.ts";
 import { type AwsPeers, type AwsPorts, startAwsPeers } from "../support/aws-backend.ts";
+import { countingConnection } from "../support/sqlite-rows-read.ts";
 
 /** The gate may commit: MAM_AUTO_COMPLETE=1 (CAS on, the evidence-backed allowlist). */
 const FLAGS = parseFlags({ MAM_AUTO_COMPLETE: "1" });
@@ -339,7 +341,7 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
   let dir: string;
   let broker: EmbeddedBroker;
   let credentials: { username: string; password: string };
-  const open: { jobs: SqliteJobStore; publisher: Publisher }[] = [];
+  const open: { close(): Promise<void>; publisher: Publisher }[] = [];
   let n = 0;
 
   beforeAll(async () => {
@@ -350,38 +352,40 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
   afterAll(async () => {
     for (const o of open) {
       await o.publisher.close?.();
-      await o.jobs.close();
+      await o.close();
     }
     await broker?.close();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
   /** A database file and a report root of the test's own. */
-  function ports(): Deps & { jobs: SqliteJobStore; reports: CountingReports } {
+  /** `jobs` as `mam serve` composes it (guard, record cache, SQLite); `rowsRead` counts on its connection. */
+  function ports(): Deps & { reports: CountingReports; rowsRead(): number } {
     n += 1;
-    const jobs = new SqliteJobStore(path.join(dir, `mam-${n}.db`));
+    const connection = countingConnection(path.join(dir, `mam-${n}.db`));
+    const { jobs, close } = openEmbeddedJobStore(connection.db);
     const reports = new CountingReports(new FileReportStore(path.join(dir, `reports-${n}`)));
     const publisher = new MqttPublisher({ url: broker.url, ...credentials });
-    open.push({ jobs, publisher });
-    return { jobs, reports, publisher, clock: systemClock, ids: randomIds, flags: FLAGS };
+    open.push({ close, publisher });
+    return { jobs, reports, publisher, clock: systemClock, ids: randomIds, flags: FLAGS, rowsRead: connection.rowsRead };
   }
 
   it("a transition reads no row: one UPDATE ... RETURNING", async () => {
     const deps = ports();
     const job = await registerJob(deps, { prompt: "p", agent: "codex" });
-    const before = deps.jobs.rowsRead;
+    const before = deps.rowsRead();
     const claimed = await transitionJob(deps, job.job_id, { action: "claim", expectedSeq: 0 }, OPERATOR);
     await transitionJob(deps, job.job_id, { action: "completed", expectedSeq: claimed.transition_seq }, OPERATOR);
-    expect(deps.jobs.rowsRead - before).toBe(0);
+    expect(deps.rowsRead() - before).toBe(0);
 
     // A lost one reads the row it lost to, to say why.
-    const lostFrom = deps.jobs.rowsRead;
+    const lostFrom = deps.rowsRead();
     await expect(
       transitionJob(deps, job.job_id, { action: "cancel", expectedSeq: claimed.transition_seq }, OPERATOR),
     ).rejects.toMatchObject({
       code: "job.transitionConflict",
     });
-    expect(deps.jobs.rowsRead - lostFrom).toBe(1);
+    expect(deps.rowsRead() - lostFrom).toBe(1);
     note("sqlite", "transition", { committedRowsRead: 0, lostRowsRead: 1 });
   });
 
@@ -391,17 +395,17 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
     const reviewer = await readyReviewer(deps);
 
     deps.reports.reset();
-    let before = deps.jobs.rowsRead;
+    let before = deps.rowsRead();
     expect(await evaluateJob(deps, worker.jobId, worker.scenario)).toMatchObject({ committed: true });
-    const workerCost = { jobRowsRead: deps.jobs.rowsRead - before, reportCalls: { ...deps.reports.calls } };
+    const workerCost = { jobRowsRead: deps.rowsRead() - before, reportCalls: { ...deps.reports.calls } };
     expect(workerCost.jobRowsRead).toBeLessThanOrEqual(2);
     // the manifest, the live report hashed, the pinned copy read and hashed
     expect(deps.reports.calls).toEqual({ getBytes: 1, hash: 1, read: 1 });
 
     deps.reports.reset();
-    before = deps.jobs.rowsRead;
+    before = deps.rowsRead();
     expect(await evaluateJob(deps, reviewer.jobId, reviewer.scenario)).toMatchObject({ committed: true, record: { role: "Reviewer" } });
-    const reviewerCost = { jobRowsRead: deps.jobs.rowsRead - before, reportCalls: { ...deps.reports.calls } };
+    const reviewerCost = { jobRowsRead: deps.rowsRead() - before, reportCalls: { ...deps.reports.calls } };
     expect(reviewerCost.jobRowsRead).toBeLessThanOrEqual(2);
     expect(deps.reports.total).toBeLessThanOrEqual(3);
     // the verdict token is found in the same read of the pinned copy that re-hashes it
@@ -415,9 +419,9 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
     const owed = await seedFleet(deps, 100);
     const seedMs = performance.now() - t0;
 
-    const before = deps.jobs.rowsRead;
+    const before = deps.rowsRead();
     const result = await recoverNotifications(deps);
-    const rowsRead = deps.jobs.rowsRead - before;
+    const rowsRead = deps.rowsRead() - before;
     expect(result).toMatchObject({ owed: OWED, sent: OWED, failed: 0 });
     expect(result.results.map((r) => r.job_id).sort()).toEqual([...owed].sort());
     expect(rowsRead).toBeLessThanOrEqual(25);

@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runCli } from "@mam/cli";
-import { dataDirPaths, SqliteJobStore } from "@mam/local";
+import { dataDirPaths, openEmbeddedJobStore } from "@mam/local";
 import { connectAsync } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { subscribeOn } from "../contract/mqtt-subscriber.ts";
@@ -248,7 +248,7 @@ describe("e2e: mam serve", () => {
     expect(await stopServe(served)).toBe(0);
     expect(served.stderr()).toContain("stopped");
     expect(served.stdout()).toContain('"request_id":"last-before-sigterm"');
-    const store = new SqliteJobStore(dataDirPaths(dir).database);
+    const { jobs: store, close } = openEmbeddedJobStore(dataDirPaths(dir).database);
     const now = new Date().toISOString();
     await store.create({
       job_id: "owed-across-restart",
@@ -269,7 +269,7 @@ describe("e2e: mam serve", () => {
       from: ["pending"],
       set: { status: "error", updated_at: now, pending_notification: intent },
     });
-    store.close();
+    await close();
 
     // The first sweep runs one interval after start: the subscriber connects within it.
     served = await startServe(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" });

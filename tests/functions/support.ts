@@ -10,6 +10,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
+import { guardJobStore, type JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import type { Context } from "aws-lambda";
 import { type DynalitePeer, type IotStandIn, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
@@ -36,7 +37,7 @@ export interface Peers {
   /** A fresh job table; its name. */
   newTable(): Promise<string>;
   /** A job store on that table (to seed and inspect). */
-  store(table: string): DynamoJobStore;
+  store(table: string): JobStore;
   /** The environment the composition root reads, aimed at these peers. */
   env(table: string, extra?: Record<string, string>): Record<string, string>;
   close(): Promise<void>;
@@ -66,7 +67,7 @@ export async function startPeers(): Promise<Peers> {
       return table;
     },
     store(table) {
-      return new DynamoJobStore({ client: dynalite.client, tableName: table });
+      return guardJobStore(new DynamoJobStore({ client: dynalite.client, tableName: table }));
     },
     env(table, extra = {}) {
       return {

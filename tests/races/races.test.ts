@@ -25,8 +25,8 @@ import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
-import { type JobStore, OPERATOR, parseFlags, randomIds, registerJob, systemClock, transitionJob } from "@mam/core";
-import { SqliteJobStore } from "@mam/local";
+import { guardJobStore, type JobStore, OPERATOR, parseFlags, randomIds, registerJob, systemClock, transitionJob } from "@mam/core";
+import { openEmbeddedJobStore } from "@mam/local";
 import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ESM_REQUIRE_BANNER } from "../../scripts/lambda-bundle.mjs";
@@ -314,12 +314,12 @@ raceSuite("SQLite (one WAL file, a connection per worker)", async () => {
   const dir = await mkdtemp(path.join(tmpdir(), "mam-races-sqlite-"));
   const dbFile = path.join(dir, "mam.db");
   // Opened first, here: the schema and WAL mode exist before 32 connections open the file.
-  const store = new SqliteJobStore(dbFile);
+  const embedded = openEmbeddedJobStore(dbFile);
   return {
-    store,
+    store: embedded.jobs,
     target: { backend: "sqlite", dbFile },
     async close() {
-      await store.close();
+      await embedded.close();
       await rm(dir, { recursive: true, force: true });
     },
   };
@@ -330,7 +330,7 @@ raceSuite("DynamoDB (dynalite, a client per worker)", async () => {
   const tableName = "mam-races";
   await createJobTable(peer.client, tableName);
   return {
-    store: new DynamoJobStore({ client: peer.client, tableName }),
+    store: guardJobStore(new DynamoJobStore({ client: peer.client, tableName })),
     target: { backend: "dynamodb", endpoint: peer.endpoint, tableName },
     close: () => peer.close(),
   };

@@ -11,7 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { runCli } from "@mam/cli";
 import { type JobRecord, randomIds, registerJob, STAGED_REPORT_NAME, verifyManifest } from "@mam/core";
-import { type EmbeddedBroker, FileReportStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { type EmbeddedBroker, FileReportStore, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { deadPort } from "../support/dead-port.ts";
@@ -43,20 +43,20 @@ afterEach(async () => {
 
 /** Register a job in DIR/mam.db the way the service would, then let go of the database. */
 async function registerIn(dataDir: string): Promise<string> {
-  const jobs = new SqliteJobStore(path.join(dataDir, "mam.db"));
+  const { jobs, close } = openEmbeddedJobStore(path.join(dataDir, "mam.db"));
   try {
     return (await registerJob({ jobs, clock: tickingClock(), ids: randomIds }, { prompt: "p", agent: "claude-code" })).job_id;
   } finally {
-    await jobs.close();
+    await close();
   }
 }
 
 async function inspect(dataDir: string, jobId: string) {
-  const jobs = new SqliteJobStore(path.join(dataDir, "mam.db"));
+  const { jobs, close } = openEmbeddedJobStore(path.join(dataDir, "mam.db"));
   try {
     return { record: (await jobs.get(jobId)) as JobRecord, events: (await jobs.listEvents(jobId, { limit: 100 })).items };
   } finally {
-    await jobs.close();
+    await close();
   }
 }
 

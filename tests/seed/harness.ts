@@ -12,8 +12,8 @@ import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutpu
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput } from "@aws-sdk/client-s3";
 import { DynamoJobStore, IotPublisher } from "@mam/aws";
-import { type Clock, type Deps, type Flags, type Publisher, parseFlags, randomIds } from "@mam/core";
-import { type EmbeddedBroker, FileReportStore, MqttPublisher, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { type Clock, type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
+import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { connect, type MqttClient } from "mqtt";
 import { afterAll, afterEach, beforeEach, describe } from "vitest";
@@ -42,6 +42,12 @@ export interface SeedBackend {
    * to a clock that starts at a fixed instant and ticks 1 ms per reading.
    */
   deps(flags?: Flags, override?: Partial<Pick<Deps, "publisher" | "clock">>): Deps;
+  /**
+   * The job store's adapter behind no guard (every `deps().jobs` has core's guard in
+   * front, as the composition roots put it): to plant what no caller of the port could
+   * write, such as a legacy or corrupt record.
+   */
+  unguardedJobs(): JobStore;
   /** A digest of everything the stores hold: every row, every object, every byte. */
   fingerprint(): Promise<string>;
   /** Is this `ReportStore.describe` result an absolute address (a file path, an `s3://` or `mam-file:///` URI)? */
@@ -182,23 +188,32 @@ async function makeEmbedded(): Promise<SeedBackend> {
   const subscriptions: Subscription[] = [];
   const clock = tickingClock();
 
+  // As `mam serve` composes its store: core's guard, the record cache, SQLite.
   const open = () => ({
-    jobs: new SqliteJobStore(dbFile),
+    ...openEmbeddedJobStore(dbFile),
     reports: new FileReportStore(reportRoot),
     publisher: new MqttPublisher({ url: broker.url, ...credentials, connectTimeoutMs: 3000, publishTimeoutMs: 3000 }),
   });
   let live = open();
+  /** A second connection to the file, opened when a test plants something behind the guard. */
+  let unguarded: SqliteJobStore | undefined;
   // The report root exists from the start, so a refusal that created it would be seen as a write.
   await mkdir(reportRoot, { recursive: true });
 
   const closeClients = async (): Promise<void> => {
     await live.publisher.close();
-    await live.jobs.close();
+    await live.close();
+    await unguarded?.close();
+    unguarded = undefined;
   };
 
   return {
     name: "embedded",
     refusedTopics,
+    unguardedJobs: () => {
+      unguarded ??= new SqliteJobStore(dbFile);
+      return unguarded;
+    },
     deps(flags = parseFlags({}), override = {}) {
       return {
         jobs: live.jobs,
@@ -296,6 +311,7 @@ async function makeAws(): Promise<SeedBackend> {
   return {
     name: "aws",
     refusedTopics,
+    unguardedJobs: () => live.unguardedJobs,
     deps(flags = parseFlags({}), override = {}) {
       return {
         jobs: live.jobs,
@@ -356,7 +372,8 @@ async function makeAws(): Promise<SeedBackend> {
         credentials: { accessKeyId: "local", secretAccessKey: "local" },
       });
       extra.push({ close: async () => client.destroy() });
-      live = { ...live, jobs: new DynamoJobStore({ client, tableName: live.tableName }), publisher: iotAt(peers.standIn.endpoint) };
+      const unguardedJobs = new DynamoJobStore({ client, tableName: live.tableName });
+      live = { ...live, jobs: guardJobStore(unguardedJobs), unguardedJobs, publisher: iotAt(peers.standIn.endpoint) };
     },
     async close() {
       for (const s of subscriptions.splice(0)) await s.close();

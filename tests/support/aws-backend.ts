@@ -3,6 +3,7 @@ import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { guardJobStore, type JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { type DynalitePeer, type IotStandIn, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "./aws-peers.ts";
 import { deadPort } from "./dead-port.ts";
@@ -29,7 +30,10 @@ export interface AwsPeers {
 }
 
 export interface AwsPorts {
-  readonly jobs: DynamoJobStore;
+  /** The job store as functions/compose.ts composes it: core's guard in front of the adapter. */
+  readonly jobs: JobStore;
+  /** The adapter behind no guard, to plant what no caller of the port could write (a legacy or corrupt item). */
+  readonly unguardedJobs: DynamoJobStore;
   readonly reports: S3ReportStore;
   readonly publisher: IotPublisher;
   readonly tableName: string;
@@ -72,8 +76,10 @@ export async function startAwsPeers(): Promise<AwsPeers> {
         region: "us-east-1",
         credentials: { accessKeyId: "local", secretAccessKey: "local" },
       });
+      const unguardedJobs = new DynamoJobStore({ client: dynamo.client, tableName });
       return {
-        jobs: new DynamoJobStore({ client: dynamo.client, tableName }),
+        jobs: guardJobStore(unguardedJobs),
+        unguardedJobs,
         reports: new S3ReportStore({ client: s3.client, bucket }),
         publisher: new IotPublisher({ client: iot }),
         tableName,

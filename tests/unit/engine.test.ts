@@ -1,5 +1,7 @@
 /**
- * The engine's whole transition table, on the SQLite store: every status x every
+ * The engine's whole transition table, on core's in-memory store (behind the guard,
+ * as every composition root puts its store; the real stores pass the same contract
+ * suite, tests/contract): every status x every
  * action x every actor, the field permissions, CAS, and the notify default. The
  * expected table is written here from DESIGN.md, not read from the engine.
  */
@@ -9,8 +11,11 @@ import {
   bookkeeping,
   type Deps,
   type Flags,
+  guardJobStore,
   isMamError,
   type JobRecord,
+  type JobStore,
+  MemoryJobStore,
   newIntent,
   OPERATOR,
   parseFlags,
@@ -21,8 +26,7 @@ import {
   type TransitionInput,
   transitionJob,
 } from "@mam/core";
-import { SqliteJobStore } from "@mam/local";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { rejection } from "../support/rejection.ts";
 
 type Bundle = Pick<Deps, "jobs" | "clock" | "ids" | "flags">;
@@ -42,7 +46,7 @@ const EXPECTED: Record<Action, { from: readonly Status[]; to: Status; actors: re
 };
 const TERMINAL_STATUSES: readonly Status[] = ["completed", "error", "cancelled"];
 
-let store: SqliteJobStore;
+let store: JobStore;
 let deps: Bundle;
 
 function bundle(flags: Flags): Bundle {
@@ -51,11 +55,8 @@ function bundle(flags: Flags): Bundle {
 }
 
 beforeEach(() => {
-  store = new SqliteJobStore(":memory:");
+  store = guardJobStore(new MemoryJobStore());
   deps = bundle(parseFlags({}));
-});
-afterEach(async () => {
-  await store.close();
 });
 
 const actorFor = (kind: ActorKind, jobId: string): Actor => (kind === "operator" ? OPERATOR : { kind: "agent", jobId, attemptId: 1 });

@@ -1,24 +1,15 @@
 /** finalizeReport's input errors are the closed set's, never a raw validation exception. */
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import path from "node:path";
-import { finalizeReport, isMamError, REPORT_NAME, STAGED_REPORT_NAME } from "@mam/core";
-import { FileReportStore } from "@mam/local";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { finalizeReport, isMamError, MemoryReportStore, REPORT_NAME, STAGED_REPORT_NAME } from "@mam/core";
+import { beforeEach, describe, expect, it } from "vitest";
 import { rejection } from "../support/rejection.ts";
 
 const clock = { now: () => new Date("2026-11-20T12:00:00Z") };
 const LOCATION = "reports/job1/1";
-let dir: string;
-let reports: FileReportStore;
+let reports: MemoryReportStore;
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(tmpdir(), "mam-unit-finalize-"));
-  reports = new FileReportStore(dir);
+  reports = new MemoryReportStore();
   await reports.put(LOCATION, STAGED_REPORT_NAME, new TextEncoder().encode("report\n"));
-});
-afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
 });
 
 describe("finalizeReport input", () => {

@@ -2,12 +2,13 @@
  * publishAgentEvent, the publish-event path: a refusal answers exit 1 / HTTP 409,
  * and exit 1 promises nothing finalized, nothing committed, nothing published.
  */
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import path from "node:path";
 import {
   type Deps,
+  guardJobStore,
   isMamError,
+  type JobStore,
+  MemoryJobStore,
+  MemoryReportStore,
   OPERATOR,
   type Publisher,
   parseFlags,
@@ -18,19 +19,16 @@ import {
   STAGED_REPORT_NAME,
   verifyManifest,
 } from "@mam/core";
-import { FileReportStore, SqliteJobStore } from "@mam/local";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { rejection } from "../support/rejection.ts";
 
 const LOCATION = "reports/agent-tree/1";
-let dir: string;
-let jobs: SqliteJobStore;
+let jobs: JobStore;
 let deps: Deps;
 const published: string[] = [];
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(tmpdir(), "mam-unit-services-"));
-  jobs = new SqliteJobStore(":memory:");
+  jobs = guardJobStore(new MemoryJobStore());
   const publisher: Publisher = {
     async publish(topic) {
       published.push(topic);
@@ -39,7 +37,7 @@ beforeEach(async () => {
   let t = Date.parse("2026-11-20T12:00:00.000Z");
   deps = {
     jobs,
-    reports: new FileReportStore(dir),
+    reports: new MemoryReportStore(),
     publisher,
     clock: { now: () => new Date(t++) },
     ids: randomIds,
@@ -47,10 +45,6 @@ beforeEach(async () => {
   };
   published.length = 0;
   await deps.reports.put(LOCATION, STAGED_REPORT_NAME, new TextEncoder().encode("report\n"));
-});
-afterEach(async () => {
-  await jobs.close();
-  await rm(dir, { recursive: true, force: true });
 });
 
 describe("publishAgentEvent with --finalize", () => {

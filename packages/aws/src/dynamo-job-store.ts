@@ -9,7 +9,6 @@ import {
   type QueryCommandOutput,
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
-import { unmarshall } from "@aws-sdk/util-dynamodb";
 import {
   conflictFor,
   type DispatchRecord,
@@ -17,7 +16,6 @@ import {
   type EventLogEntry,
   type EvidenceChange,
   invalidCursor,
-  JOB_ID_PATTERN,
   type JobChange,
   type JobRecord,
   type JobStore,
@@ -28,6 +26,24 @@ import {
   type Page,
   type Status,
 } from "@mam/core";
+import {
+  ALL_JOBS,
+  dispatchSk,
+  dueBound,
+  EVENT_PREFIX,
+  eventSk,
+  JOB_ITEM_SK,
+  jobItem,
+  jobPk,
+  jobRecordOfAttributes,
+  jobRecordOfItem,
+  OWED,
+  owedKeys,
+  QUARANTINED,
+  recencyKey,
+  statusPk,
+  stripKeys,
+} from "./job-item.ts";
 import { JOB_TABLE_INDEX } from "./job-table.ts";
 import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
 
@@ -35,55 +51,6 @@ export interface DynamoJobStoreOptions {
   /** The low-level client; the store wraps it in a document client of its own. */
   readonly client: DynamoDBClient;
   readonly tableName: string;
-}
-
-/** Attributes that exist for the table's keys and indexes, never part of a record. */
-const KEY_ATTRIBUTES = ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "owed_pk", "owed_at"] as const;
-
-const RECORD_SK = "JOB";
-const ALL_JOBS = "JOBS";
-const OWED = "OWED";
-const EVENT_PREFIX = "EVENT#";
-const QUARANTINED = "OWED#QUARANTINED";
-
-const jobPk = (jobId: string): string => `JOB#${jobId}`;
-const dispatchSk = (attemptId: number): string => `DISPATCH#${String(attemptId).padStart(7, "0")}`;
-const statusPk = (status: Status): string => `STATUS#${status}`;
-
-/** A time as it sorts in a key: UTC, fixed width (`toISOString`). */
-function sortableTime(iso: string): string {
-  const t = Date.parse(iso);
-  return Number.isNaN(t) ? iso : new Date(t).toISOString();
-}
-const recencyKey = (updatedAt: string, jobId: string): string => `${sortableTime(updatedAt)}#${jobId}`;
-/** When the sweep is next due to try an (unquarantined) intent, then the job: the `owed` index's sort key. */
-const owedKey = (intent: NotificationIntent, jobId: string): string => `${sortableTime(intent.retry_at ?? intent.created_at)}#${jobId}`;
-/**
- * Where an intent sits in the `owed` index: under `OWED` by when it is next due, or,
- * once quarantined, under a partition of its own by when it was quarantined, so the
- * sweep's Query never reads it.
- */
-function owedKeys(intent: NotificationIntent, jobId: string): { owed_pk: string; owed_at: string } {
-  if (intent.quarantined_at !== undefined) return { owed_pk: QUARANTINED, owed_at: `${sortableTime(intent.quarantined_at)}#${jobId}` };
-  return { owed_pk: OWED, owed_at: owedKey(intent, jobId) };
-}
-/** Above every `<time>#<job id>` key of that time: `~` sorts after every character a job id may hold. */
-const dueBound = (dueBy: string): string => `${sortableTime(dueBy)}#~`;
-const eventSk = (entry: EventLogEntry): string => `${EVENT_PREFIX}${sortableTime(entry.at)}#${entry.id}`;
-
-function stripKeys<T>(item: Record<string, unknown>): T {
-  const out: Record<string, unknown> = { ...item };
-  for (const k of KEY_ATTRIBUTES) delete out[k];
-  return out as T;
-}
-
-/**
- * A job item as a record. An item written before `evidence_seq` existed has none: it
- * reads as 0, and the first evidence write sets it (`if_not_exists`).
- */
-function jobRecord(item: Record<string, unknown>): JobRecord {
-  const record = stripKeys<JobRecord>(item);
-  return record.evidence_seq === undefined ? { ...record, evidence_seq: 0 } : record;
 }
 
 const isConditionalFailure = (err: unknown): boolean => (err as { name?: string } | null)?.name === "ConditionalCheckFailedException";
@@ -102,8 +69,8 @@ function decodeCursor(raw: string, index: string, hashKey: string, hashValue: st
   let parsed: unknown;
   try {
     parsed = JSON.parse(Buffer.from(raw, "base64url").toString("utf8"));
-  } catch {
-    parsed = undefined;
+  } catch (e) {
+    throw invalidCursor(e);
   }
   const c = parsed as Partial<Cursor> | undefined;
   const keyValid =
@@ -114,11 +81,7 @@ function decodeCursor(raw: string, index: string, hashKey: string, hashValue: st
     c.k !== null &&
     Object.values(c.k).every((v) => typeof v === "string") &&
     c.k[hashKey] === hashValue;
-  if (!keyValid) {
-    throw new MamError("input.invalid", "the cursor is not one this listing handed out", {
-      issues: [{ path: "cursor", message: "not a cursor of this listing" }],
-    });
-  }
+  if (!keyValid) throw invalidCursor();
   return c.k as Record<string, string>;
 }
 
@@ -149,6 +112,11 @@ function decodeEventCursor(raw: string): string {
  * A lost race is turned into core's `TransitionConflict` carrying the record it lost
  * to: DynamoDB returns that record with the failure (`ReturnValuesOnConditionCheckFailure`);
  * a peer that does not (dynalite) costs one consistent read after the failure.
+ *
+ * What every store must keep (job ids safe in a key, limits, which fields a change
+ * writes, a valid record on create, the cursor and limit refusals) is core's
+ * `guardJobStore`, in front of this adapter; the item layout is `job-item.ts`. This
+ * class only translates to DynamoDB requests.
  */
 export class DynamoJobStore implements JobStore {
   readonly tableName: string;
@@ -169,24 +137,10 @@ export class DynamoJobStore implements JobStore {
   }
 
   async create(record: JobRecord): Promise<void> {
-    if (!JOB_ID_PATTERN.test(record.job_id)) {
-      throw new MamError("input.jobId", `not a valid job id: ${JSON.stringify(record.job_id)}`);
-    }
-    const item: Record<string, unknown> = {
-      ...record,
-      pk: jobPk(record.job_id),
-      sk: RECORD_SK,
-      gsi1pk: statusPk(record.status),
-      gsi1sk: recencyKey(record.updated_at, record.job_id),
-      gsi2pk: ALL_JOBS,
-      gsi2sk: recencyKey(record.updated_at, record.job_id),
-    };
-    if (record.pending_notification !== undefined) Object.assign(item, owedKeys(record.pending_notification, record.job_id));
-    await this.#putOnce(item, () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
+    await this.#putOnce(jobItem(record), () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
-    if (!JOB_ID_PATTERN.test(jobId)) return undefined;
     return this.#read(jobId);
   }
 
@@ -204,7 +158,6 @@ export class DynamoJobStore implements JobStore {
    * same item.
    */
   async #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): Promise<JobRecord> {
-    if (!JOB_ID_PATTERN.test(jobId)) throw notFound(jobId);
     const evidence = change.evidence ?? {};
     if (change.from.length === 0) {
       // No status allows it: nothing to write; say why against the current record.
@@ -228,12 +181,9 @@ export class DynamoJobStore implements JobStore {
     let n = 0;
     const fields: [string, unknown][] = Object.entries(change.set);
     if (evidence.newAttempt !== undefined) fields.push(["latest_attempt", evidence.newAttempt]);
+    // The guard let through only fields a change may write, none both set and unset.
     for (const [field, value] of fields) {
       if (value === undefined) continue;
-      if (field === "job_id" || field === "transition_seq" || field === "evidence_seq" || field === "created_at") {
-        throw new MamError("internal", `a transition may not set ${field}`);
-      }
-      if (unset.has(field)) throw new MamError("internal", `a transition may not both set and unset ${field}`);
       names[`#f${n}`] = field;
       values[`:v${n}`] = value;
       sets.push(`#f${n} = :v${n}`);
@@ -256,8 +206,9 @@ export class DynamoJobStore implements JobStore {
       sets.push("gsi1sk = :recency", "gsi2sk = :recency");
     }
     if (set.pending_notification !== undefined) {
-      values[":owed"] = OWED;
-      values[":owedAt"] = owedKey(set.pending_notification, jobId);
+      const keys = owedKeys(set.pending_notification, jobId);
+      values[":owed"] = keys.owed_pk;
+      values[":owedAt"] = keys.owed_at;
       sets.push("owed_pk = :owed", "owed_at = :owedAt");
     } else if (unset.has("pending_notification")) {
       removes.push("owed_pk", "owed_at");
@@ -300,7 +251,7 @@ export class DynamoJobStore implements JobStore {
       const out = await this.#doc.send(
         new UpdateCommand({
           TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: updateExpression,
           ConditionExpression: conditions.join(" AND "),
           ExpressionAttributeNames: names,
@@ -309,7 +260,7 @@ export class DynamoJobStore implements JobStore {
           ReturnValuesOnConditionCheckFailure: "ALL_OLD",
         }),
       );
-      return jobRecord(out.Attributes ?? {});
+      return jobRecordOfItem(out.Attributes ?? {});
     } catch (err) {
       if (!isConditionalFailure(err)) throw storeFailure(err, `update job ${jobId}`);
       // DynamoDB hands back the record the write lost to (low-level shape: the
@@ -322,13 +273,12 @@ export class DynamoJobStore implements JobStore {
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    if (!JOB_ID_PATTERN.test(jobId)) throw notFound(jobId);
     const keys = owedKeys(intent, jobId);
     try {
       await this.#doc.send(
         new UpdateCommand({
           TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
           ConditionExpression: "attribute_exists(pk)",
           ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at },
@@ -341,13 +291,12 @@ export class DynamoJobStore implements JobStore {
   }
 
   async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
-    if (!JOB_ID_PATTERN.test(jobId)) return false;
     const keys = owedKeys(intent, jobId);
     try {
       await this.#doc.send(
         new UpdateCommand({
           TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
           // Only the intent the sweep (or the operator) read: a newer one, or none, is left alone.
           ConditionExpression: "pending_notification.id = :id",
@@ -362,12 +311,11 @@ export class DynamoJobStore implements JobStore {
   }
 
   async settleNotification(jobId: string, intentId: string): Promise<boolean> {
-    if (!JOB_ID_PATTERN.test(jobId)) return false;
     try {
       await this.#doc.send(
         new UpdateCommand({
           TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: RECORD_SK },
+          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: "REMOVE pending_notification, owed_pk, owed_at",
           // Only the intent that was sent: a newer one written meanwhile stays owed.
           ConditionExpression: "pending_notification.id = :id",
@@ -382,7 +330,7 @@ export class DynamoJobStore implements JobStore {
   }
 
   async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const limit = positiveLimit(query.limit);
+    const limit = query.limit;
     const byStatus = query.status !== undefined;
     const index = byStatus ? JOB_TABLE_INDEX.byStatus : JOB_TABLE_INDEX.all;
     const [hashKey, rangeKey] = byStatus ? ["gsi1pk", "gsi1sk"] : ["gsi2pk", "gsi2sk"];
@@ -419,14 +367,14 @@ export class DynamoJobStore implements JobStore {
         ExpressionAttributeValues: { ":owed": OWED, ...due },
         ScanIndexForward: true,
       },
-      positiveLimit(limit),
+      limit,
       "list owed notifications",
     );
-    return items.map((i) => jobRecord(i));
+    return items.map((i) => jobRecordOfItem(i));
   }
 
   async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const limit = positiveLimit(query.limit);
+    const limit = query.limit;
     const index = JOB_TABLE_INDEX.owed;
     const startKey = query.cursor !== undefined ? decodeCursor(query.cursor, index, "owed_pk", QUARANTINED) : undefined;
     const items = await this.#queryUpTo(
@@ -445,7 +393,6 @@ export class DynamoJobStore implements JobStore {
   }
 
   async recordDispatch(dispatch: DispatchRecord): Promise<void> {
-    if (!JOB_ID_PATTERN.test(dispatch.job_id)) throw notFound(dispatch.job_id);
     await this.#putOnce(
       { ...dispatch, pk: jobPk(dispatch.job_id), sk: dispatchSk(dispatch.attempt_id) },
       () => new MamError("dispatch.exists", `attempt ${dispatch.attempt_id} of job ${dispatch.job_id} was already dispatched`),
@@ -454,7 +401,6 @@ export class DynamoJobStore implements JobStore {
   }
 
   async getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
-    if (!JOB_ID_PATTERN.test(jobId) || !Number.isInteger(attemptId) || attemptId < 0) return undefined;
     try {
       const out = await this.#doc.send(
         new GetCommand({
@@ -470,7 +416,6 @@ export class DynamoJobStore implements JobStore {
   }
 
   async appendEvent(entry: EventLogEntry): Promise<void> {
-    if (!JOB_ID_PATTERN.test(entry.job_id)) throw notFound(entry.job_id);
     // Write-once per (time, id): appending the same entry twice (a retried request,
     // a replayed stream record) leaves one line, and never rewrites the first.
     await this.#putOnce({ ...entry, pk: jobPk(entry.job_id), sk: eventSk(entry) }, () => undefined, "append event");
@@ -483,9 +428,8 @@ export class DynamoJobStore implements JobStore {
    * out, used as the next Query's ExclusiveStartKey under the same partition.
    */
   async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
-    const limit = positiveLimit(query.limit);
+    const limit = query.limit;
     const after = query.cursor === undefined ? undefined : decodeEventCursor(query.cursor);
-    if (!JOB_ID_PATTERN.test(jobId)) return { items: [] };
     const pk = jobPk(jobId);
     const items: EventLogEntry[] = [];
     let bytes = 0;
@@ -528,9 +472,9 @@ export class DynamoJobStore implements JobStore {
   async #read(jobId: string): Promise<JobRecord | undefined> {
     try {
       const out = await this.#doc.send(
-        new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: RECORD_SK }, ConsistentRead: true }),
+        new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK }, ConsistentRead: true }),
       );
-      return out.Item === undefined ? undefined : jobRecord(out.Item);
+      return out.Item === undefined ? undefined : jobRecordOfItem(out.Item);
     } catch (err) {
       throw storeFailure(err, `get job ${jobId}`);
     }
@@ -573,12 +517,7 @@ export class DynamoJobStore implements JobStore {
           }),
         );
       } catch (err) {
-        if (readSdkFailure(err).name === "ValidationException" && input.ExclusiveStartKey !== undefined) {
-          throw new MamError("input.invalid", "the cursor is not one this listing handed out", {
-            cause: err,
-            issues: [{ path: "cursor", message: "not a cursor of this listing" }],
-          });
-        }
+        if (readSdkFailure(err).name === "ValidationException" && input.ExclusiveStartKey !== undefined) throw invalidCursor(err);
         throw storeFailure(err, what);
       }
       items.push(...(out.Items ?? []));
@@ -595,9 +534,7 @@ export class DynamoJobStore implements JobStore {
  * failure carries none (the item does not exist, or the peer does not return it).
  */
 export function recordFromConditionFailure(err: unknown): JobRecord | undefined {
-  const item = (err as { Item?: Record<string, AttributeValue> } | null)?.Item;
-  if (item === undefined || Object.keys(item).length === 0) return undefined;
-  return jobRecord(unmarshall(item, { wrapNumbers: (v: string) => Number(v) }));
+  return jobRecordOfAttributes((err as { Item?: Record<string, AttributeValue> } | null)?.Item);
 }
 
 /**
@@ -607,7 +544,7 @@ export function recordFromConditionFailure(err: unknown): JobRecord | undefined 
 function jobPage(items: Record<string, unknown>[], limit: number, index: string, hashKey: string, rangeKey: string): Page<JobRecord> {
   const page = items.slice(0, limit);
   const last = page[page.length - 1];
-  const records = page.map((i) => jobRecord(i));
+  const records = page.map((i) => jobRecordOfItem(i));
   if (items.length <= limit || last === undefined) return { items: records };
   const key = { pk: String(last.pk), sk: String(last.sk), [hashKey]: String(last[hashKey]), [rangeKey]: String(last[rangeKey]) };
   return { items: records, cursor: encodeCursor({ i: index, k: key }) };
@@ -615,13 +552,4 @@ function jobPage(items: Record<string, unknown>[], limit: number, index: string,
 
 function notFound(jobId: string): MamError {
   return new MamError("job.notFound", `no job ${jobId}`);
-}
-
-function positiveLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1) {
-    throw new MamError("input.invalid", `limit must be a positive integer, got ${limit}`, {
-      issues: [{ path: "limit", message: "a positive integer" }],
-    });
-  }
-  return limit;
 }

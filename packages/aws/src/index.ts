@@ -1,6 +1,16 @@
 export { countRequests, type MiddlewareHost, type RequestCounter } from "./count-requests.ts";
 export { DynamoJobStore, type DynamoJobStoreOptions, recordFromConditionFailure } from "./dynamo-job-store.ts";
 export { IOT_MAX_PAYLOAD_BYTES, IotPublisher, type IotPublisherOptions } from "./iot-publisher.ts";
+export {
+  isJobImage,
+  JOB_ITEM_SK,
+  jobItem,
+  jobRecordOfAttributes,
+  jobRecordOfItem,
+  jobRecordOfNewImage,
+  KEY_ATTRIBUTES,
+  owedIntentIdOfImage,
+} from "./job-item.ts";
 export { createJobTable, JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./job-table.ts";
 export { createS3Client, S3ReportStore, type S3ReportStoreOptions, s3ClientConfig } from "./s3-report-store.ts";
 export { isNetworkFailure, isTransient, readSdkFailure, type SdkFailure, storeFailure } from "./sdk-errors.ts";

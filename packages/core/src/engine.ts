@@ -54,7 +54,7 @@ export const FIELD_WRITERS = {
 export function assertJobId(jobId: string): void {
   const r = JobId.safeParse(jobId);
   if (!r.success)
-    throw new MamError("input.jobId", `not a valid job id: ${JSON.stringify(jobId).slice(0, 80)}`, {
+    throw new MamError("input.jobId", `not a valid job id: ${String(JSON.stringify(jobId)).slice(0, 80)}`, {
       issues: zodIssues(r.error, "job_id"),
     });
 }

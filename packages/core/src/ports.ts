@@ -1,15 +1,22 @@
 import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
 
+/** Fields no change writes: the job's identity, its two counters (the store bumps them) and its birth. */
+export const FIXED_JOB_FIELDS = ["job_id", "transition_seq", "evidence_seq", "created_at"] as const;
+/** The optional fields a change may remove (`JobChange.unset`). */
+export const UNSETTABLE_JOB_FIELDS = ["completed_by", "completed_evidence", "pending_notification", "agent_session", "progress"] as const;
+export type UnsettableJobField = (typeof UNSETTABLE_JOB_FIELDS)[number];
+
 /**
  * A change the engine asks the store to commit, as one conditional write.
- * `set` replaces whole top-level fields; `unset` removes them. The store bumps
+ * `set` replaces whole top-level fields; `unset` removes them; a field is named in
+ * one of the two, never both (`guardJobStore` refuses it). The store bumps
  * `transition_seq` by one itself.
  */
 export interface JobChange {
   /** Statuses the record must currently have. */
   readonly from: readonly Status[];
-  readonly set: Partial<Omit<JobRecord, "job_id" | "transition_seq" | "evidence_seq" | "created_at">>;
-  readonly unset?: readonly ("completed_by" | "completed_evidence" | "pending_notification" | "agent_session" | "progress")[];
+  readonly set: Partial<Omit<JobRecord, (typeof FIXED_JOB_FIELDS)[number]>>;
+  readonly unset?: readonly UnsettableJobField[];
   /** Conditions on the job's evidence, checked in the same write (and bumping `evidence_seq` when asked). */
   readonly evidence?: EvidenceGuard;
 }
@@ -71,6 +78,15 @@ export interface Page<T> {
  * - dispatch records are write-once per (job, attempt).
  * Transient failures (throttling, an unreachable store) throw a retryable
  * `MamError("store.unavailable")`; nothing half-written is left visible.
+ *
+ * The rules every store keeps whatever it stores in — a job id matches
+ * `JOB_ID_PATTERN` before any store is asked (`input.jobId`), a record is a
+ * `JobRecordSchema` record when it is created, a limit is a positive integer, a change
+ * writes only the fields it may and never sets and unsets one field, a cursor is
+ * honoured only by the listing that handed it out (`invalidCursor` otherwise) — live
+ * once, in `guardJobStore` (`store-guard.ts`), which every composition root puts in
+ * front of its adapter. An adapter only translates to its storage, and may assume
+ * what the guard checked.
  */
 export interface JobStore {
   /** Fails with `job.exists` if the id is taken. */

@@ -1,7 +1,9 @@
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { MamError } from "@mam/core";
+import { guardJobStore, type JobStore, MamError } from "@mam/core";
+import type Database from "better-sqlite3";
+import { CachedJobStore } from "./cached-job-store.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
 
@@ -28,6 +30,21 @@ export function dataDirPaths(dir: string) {
 }
 
 /**
+ * The embedded JobStore as `mam serve` and the CLI compose it, outside in: core's
+ * guard (the rules every store keeps), the record cache (`CachedJobStore`, on the
+ * file's `data_version`), the SQLite adapter. `database` is a file, `:memory:`, or a
+ * connection the store then owns. Every write must go through `jobs` (see
+ * `CachedJobStore`); `close` closes the connection.
+ */
+export function openEmbeddedJobStore(database: string | Database.Database): { jobs: JobStore; close(): Promise<void> } {
+  const sqlite = new SqliteJobStore(database);
+  return {
+    jobs: guardJobStore(new CachedJobStore(sqlite, { version: () => sqlite.dataVersion() })),
+    close: () => sqlite.close(),
+  };
+}
+
+/**
  * `allowAbsolute`: the CLI finalizes an agent's report where it lies (an absolute
  * directory, the agent's own tree); the service only ever uses locations it derives
  * under the data dir, so `mam serve` turns absolute locations off.
@@ -35,15 +52,15 @@ export function dataDirPaths(dir: string) {
 export function openDataDir(
   dir: string,
   opts: { allowAbsolute?: boolean } = {},
-): { jobs: SqliteJobStore; reports: FileReportStore; close(): void } {
+): { jobs: JobStore; reports: FileReportStore; close(): void } {
   const p = dataDirPaths(dir);
   mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
   // SQLite would create the database 0644; made first, 0600, it is opened as it is,
   // and SQLite gives its -wal and -shm files the database file's mode.
   closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
-  const jobs = new SqliteJobStore(p.database);
+  const { jobs, close } = openEmbeddedJobStore(p.database);
   const reports = new FileReportStore(p.root, { allowAbsolute: opts.allowAbsolute ?? true });
-  return { jobs, reports, close: () => jobs.close() };
+  return { jobs, reports, close: () => void close() };
 }
 
 export interface Credentials {

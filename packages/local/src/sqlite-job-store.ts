@@ -7,7 +7,6 @@ import {
   invalidCursor,
   type JobChange,
   type JobRecord,
-  JobRecordSchema,
   type JobStore,
   MamError,
   NON_TERMINAL,
@@ -16,7 +15,6 @@ import {
   type Page,
   type Status,
   StatusSchema,
-  zodIssues,
 } from "@mam/core";
 import Database from "better-sqlite3";
 
@@ -41,33 +39,22 @@ import Database from "better-sqlite3";
  *   can no longer rewrite `doc` (a record past their depth limit); the owed listings
  *   read it in place of the doc's copy, so such a record is still counted, backed off
  *   and quarantined instead of stopping the sweep.
+ *
+ * What every store must keep (job ids, limits, which fields a change writes, a valid
+ * record on create, the cursor and limit refusals) is core's `guardJobStore`, in
+ * front of this adapter; the record cache `mam serve` reads through is
+ * `CachedJobStore`, around it. This class only translates to SQL.
  */
 export class SqliteJobStore implements JobStore {
-  /**
-   * Job rows materialized by reads (`get`, `list`, `listOwed`, `listQuarantined`, the read-back
-   * after a failed transition). A committed transition reads none: its RETURNING
-   * row is the write's own result. Tests assert the cost of an operation with it.
-   */
-  rowsRead = 0;
-
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Database.Statement>();
-  /**
-   * Records `get` has read, valid while the database is unchanged since: before
-   * each answer `PRAGMA data_version` (a read transaction that materializes no row)
-   * says whether another connection (the CLI, another process, another store on
-   * the same file) has committed since the last look, and a change empties the
-   * cache; this connection's own writes, which data_version does not count, empty
-   * it as they run. A cached record is frozen: every caller shares it.
-   */
-  readonly #records = new Map<string, JobRecord>();
-  #recordsVersion: unknown;
   #dataVersion: Database.Statement | undefined;
 
-  constructor(path: string) {
-    this.#db = new Database(path);
+  /** A database file (made if absent), `:memory:`, or a connection opened by the caller (the store then owns it). */
+  constructor(database: string | Database.Database) {
+    this.#db = typeof database === "string" ? new Database(database) : database;
     this.#db.pragma("busy_timeout = 5000");
-    if (path !== ":memory:" && path !== "") {
+    if (!this.#db.memory) {
       this.#db.pragma("journal_mode = WAL");
       // A WAL that grew under a burst shrinks back after the next checkpoint.
       this.#db.pragma("journal_size_limit = 67108864");
@@ -88,18 +75,11 @@ export class SqliteJobStore implements JobStore {
   }
 
   async create(record: JobRecord): Promise<void> {
-    // A malformed record would poison every later reader; creation is once per job,
-    // so checking it here is cheap and lets reads skip the schema.
-    const parsed = JobRecordSchema.safeParse(record);
-    if (!parsed.success) {
-      throw new MamError("input.invalid", `job record ${String(record.job_id)} is not valid`, {
-        issues: zodIssues(parsed.error, "record"),
-      });
-    }
     const owed = record.pending_notification;
+    const columns = owed === undefined ? undefined : owedColumns(owed);
     const result = this.#run(
-      `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, doc)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+      `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id, doc)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
       [
         record.job_id,
         record.status,
@@ -107,7 +87,8 @@ export class SqliteJobStore implements JobStore {
         record.created_at,
         record.updated_at,
         owed?.id ?? null,
-        owed?.created_at ?? null,
+        columns?.at ?? null,
+        columns?.quarantinedId ?? null,
         JSON.stringify(record),
       ],
     );
@@ -115,26 +96,23 @@ export class SqliteJobStore implements JobStore {
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
+    return this.#read(jobId);
+  }
+
+  /**
+   * SQLite's `PRAGMA data_version` on this store's connection: it changes whenever
+   * another connection (another process, the CLI, another store on the file) has
+   * committed since it was last asked, and never for this connection's own commits.
+   * Asking is a read transaction that reads no row. `CachedJobStore` keeps its
+   * records only while it stands still.
+   */
+  dataVersion(): number {
     this.#dataVersion ??= this.#db.prepare("PRAGMA data_version").pluck();
-    let version: unknown;
     try {
-      version = this.#dataVersion.get();
+      return this.#dataVersion.get() as number;
     } catch (e) {
       throw storeError(e);
     }
-    if (version !== this.#recordsVersion) {
-      this.#records.clear();
-      this.#recordsVersion = version;
-    }
-    const cached = this.#records.get(jobId);
-    if (cached !== undefined) return cached;
-    // Read after the version was taken: a commit landing in between makes the
-    // record newer than the version, and the next look clears it.
-    const record = this.#read(jobId);
-    if (record === undefined) return undefined;
-    if (this.#records.size >= CACHED_RECORDS) this.#records.delete(this.#records.keys().next().value as string);
-    this.#records.set(jobId, deepFreeze(record));
-    return record;
   }
 
   async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
@@ -151,21 +129,14 @@ export class SqliteJobStore implements JobStore {
    * from the stored document in the same statement.
    */
   #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): JobRecord {
-    const setPairs: [string, unknown][] = [];
-    for (const [key, value] of Object.entries(change.set)) {
-      if (value === undefined) continue;
-      if (!SETTABLE.has(key)) throw new MamError("internal", `a transition may not set ${key}`);
-      setPairs.push([key, value]);
-    }
-    const unset = (change.unset ?? []).filter((k) => !setPairs.some(([s]) => s === k));
-    for (const key of unset) {
-      if (!SETTABLE.has(key)) throw new MamError("internal", `a transition may not unset ${key}`);
-    }
+    // The guard let through only fields a change may write, none both set and unset;
+    // each top-level key is also a JSON path here.
+    const setPairs = Object.entries(change.set).filter(([, value]) => value !== undefined);
+    const unset = change.unset ?? [];
     const evidence = change.evidence ?? {};
     if (evidence.newAttempt !== undefined) setPairs.push(["latest_attempt", evidence.newAttempt]);
 
     const params: unknown[] = [];
-    // unset first, then set, so a field named in both ends up set.
     let doc = "doc";
     if (unset.length > 0) {
       doc = `json_remove(doc${", ?".repeat(unset.length)})`;
@@ -189,8 +160,9 @@ export class SqliteJobStore implements JobStore {
       params.push(set.updated_at);
     }
     if (set.pending_notification !== undefined) {
-      assignments.push("owed_intent_id = ?", "owed_at = ?");
-      params.push(set.pending_notification.id, set.pending_notification.created_at);
+      const owed = owedColumns(set.pending_notification);
+      assignments.push("owed_intent_id = ?", "owed_at = ?", "owed_quarantined_id = ?");
+      params.push(set.pending_notification.id, owed.at, owed.quarantinedId);
     } else if (unset.includes("pending_notification")) {
       assignments.push("owed_intent_id = NULL", "owed_at = NULL");
     }
@@ -273,7 +245,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const limit = checkLimit(query.limit);
+    const limit = query.limit;
     const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
     // Every listing is served by jobs_by_status (status, updated_at, job_id); the
     // unfiltered one merges one ordered search per status, so the table carries no
@@ -292,7 +264,6 @@ export class SqliteJobStore implements JobStore {
       `${parts.join(" UNION ALL ")} ORDER BY updated_at DESC, job_id DESC LIMIT ?`,
       params,
     );
-    this.rowsRead += rows.length;
     const items = rows.slice(0, limit).map((r) => JSON.parse(r.doc) as JobRecord);
     const last = rows[limit - 1];
     if (rows.length > limit && last !== undefined) return { items, cursor: encodeCursor(last.updated_at, last.job_id) };
@@ -308,17 +279,16 @@ export class SqliteJobStore implements JobStore {
       due = " AND owed_at <= ?";
       params.push(sortableTime(query.dueBy));
     }
-    params.push(checkLimit(limit));
+    params.push(limit);
     const rows = this.#all<OwedRow>(
       `SELECT doc, owed_intent_id, owed_revision FROM jobs WHERE ${OWED_DUE}${due} ORDER BY owed_at, job_id LIMIT ?`,
       params,
     );
-    this.rowsRead += rows.length;
     return rows.map(owedRecord);
   }
 
   async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const limit = checkLimit(query.limit);
+    const limit = query.limit;
     const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
     const params: unknown[] = [];
     let page = "";
@@ -333,7 +303,6 @@ export class SqliteJobStore implements JobStore {
        ORDER BY owed_at DESC, job_id DESC LIMIT ?`,
       params,
     );
-    this.rowsRead += rows.length;
     const items = rows.slice(0, limit).map(owedRecord);
     const last = rows[limit - 1];
     if (rows.length > limit && last !== undefined) return { items, cursor: encodeCursor(last.owed_at, last.job_id) };
@@ -374,7 +343,7 @@ export class SqliteJobStore implements JobStore {
    * materializes more than one row beyond what it returns.
    */
   async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
-    const limit = checkLimit(query.limit);
+    const limit = query.limit;
     const after = query.cursor === undefined ? undefined : decodeEventCursor(query.cursor);
     const sql =
       after === undefined
@@ -405,9 +374,7 @@ export class SqliteJobStore implements JobStore {
 
   #read(jobId: string): JobRecord | undefined {
     const row = this.#get<{ doc: string }>("SELECT doc FROM jobs WHERE job_id = ?", [jobId]);
-    if (row === undefined) return undefined;
-    this.rowsRead += 1;
-    return JSON.parse(row.doc) as JobRecord;
+    return row === undefined ? undefined : (JSON.parse(row.doc) as JobRecord);
   }
 
   #statement(sql: string): Database.Statement {
@@ -431,28 +398,15 @@ export class SqliteJobStore implements JobStore {
     return this.#call(sql, (s) => s.all(...params) as T[]);
   }
 
-  /** Every statement but the data_version probe runs here; one that writes empties the record cache. */
+  /** Every statement but the data_version probe runs here. */
   #call<T>(sql: string, run: (statement: Database.Statement) => T): T {
     const statement = this.#statement(sql);
     try {
       return run(statement);
     } catch (e) {
       throw storeError(e);
-    } finally {
-      if (!statement.readonly) this.#records.clear();
     }
   }
-}
-
-/** Records kept by `get`; past this, the oldest read goes first. */
-const CACHED_RECORDS = 1024;
-
-function deepFreeze<T>(value: T): T {
-  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
-    for (const v of Object.values(value)) deepFreeze(v);
-    Object.freeze(value);
-  }
-  return value;
 }
 
 const SCHEMA = `
@@ -525,32 +479,21 @@ function sortableTime(iso: string): string {
   return Number.isNaN(t) ? iso : new Date(t).toISOString();
 }
 
-/** Top-level fields a transition may write; the key also becomes a JSON path. */
-const SETTABLE: ReadonlySet<string> = new Set(
-  Object.keys(JobRecordSchema.shape).filter((k) => k !== "job_id" && k !== "transition_seq" && k !== "evidence_seq" && k !== "created_at"),
-);
-
-function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1) throw new MamError("input.invalid", `limit must be a positive integer, not ${limit}`);
-  return limit;
-}
-
 function encodeCursor(updatedAt: string, jobId: string): string {
   return Buffer.from(JSON.stringify([updatedAt, jobId])).toString("base64url");
 }
 
 function decodeCursor(cursor: string): [string, string] {
+  let value: unknown;
   try {
-    const value: unknown = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
-    if (Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string") {
-      return [value[0], value[1]];
-    }
-  } catch {
-    // fall through to the refusal below
+    value = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
+  } catch (e) {
+    throw invalidCursor(e);
   }
-  throw new MamError("input.invalid", "the cursor is not one this service issued", {
-    issues: [{ path: "query.cursor", message: "not a valid cursor" }],
-  });
+  if (Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string") {
+    return [value[0], value[1]];
+  }
+  throw invalidCursor();
 }
 
 /** An event page's cursor: the (at, id) of the last entry handed out, tagged so a job listing's cursor is not taken for one. */

@@ -1,0 +1,123 @@
+import type { AttributeValue } from "@aws-sdk/client-dynamodb";
+import { unmarshall } from "@aws-sdk/util-dynamodb";
+import { type EventLogEntry, type JobRecord, JobRecordSchema, MamError, type NotificationIntent, type Status, zodIssues } from "@mam/core";
+import type { AttributeValue as StreamAttributeValue } from "aws-lambda";
+import { JOB_TABLE_DEFINITION } from "./job-table.ts";
+
+/**
+ * How a job and what it owns are laid out as items of the job table (see
+ * `job-table.ts` for the keys and indexes), and how an item, a failed condition's
+ * item or a stream image reads back as a record: the one place that knows. The store
+ * (`dynamo-job-store.ts`) and the stream function (`functions/job-stream.ts`) both
+ * read items through here. Light on purpose: no client, so the stream Lambda's
+ * bundle takes only the unmarshaller with it.
+ */
+
+/** The table's key and index attributes: derived, never part of a record. */
+export const KEY_ATTRIBUTES: readonly string[] = JOB_TABLE_DEFINITION.AttributeDefinitions.map((a) => a.AttributeName);
+
+export const JOB_ITEM_SK = "JOB";
+export const ALL_JOBS = "JOBS";
+export const OWED = "OWED";
+export const QUARANTINED = "OWED#QUARANTINED";
+export const EVENT_PREFIX = "EVENT#";
+
+export const jobPk = (jobId: string): string => `JOB#${jobId}`;
+export const dispatchSk = (attemptId: number): string => `DISPATCH#${String(attemptId).padStart(7, "0")}`;
+export const statusPk = (status: Status): string => `STATUS#${status}`;
+export const eventSk = (entry: EventLogEntry): string => `${EVENT_PREFIX}${sortableTime(entry.at)}#${entry.id}`;
+
+/** A time as it sorts in a key: UTC, fixed width (`toISOString`). */
+export function sortableTime(iso: string): string {
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? iso : new Date(t).toISOString();
+}
+
+/** The listings' sort key: newest first by `updated_at`, then the job id. */
+export const recencyKey = (updatedAt: string, jobId: string): string => `${sortableTime(updatedAt)}#${jobId}`;
+
+/**
+ * Where an intent sits in the `owed` index: under `OWED` by when it is next due
+ * (`retry_at`, else `created_at`), or, once quarantined, under a partition of its own
+ * by when it was quarantined, so the sweep's Query never reads it.
+ */
+export function owedKeys(intent: NotificationIntent, jobId: string): { owed_pk: string; owed_at: string } {
+  if (intent.quarantined_at !== undefined) return { owed_pk: QUARANTINED, owed_at: `${sortableTime(intent.quarantined_at)}#${jobId}` };
+  return { owed_pk: OWED, owed_at: `${sortableTime(intent.retry_at ?? intent.created_at)}#${jobId}` };
+}
+
+/** Above every `<time>#<job id>` key of that time: `~` sorts after every character a job id may hold. */
+export const dueBound = (dueBy: string): string => `${sortableTime(dueBy)}#~`;
+
+/** The job record as an item: the record's own attributes, its keys and its index attributes. */
+export function jobItem(record: JobRecord): Record<string, unknown> {
+  const item: Record<string, unknown> = {
+    ...record,
+    pk: jobPk(record.job_id),
+    sk: JOB_ITEM_SK,
+    gsi1pk: statusPk(record.status),
+    gsi1sk: recencyKey(record.updated_at, record.job_id),
+    gsi2pk: ALL_JOBS,
+    gsi2sk: recencyKey(record.updated_at, record.job_id),
+  };
+  if (record.pending_notification !== undefined) Object.assign(item, owedKeys(record.pending_notification, record.job_id));
+  return item;
+}
+
+/** An item without its key and index attributes. */
+export function stripKeys<T>(item: Record<string, unknown>): T {
+  const out: Record<string, unknown> = { ...item };
+  for (const k of KEY_ATTRIBUTES) delete out[k];
+  return out as T;
+}
+
+/**
+ * A job item (as the document client reads it) as a record. An item written before
+ * `evidence_seq` existed has none: it reads as 0, and the first evidence write sets it
+ * (`if_not_exists`).
+ */
+export function jobRecordOfItem(item: Record<string, unknown>): JobRecord {
+  const record = stripKeys<JobRecord>(item);
+  return record.evidence_seq === undefined ? { ...record, evidence_seq: 0 } : record;
+}
+
+/** Numbers keep JSON's (double) meaning, as the store's document client reads them. */
+const UNMARSHALL = { wrapNumbers: (v: string) => Number(v) };
+
+/**
+ * A job item in DynamoDB's low-level attribute-value shape (what a failed condition
+ * returns with `ReturnValuesOnConditionCheckFailure: ALL_OLD`, which the document
+ * client leaves untranslated) as a record; undefined when there is none.
+ */
+export function jobRecordOfAttributes(item: Record<string, AttributeValue> | undefined): JobRecord | undefined {
+  if (item === undefined || Object.keys(item).length === 0) return undefined;
+  return jobRecordOfItem(unmarshall(item, UNMARSHALL));
+}
+
+type StreamImage = Readonly<Record<string, StreamAttributeValue>>;
+
+/** Whether a stream image is a job record's item (not a dispatch's, not an event-log line's). */
+export function isJobImage(image: StreamImage | undefined): boolean {
+  return image?.sk?.S === JOB_ITEM_SK;
+}
+
+/** The id of the intent a job item's image owes, read without decoding the rest. */
+export function owedIntentIdOfImage(image: StreamImage | undefined): string | undefined {
+  return image?.pending_notification?.M?.id?.S;
+}
+
+/**
+ * A stream record's new image of a job item (DynamoDB JSON) as the job record it
+ * holds, checked against `JobRecordSchema`; `internal` naming the fields when it is
+ * not a job record (waiting will not help; the stream's failure handling takes it).
+ * `where` names the image in the refusal (e.g. the stream record's sequence number).
+ */
+export function jobRecordOfNewImage(image: StreamImage, where: string): JobRecord {
+  // Stream images are DynamoDB JSON, the shape unmarshall reads (a job item has no binary attributes).
+  const item = stripKeys<Record<string, unknown>>(unmarshall(image as Record<string, AttributeValue>, UNMARSHALL));
+  const parsed = JobRecordSchema.safeParse(item);
+  if (!parsed.success) {
+    throw new MamError("internal", `${where} holds a job item that is not a job record`, { issues: zodIssues(parsed.error, "NewImage") });
+  }
+  return parsed.data;
+}

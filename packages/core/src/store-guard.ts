@@ -1,0 +1,246 @@
+import { invalidCursor } from "./bounds.ts";
+import { assertJobId } from "./engine.ts";
+import { MamError } from "./errors.ts";
+import {
+  type EvidenceChange,
+  FIXED_JOB_FIELDS,
+  type JobChange,
+  type JobStore,
+  type OwedQuery,
+  type Page,
+  UNSETTABLE_JOB_FIELDS,
+} from "./ports.ts";
+import {
+  AttemptId,
+  type DispatchRecord,
+  DispatchRecordSchema,
+  type EventLogEntry,
+  type JobRecord,
+  JobRecordSchema,
+  type NotificationIntent,
+  type Status,
+  zodIssues,
+} from "./schemas.ts";
+
+/** Top-level fields a transition may write: every field of the record but the fixed ones. */
+const SETTABLE: ReadonlySet<string> = new Set(
+  Object.keys(JobRecordSchema.shape).filter((k) => !(FIXED_JOB_FIELDS as readonly string[]).includes(k)),
+);
+const UNSETTABLE: ReadonlySet<string> = new Set(UNSETTABLE_JOB_FIELDS);
+/** What an evidence write may set besides its counters. */
+const EVIDENCE_SETTABLE: ReadonlySet<string> = new Set(["finalized_report"]);
+
+const GUARDED = Symbol("mam.guardedJobStore");
+
+/**
+ * The rules every JobStore keeps, in one place, in front of any adapter (as
+ * Powertools' persistence layer states its guarantees once for every store):
+ *
+ * - a job id matches `JOB_ID_PATTERN`, on every call that names a job, or the call
+ *   is `input.jobId` and no store is asked: an adapter never builds a key, a path
+ *   or a topic from an unsafe id;
+ * - a record is created only if it is a `JobRecordSchema` record (`input.invalid`
+ *   naming `record.<field>`), and a dispatch only if it is a `DispatchRecordSchema`
+ *   one (`dispatch.<field>`): nothing stored can fail a later reader;
+ * - a limit is a positive integer (`input.invalid` naming `query.limit`);
+ * - a change writes only fields it may: `set` names fields of the record but the
+ *   fixed ones (`FIXED_JOB_FIELDS`), `unset` only `UNSETTABLE_JOB_FIELDS`, and no
+ *   field is in both; an evidence write sets `finalized_report` at most. A change
+ *   that breaks this is core's own bug: `internal`, and nothing is written;
+ * - a page's cursor is honoured only by the listing that handed it out (the same
+ *   listing, status filter or job): the guard wraps the adapter's own position in an
+ *   envelope naming the listing, and anything else is `invalidCursor()` (`input.invalid`
+ *   naming `query.cursor`) before any store is asked.
+ *
+ * The adapter behind it receives only what passed, with `set` stripped of absent
+ * values, and hands back its own opaque positions; what it still refuses (a position
+ * forged inside a well-formed envelope) it refuses with `invalidCursor()` too.
+ * Wrapping twice is wrapping once.
+ */
+export function guardJobStore(store: JobStore): JobStore {
+  if (isGuardedJobStore(store)) return store;
+  return new GuardedJobStore(store);
+}
+
+/** Whether the rules above are already in front of `store` (a composition root's check). */
+export function isGuardedJobStore(store: JobStore): boolean {
+  return (store as { [GUARDED]?: true })[GUARDED] === true;
+}
+
+/** The refusal of a limit that is not a positive integer: the same on every store. */
+export function invalidLimit(limit: unknown): MamError {
+  return new MamError("input.invalid", `limit must be a positive integer, not ${String(limit)}`, {
+    issues: [{ path: "query.limit", message: "a positive integer" }],
+  });
+}
+
+function checkLimit(limit: number): number {
+  if (!Number.isSafeInteger(limit) || limit < 1) throw invalidLimit(limit);
+  return limit;
+}
+
+function checkChange(change: JobChange): JobChange {
+  const set: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(change.set)) {
+    if (value === undefined) continue;
+    if (!SETTABLE.has(field)) throw new MamError("internal", `a change may not set ${field}`);
+    set[field] = value;
+  }
+  const unset = [...new Set(change.unset ?? [])];
+  for (const field of unset) {
+    if (!UNSETTABLE.has(field)) throw new MamError("internal", `a change may not unset ${field}`);
+    if (field in set) throw new MamError("internal", `a change may not both set and unset ${field}`);
+  }
+  return {
+    from: change.from,
+    set: set as JobChange["set"],
+    ...(unset.length === 0 ? {} : { unset }),
+    ...(change.evidence === undefined ? {} : { evidence: change.evidence }),
+  };
+}
+
+function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
+  if (change.set === undefined) return change;
+  const set: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(change.set)) {
+    if (value === undefined) continue;
+    if (!EVIDENCE_SETTABLE.has(field)) throw new MamError("internal", `an evidence write may not set ${field}`);
+    set[field] = value;
+  }
+  return { guard: change.guard, set: set as NonNullable<EvidenceChange["set"]> };
+}
+
+// ---- cursors: the adapter's position, in an envelope naming the listing it belongs to
+
+function toBase64Url(text: string): string {
+  let binary = "";
+  for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+function fromBase64Url(encoded: string): string {
+  if (!/^[A-Za-z0-9_-]*$/.test(encoded)) throw invalidCursor();
+  const binary = atob(encoded.replaceAll("-", "+").replaceAll("_", "/") + "=".repeat((4 - (encoded.length % 4)) % 4));
+  return new TextDecoder("utf-8", { fatal: true }).decode(Uint8Array.from(binary, (c) => c.charCodeAt(0)));
+}
+
+/** The page as the caller sees it: the adapter's position wrapped with the listing's name. */
+function wrapPage<T>(listing: string, page: Page<T>): Page<T> {
+  if (page.cursor === undefined) return page;
+  return { items: page.items, cursor: toBase64Url(JSON.stringify({ l: listing, c: page.cursor })) };
+}
+
+/** The adapter's position inside a cursor this listing handed out; `invalidCursor()` for anything else. */
+function unwrapCursor(listing: string, cursor: string): string {
+  let envelope: unknown;
+  try {
+    envelope = JSON.parse(fromBase64Url(cursor));
+  } catch (e) {
+    throw invalidCursor(e);
+  }
+  const { l, c } = (typeof envelope === "object" && envelope !== null ? envelope : {}) as { l?: unknown; c?: unknown };
+  if (l !== listing || typeof c !== "string" || c === "") throw invalidCursor();
+  return c;
+}
+
+const jobsListing = (status: Status | undefined): string => (status === undefined ? "jobs" : `jobs/${status}`);
+const QUARANTINED_LISTING = "quarantined";
+const eventsListing = (jobId: string): string => `events/${jobId}`;
+
+function withCursor<Q extends { cursor?: string }>(query: Q, listing: string): Q {
+  if (query.cursor === undefined) return query;
+  return { ...query, cursor: unwrapCursor(listing, query.cursor) };
+}
+
+class GuardedJobStore implements JobStore {
+  readonly [GUARDED] = true as const;
+  readonly #store: JobStore;
+
+  constructor(store: JobStore) {
+    this.#store = store;
+  }
+
+  async create(record: JobRecord): Promise<void> {
+    assertJobId(record.job_id);
+    const parsed = JobRecordSchema.safeParse(record);
+    if (!parsed.success) {
+      throw new MamError("input.invalid", `job record ${record.job_id} is not valid`, { issues: zodIssues(parsed.error, "record") });
+    }
+    return this.#store.create(parsed.data);
+  }
+
+  async get(jobId: string): Promise<JobRecord | undefined> {
+    assertJobId(jobId);
+    return this.#store.get(jobId);
+  }
+
+  async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    assertJobId(jobId);
+    return this.#store.transition(jobId, expectedSeq, checkChange(change));
+  }
+
+  async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
+    assertJobId(jobId);
+    return this.#store.recordEvidence(jobId, checkEvidenceChange(change));
+  }
+
+  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+    assertJobId(jobId);
+    return this.#store.replaceNotification(jobId, intent);
+  }
+
+  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+    assertJobId(jobId);
+    return this.#store.reviseNotification(jobId, intent);
+  }
+
+  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
+    assertJobId(jobId);
+    return this.#store.settleNotification(jobId, intentId);
+  }
+
+  async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    checkLimit(query.limit);
+    const listing = jobsListing(query.status);
+    return wrapPage(listing, await this.#store.list(withCursor(query, listing)));
+  }
+
+  async listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]> {
+    return this.#store.listOwed(checkLimit(limit), query);
+  }
+
+  async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+    checkLimit(query.limit);
+    return wrapPage(QUARANTINED_LISTING, await this.#store.listQuarantined(withCursor(query, QUARANTINED_LISTING)));
+  }
+
+  async recordDispatch(dispatch: DispatchRecord): Promise<void> {
+    assertJobId(dispatch.job_id);
+    const parsed = DispatchRecordSchema.safeParse(dispatch);
+    if (!parsed.success) {
+      throw new MamError("input.invalid", `dispatch of job ${dispatch.job_id} is not valid`, {
+        issues: zodIssues(parsed.error, "dispatch"),
+      });
+    }
+    return this.#store.recordDispatch(parsed.data);
+  }
+
+  async getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
+    assertJobId(jobId);
+    // No such attempt can have been recorded (recordDispatch refuses it): nothing to ask.
+    if (!AttemptId.safeParse(attemptId).success) return undefined;
+    return this.#store.getDispatch(jobId, attemptId);
+  }
+
+  async appendEvent(entry: EventLogEntry): Promise<void> {
+    assertJobId(entry.job_id);
+    return this.#store.appendEvent(entry);
+  }
+
+  async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
+    assertJobId(jobId);
+    checkLimit(query.limit);
+    const listing = eventsListing(jobId);
+    return wrapPage(listing, await this.#store.listEvents(jobId, withCursor(query, listing)));
+  }
+}
