@@ -56,10 +56,17 @@ import {
  *     dispatch, the verification), and the job is transitionable afterwards (an
  *     operator's cancel with the current seq succeeds, or the job is already terminal).
  *
- * MAM_PROPERTY_RUNS sets the runs per route per backend (8 by default, so `npm test`
- * stays fast; the reliability tier runs e.g. 200); MAM_PROPERTY_SEED replays a seed
- * (fast-check prints the seed and path of a failure); MAM_PROPERTY_SHRINK=1 shrinks a
- * failure to a smaller counterexample (slow).
+ * Half the cases are well-formed (a token the route admits, the case's own job,
+ * valid fields, free-form values up to and a byte past their limits), so most are
+ * accepted and property 3 is exercised; the other half attack. Every case gets a
+ * fresh job set up as it needs (status, dispatches, a staged or finalized report);
+ * each property has its own stores, renewed every ROTATE cases.
+ *
+ * MAM_PROPERTY_RUNS sets the runs per property per backend (8 by default, so `npm
+ * test` stays fast; the reliability tier sets e.g. 100); MAM_PROPERTY_SEED changes the
+ * seed (a fixed one by default; fast-check prints the seed and path of a failure, and
+ * MAM_PROPERTY_PATH replays it); MAM_PROPERTY_SHRINK=1 shrinks a failure to a smaller
+ * counterexample (slow); MAM_PROPERTY_DEBUG=1 prints each case's status and reason.
  */
 
 const RUNS = Number(process.env.MAM_PROPERTY_RUNS ?? 8);
@@ -652,7 +659,14 @@ function printable<T extends object>(value: T, show: (v: T) => string): T {
 /** Half the cases well-formed, half attacks. */
 const bothModes = <T>(build: (mode: Mode) => fc.Arbitrary<T>): fc.Arbitrary<T> => fc.oneof(build("clean"), build("attack"));
 
-const fcParams = (): fc.Parameters<unknown> => ({ numRuns: RUNS, seed: SEED, endOnFailure: !SHRINK, verbose: 1 });
+/** MAM_PROPERTY_PATH (with MAM_PROPERTY_SEED and `-t` naming one property) replays the failure fast-check printed. */
+const fcParams = (): fc.Parameters<unknown> => ({
+  numRuns: RUNS,
+  seed: SEED,
+  endOnFailure: !SHRINK,
+  verbose: 1,
+  ...(process.env.MAM_PROPERTY_PATH ? { path: process.env.MAM_PROPERTY_PATH } : {}),
+});
 
 const plainPlan = (over: Partial<JobPlan> = {}): JobPlan => ({
   name: "random",
