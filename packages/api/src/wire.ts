@@ -164,7 +164,7 @@ const SCENARIO_BOUNDS = { maxBytes: FREE_FORM_MAX_BYTES.scenario, maxDepth: FREE
  * recursion, so the gate never holds a value that could overflow a stack.
  */
 export const ScenarioInputSchema = z.unknown().superRefine((value, ctx) => {
-  if (value === undefined) return;
+  if (value === undefined) return ctx.addIssue({ code: "custom", message: "required" });
   const issue = findJsonBoundsIssue(value, SCENARIO_BOUNDS);
   if (issue !== undefined) ctx.addIssue({ code: "custom", message: issue.message, path: [...issue.path] });
 });
@@ -224,7 +224,10 @@ export const VerificationSchema = z
   .strictObject({
     ok: z.boolean(),
     reason: z.string(),
-    manifest: Manifest.nullable().describe("the manifest found, when one could be read"),
+    // A union, not `.nullable()`: zod-to-openapi renders a nullable named schema as
+    // a nullable component (or an allOf that cannot be null), and a `.describe()` on
+    // a named schema renames the component; so fields holding one carry neither.
+    manifest: z.union([Manifest, z.null()]),
     manifest_sha256: z
       .string()
       .regex(/^[0-9a-f]{64}$/)
@@ -246,8 +249,8 @@ export const GateResponseSchema = z
   .strictObject({
     committed: z.boolean(),
     reason: z.string(),
-    decision: Decision.nullable().describe("the policy's decision, when the gate got that far"),
-    record: JobRecord.optional().describe("the committed record, when it committed"),
+    decision: z.union([Decision, z.null()]),
+    record: JobRecord.optional(),
   })
   .openapi("GateResponse");
 export type GateResponse = z.infer<typeof GateResponseSchema>;
@@ -329,6 +332,6 @@ export const ProblemSchema = z
     instance: z.string().optional(),
     request_id: z.string(),
     errors: z.array(FieldIssueSchema).optional().describe("each bad field, by dotted path"),
-    current: JobRecord.optional().describe("on 409/412: the record as it now stands"),
+    current: JobRecord.optional(),
   })
   .openapi("Problem", { description: "RFC 9457 problem details, with mam's extension members." });
