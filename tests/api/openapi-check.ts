@@ -74,7 +74,7 @@ export function compile(doc: Json): DocumentCheck {
         if (res.status !== 404 && res.status !== 405) return [`${at}: no operation in the document serves it`];
         return schemaProblems(validatorAt("/components/schemas/Problem"), res.body, `${at} (no operation)`);
       }
-      const pointer = `/paths/${escape(match.template)}/${method.toLowerCase()}/responses`;
+      const pointer = `/paths/${pointerSegment(match.template)}/${method.toLowerCase()}/responses`;
       const status = String(res.status);
       const declared = operation.responses[status] ?? operation.responses[`${status[0]}XX`] ?? operation.responses.default;
       if (declared === undefined) {
@@ -85,7 +85,7 @@ export function compile(doc: Json): DocumentCheck {
       for (const [name, header] of Object.entries(declared.headers ?? {})) {
         const value = res.headers.get(name);
         if (value === null || header.schema === undefined) continue;
-        const v = validatorAt(`${pointer}/${escape(key)}/headers/${escape(name)}/schema`);
+        const v = validatorAt(`${pointer}/${pointerSegment(key)}/headers/${pointerSegment(name)}/schema`);
         problems.push(...schemaProblems(v, header.schema.type === "integer" ? Number(value) : value, `${at}: header ${name}`));
       }
       const content = declared.content ?? {};
@@ -102,7 +102,7 @@ export function compile(doc: Json): DocumentCheck {
       if (media === undefined)
         return [...problems, `${at}: ${essence} is not among the declared ${Object.keys(content).join(", ") || "(none)"}`];
       if (/^application\/([a-z.-]+\+)?json$/.test(essence)) {
-        const v = validatorAt(`${pointer}/${escape(key)}/content/${escape(media)}/schema`);
+        const v = validatorAt(`${pointer}/${pointerSegment(key)}/content/${pointerSegment(media)}/schema`);
         problems.push(...schemaProblems(v, res.body, `${at}: body`));
       }
       return problems;
@@ -116,7 +116,7 @@ function schemaProblems(v: ValidateFunction, value: unknown, what: string): stri
 }
 
 /** A JSON Pointer segment. */
-function escape(segment: string): string {
+function pointerSegment(segment: string): string {
   return segment.replaceAll("~", "~0").replaceAll("/", "~1");
 }
 
