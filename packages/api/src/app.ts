@@ -82,10 +82,9 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   reportRoutes(open, services);
   eventRoutes(open, services);
   operationRoutes(open, services);
-  let document: unknown;
   metaRoutes(open, () => {
-    document ??= app.getOpenAPI31Document(DOCUMENT);
-    return document;
+    generated ??= app.getOpenAPI31Document(DOCUMENT);
+    return generated;
   });
   // The scenario's documented shape (EvaluationRequest refers to it; the gate reads what it is sent raw).
   app.openAPIRegistry.register("Scenario", Scenario);
@@ -159,6 +158,13 @@ function clientAborted(req: Request, err: unknown): boolean {
   }
   return false;
 }
+
+/**
+ * The document, generated on its first request: from the route declarations alone
+ * (module constants; nothing in it depends on an app's options), so every app in
+ * the process serves the same one.
+ */
+let generated: unknown;
 
 const DOCUMENT = {
   openapi: "3.1.0",
