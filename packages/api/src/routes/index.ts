@@ -1,34 +1,23 @@
 import type { Access } from "../access.ts";
-import { evaluateJob, listEvents, publishEvent } from "./events.ts";
-import { getJob, listJobs, recordDispatch, registerJob, transitionJob } from "./jobs.ts";
-import { getAsset, getDashboard, getDocs, getDocsAsset, getHealth, getOpenApi } from "./meta.ts";
-import { releaseNotification, runRecoverySweep } from "./operations.ts";
-import { finalizeReport, stageReport, verifyReport } from "./reports.ts";
+import * as events from "./events.ts";
+import * as jobs from "./jobs.ts";
+import * as meta from "./meta.ts";
+import * as operations from "./operations.ts";
+import * as reports from "./reports.ts";
 
-/** Every route the app declares (each module registers its own); what the tests and the document are checked against. */
-export const ROUTES = [
-  registerJob,
-  listJobs,
-  getJob,
-  transitionJob,
-  recordDispatch,
-  stageReport,
-  finalizeReport,
-  verifyReport,
-  evaluateJob,
-  publishEvent,
-  listEvents,
-  runRecoverySweep,
-  releaseNotification,
-  getOpenApi,
-  getDocs,
-  getDocsAsset,
-  getAsset,
-  getHealth,
-  getDashboard,
-] as const;
+/** A route module's declarations: its exports that are routes (`defineRoute`), not its registration function. */
+type Declared<M> = Extract<M[keyof M], { readonly "x-mam-access": Access; readonly method: string; readonly path: string }>;
+type Route = Declared<typeof jobs> | Declared<typeof reports> | Declared<typeof events> | Declared<typeof operations> | Declared<typeof meta>;
 
-type Route = (typeof ROUTES)[number];
+const isRoute = (x: unknown): x is Route => typeof x === "object" && x !== null && "x-mam-access" in x;
+
+/**
+ * Every route the app declares, found in the route modules' exports: a route is
+ * added by its declaration and its handler, nothing else. What the tests hold the
+ * served document and the access rules against.
+ */
+export const ROUTES: readonly Route[] = [jobs, reports, events, operations, meta].flatMap((m) => Object.values(m).filter(isRoute));
+
 type KeyOf<R> = R extends { method: infer M extends string; path: infer P extends string } ? `${Uppercase<M>} ${P}` : never;
 
 /** `METHOD path`, in OpenAPI path syntax: `GET /v1/jobs/{job_id}`. */
