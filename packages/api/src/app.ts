@@ -1,6 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import type { Deps, SweepPolicy } from "@mam/core";
-import { MamError } from "@mam/core";
+import { type Deps, MamError, type SweepPolicy } from "@mam/core";
 import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";

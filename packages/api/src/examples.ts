@@ -15,6 +15,48 @@ const MANIFEST_SHA = "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c
 const AGENT_TOKEN =
   "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJtYW0iLCJraW5kIjoiYWdlbnQiLCJqdGkiOiI1ZTNhIiwiaWF0IjoxNzk1MTcyNDAwLCJleHAiOjE3OTUyNTg4MDAsImpvYl9pZCI6ImpvYi00ZjJhIiwiYXR0ZW1wdF9pZCI6MX0.q0b5Yw8hJ1mN3kR6tV9xA2cE4gI7lO0pS3uW5yZ8bDf";
 
+const COMPLETED_BY_GATE = {
+  job_id: JOB_ID,
+  prompt: "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+  agent: "claude-code",
+  role: "Worker",
+  status: "completed",
+  iteration: 1,
+  transition_seq: 3,
+  evidence_seq: 3,
+  latest_attempt: 1,
+  finalized_report: {
+    attempt_id: 1,
+    report_sha256: REPORT_SHA,
+    manifest_sha256: MANIFEST_SHA,
+    finalized_at: "2026-11-20T10:05:20.000Z",
+  },
+  expected_artifacts: ["commit"],
+  auto_complete: true,
+  agent_session: SESSION,
+  completed_by: "auto_complete",
+  completed_evidence: {
+    attempt_id: 1,
+    report_sha256: REPORT_SHA,
+    manifest_sha256: MANIFEST_SHA,
+    report_location: `mam-file:///reports/${JOB_ID}/1/report-final.md`,
+    evidence_location: `mam-file:///reports/${JOB_ID}/1/evidence/${REPORT_SHA}`,
+    verified_at: "2026-11-20T10:06:30.000Z",
+  },
+  pending_notification: {
+    id: "0f8e2c4a-1b3d-4e5f-8a9b-7c6d5e4f3a2b",
+    event: "completed",
+    seq: 3,
+    reason: "auto_complete",
+    by: "gate",
+    created_at: "2026-11-20T10:06:30.000Z",
+  },
+  created_at: "2026-11-20T09:58:00.000Z",
+  updated_at: "2026-11-20T10:06:30.000Z",
+} as const;
+
+const { completed_by: _gate, pending_notification: _sent, ...COMPLETED_BY_AGENT } = COMPLETED_BY_GATE;
+
 export const EXAMPLE = {
   jobId: JOB_ID,
   attempt: 1,
@@ -62,45 +104,9 @@ export const EXAMPLE = {
     updated_at: "2026-11-20T10:02:41.000Z",
   },
 
-  completedJob: {
-    job_id: JOB_ID,
-    prompt: "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
-    agent: "claude-code",
-    role: "Worker",
-    status: "completed",
-    iteration: 1,
-    transition_seq: 3,
-    evidence_seq: 3,
-    latest_attempt: 1,
-    finalized_report: {
-      attempt_id: 1,
-      report_sha256: REPORT_SHA,
-      manifest_sha256: MANIFEST_SHA,
-      finalized_at: "2026-11-20T10:05:20.000Z",
-    },
-    expected_artifacts: ["commit"],
-    auto_complete: true,
-    agent_session: SESSION,
-    completed_by: "auto_complete",
-    completed_evidence: {
-      attempt_id: 1,
-      report_sha256: REPORT_SHA,
-      manifest_sha256: MANIFEST_SHA,
-      report_location: `mam-file:///reports/${JOB_ID}/1/report-final.md`,
-      evidence_location: `mam-file:///reports/${JOB_ID}/1/evidence/${REPORT_SHA}`,
-      verified_at: "2026-11-20T10:06:30.000Z",
-    },
-    pending_notification: {
-      id: "0f8e2c4a-1b3d-4e5f-8a9b-7c6d5e4f3a2b",
-      event: "completed",
-      seq: 3,
-      reason: "auto_complete",
-      by: "gate",
-      created_at: "2026-11-20T10:06:30.000Z",
-    },
-    created_at: "2026-11-20T09:58:00.000Z",
-    updated_at: "2026-11-20T10:06:30.000Z",
-  },
+  completedJob: COMPLETED_BY_GATE,
+  /** The same job completed by its agent (POST /events): no `completed_by`, its notification already sent. */
+  completedByAgent: COMPLETED_BY_AGENT,
 
   claim: { action: "claim", expected_seq: 0, fields: { agent_session: SESSION } },
   progressWithIfMatch: { action: "progress", fields: { progress: { step: "running the unit tests", done: 3, of: 5 } } },

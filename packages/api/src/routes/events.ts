@@ -62,7 +62,7 @@ export const publishEvent = defineRoute(
     },
     responses: {
       200: jsonAnswer("The committed record and the publish outcome.", PublishEventResponseSchema, {
-        record: { ...EXAMPLE.completedJob, completed_by: undefined, pending_notification: undefined },
+        record: EXAMPLE.completedByAgent,
         published: true,
         finalized: { manifest: EXAMPLE.manifest, manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256 },
       }),

@@ -7,7 +7,12 @@ import * as reports from "./reports.ts";
 
 /** A route module's declarations: its exports that are routes (`defineRoute`), not its registration function. */
 type Declared<M> = Extract<M[keyof M], { readonly "x-mam-access": Access; readonly method: string; readonly path: string }>;
-type Route = Declared<typeof jobs> | Declared<typeof reports> | Declared<typeof events> | Declared<typeof operations> | Declared<typeof meta>;
+type Route =
+  | Declared<typeof jobs>
+  | Declared<typeof reports>
+  | Declared<typeof events>
+  | Declared<typeof operations>
+  | Declared<typeof meta>;
 
 const isRoute = (x: unknown): x is Route => typeof x === "object" && x !== null && "x-mam-access" in x;
 
