@@ -36,7 +36,9 @@ export function defineRoute<const R extends RouteConfig>(
     own.set(example.status, example);
   }
   const request = config.request;
-  const validated = request?.params ?? request?.query ?? request?.headers ?? request?.body;
+  // A protected route's path names a job (and an attempt), refused 400 when it is not
+  // one; a public route's path names a file it looks up (404 when there is none).
+  const validated = request?.query ?? request?.headers ?? request?.body ?? (access.kind === "protected" ? request?.params : undefined);
   const jsonBody = request?.body?.content["application/json"] !== undefined;
   const statuses = new Set<number>(own.keys());
   if (validated !== undefined) statuses.add(400);
@@ -49,6 +51,7 @@ export function defineRoute<const R extends RouteConfig>(
   }
   statuses.add(500);
   const responses: Record<string, unknown> = { ...config.responses };
+  if (validated !== undefined && !own.has(400)) own.set(400, badRequest(request));
   for (const status of [...statuses].sort()) responses[String(status)] = problemResponse(own.get(status) ?? defaultProblem(status));
   return createRoute({
     ...config,
@@ -165,6 +168,17 @@ export function exampleProblem(
     { ...(issues === undefined ? {} : { issues }), ...(details === undefined ? {} : { details }) },
   );
 }
+
+/** A 400 of the kind the route's input gives: a bad field of its body, a bad job id in its path, a bad query parameter. */
+function badRequest(request: RouteConfig["request"]): Problem {
+  const bad = (code: "input.invalid" | "input.jobId", where: string, path: string, message: string) =>
+    exampleProblem(code, `invalid ${where}: ${path}: ${message}`, { issues: [{ path, message }] });
+  if (request?.body?.content["application/json"] !== undefined) return bad("input.invalid", "body", "body.colour", "unknown field");
+  if (request?.params !== undefined) return bad("input.jobId", "path", "path.job_id", JOB_ID_MESSAGE);
+  return bad("input.invalid", "query", "query.limit", "Too big: expected number to be <=200");
+}
+
+const JOB_ID_MESSAGE = "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit";
 
 function defaultProblem(status: number): Problem {
   const code = STATUS_EXAMPLE_CODE[status];
