@@ -21,7 +21,7 @@ import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-p
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetParameterCommand, SSMClient } from "@aws-sdk/client-ssm";
-import { type AppEnv, createApp, createTokenService } from "@mam/api";
+import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
 import { IotPublisher } from "@mam/aws/iot";
 import { s3Uri } from "@mam/aws/s3-keys";
@@ -257,7 +257,8 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
 }
 
 function startFailure(code: "config.invalid" | "store.unavailable", requestId: string | undefined): APIGatewayProxyResult {
-  const { status, title } = ERROR_TABLE[code];
+  const { title } = ERROR_TABLE[code];
+  const status = statusOf(code);
   return {
     statusCode: status,
     headers: { "content-type": "application/problem+json", "cache-control": "no-store" },

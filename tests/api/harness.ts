@@ -3,6 +3,7 @@ import { type AppOptions, createApp, createTokenService, type TokenService } fro
 import { type Clock, type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds, type SweepPolicy } from "@mam/core";
 import type { Hono } from "hono";
 import { expect } from "vitest";
+import { documentCheckFor } from "./openapi-check.ts";
 
 /** The ports an adapter family provides; the suite assembles Deps around them. */
 export interface ApiPorts {
@@ -162,7 +163,10 @@ export async function send(app: Hono, method: string, path: string, req: Req = {
   } catch {
     parsed = undefined;
   }
-  return { status: res.status, headers: res.headers, text, body: parsed };
+  const answer = { status: res.status, headers: res.headers, text, body: parsed };
+  // Every answer is what the served document says it is (tests/api/openapi-check.ts).
+  expect((await documentCheckFor(app)).check(method, path, answer), `${method} ${path} against /openapi.json`).toEqual([]);
+  return answer;
 }
 
 /** A stream of `total` bytes in `chunk`-sized pieces, produced only as it is read; `pulled()` says how many left. */

@@ -1,49 +1,27 @@
 import { MamError } from "@mam/core";
+import type { MiddlewareHandler } from "hono";
+import type { z } from "zod";
+import type { AppEnv, Services } from "./context.ts";
 import type { Principal, Scope } from "./tokens.ts";
+import { invalidInput } from "./validation.ts";
 
 /**
- * Who may call which route, as data (DESIGN.md, "HTTP API"). A protected route
- * names the operator scope it needs and, if an agent may call it too, what the
- * agent's token must be bound to:
+ * Who may call a route, declared with the route (`defineRoute`): public, or an
+ * operator scope and, if an agent may call it too, what the agent's token must be
+ * bound to:
  * - `job`: the path's job is the token's job;
  * - `attempt`: that, and the path's attempt is the token's attempt.
  * On top of the binding, an agent's attempt must still be the job's latest
- * dispatch (checked against the store by the app: a newer dispatch retires it).
- * Which transitions and which fields an agent may use is the engine's table
- * (core's TRANSITIONS and FIELD_WRITERS), not this one.
+ * dispatch (a newer dispatch retires it). Which transitions and which fields an
+ * agent may use is the engine's table (core's TRANSITIONS and FIELD_WRITERS), not this.
  */
 export type AgentBinding = "job" | "attempt";
 
 export type Access = { readonly kind: "public" } | { readonly kind: "protected"; readonly scope: Scope; readonly agent?: AgentBinding };
 
-const pub = { kind: "public" } as const;
-const op = (scope: Scope) => ({ kind: "protected", scope }) as const;
-const opOrAgent = (scope: Scope, agent: AgentBinding) => ({ kind: "protected", scope, agent }) as const;
-
-/** `METHOD path` (OpenAPI path syntax) -> access. Every route the app serves is here, and only those. */
-export const ROUTE_PERMISSIONS = {
-  "POST /v1/jobs": op("write"),
-  "GET /v1/jobs": op("read"),
-  "GET /v1/jobs/{job_id}": opOrAgent("read", "job"),
-  "POST /v1/jobs/{job_id}/transitions": opOrAgent("write", "job"),
-  "POST /v1/jobs/{job_id}/dispatches": op("write"),
-  "PUT /v1/jobs/{job_id}/attempts/{attempt}/report": opOrAgent("write", "attempt"),
-  "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize": opOrAgent("write", "attempt"),
-  "GET /v1/jobs/{job_id}/attempts/{attempt}/verification": op("read"),
-  "POST /v1/jobs/{job_id}/evaluations": op("gate"),
-  "POST /v1/jobs/{job_id}/events": opOrAgent("write", "job"),
-  "GET /v1/jobs/{job_id}/events": opOrAgent("read", "job"),
-  "POST /v1/recovery-sweeps": op("ops"),
-  "POST /v1/jobs/{job_id}/notification-release": op("ops"),
-  "GET /openapi.json": pub,
-  "GET /docs": pub,
-  "GET /docs/assets/{file}": pub,
-  "GET /assets/{file}": pub,
-  "GET /healthz": pub,
-  "GET /": pub,
-} as const satisfies Record<string, Access>;
-
-export type RouteKey = keyof typeof ROUTE_PERMISSIONS;
+export const anyone = { kind: "public" } as const satisfies Access;
+export const operator = (scope: Scope) => ({ kind: "protected", scope }) as const satisfies Access;
+export const operatorOrAgent = (scope: Scope, agent: AgentBinding) => ({ kind: "protected", scope, agent }) as const satisfies Access;
 
 export interface PathParams {
   readonly jobId?: string;
@@ -51,9 +29,48 @@ export interface PathParams {
 }
 
 /**
+ * The bearer token's principal (401 without one, or with one that does not verify),
+ * set on the context for the access check, the handler and the request log.
+ */
+export function bearerAuth({ tokens }: Pick<Services, "tokens">): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const header = c.req.header("authorization");
+    if (header === undefined || header.trim() === "") throw new MamError("auth.missing", "send Authorization: Bearer <token>");
+    const m = /^Bearer +([^\s]+)\s*$/i.exec(header);
+    if (!m) throw new MamError("auth.invalid", "the Authorization header is not a Bearer token");
+    c.set("principal", tokens.verify(m[1]!));
+    await next();
+  };
+}
+
+/**
+ * After `bearerAuth`: the path is validated with the route's own schema (400 before
+ * any store is asked), then the principal is authorized for it (403), and an
+ * agent's attempt must still be the job's latest dispatch (the one store read).
+ */
+export function requireAccess(
+  access: Access & { kind: "protected" },
+  params: z.ZodType | undefined,
+  { deps }: Pick<Services, "deps">,
+): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const principal = c.get("principal")!;
+    let path: PathParams = {};
+    if (params !== undefined) {
+      const parsed = params.safeParse(c.req.param());
+      if (!parsed.success) throw invalidInput(parsed.error, "param");
+      const { job_id, attempt } = parsed.data as { job_id?: string; attempt?: number };
+      path = { ...(job_id === undefined ? {} : { jobId: job_id }), ...(attempt === undefined ? {} : { attempt }) };
+    }
+    authorize(principal, access, path);
+    if (principal.kind === "agent") assertLatestAttempt(principal, (await deps.jobs.get(principal.jobId))?.latest_attempt);
+    await next();
+  };
+}
+
+/**
  * Decide, without the store, whether `principal` may call a route with these path
  * parameters. Throws `auth.forbidden` (403) with the reason; returns otherwise.
- * The superseded-attempt check needs the store and is the app's (`assertLatestAttempt`).
  */
 export function authorize(principal: Principal, access: Access, params: PathParams): void {
   if (access.kind === "public") return;

@@ -1,9 +1,11 @@
-import { type FieldIssue, JSON_BODY_MAX_DEPTH, jsonTextDeeperThan, MamError, zodIssues } from "@mam/core";
-import { ZodError, type z } from "zod";
+import { JSON_BODY_MAX_DEPTH, jsonTextDeeperThan, MamError } from "@mam/core";
+import type { MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { AppEnv } from "./context.ts";
 
 /**
  * Request bodies, bounded before they are buffered: a declared Content-Length over
- * the limit is refused without reading a byte, and a body without one (chunked) is
+ * the limit is refused without reading a byte; a body without one (chunked) is
  * counted while it streams and abandoned the moment it passes the limit.
  */
 
@@ -14,101 +16,49 @@ export function tooLarge(limit: number, what: string): MamError {
   });
 }
 
-/** Refuse a declared length over the limit; a malformed Content-Length is a 400. */
-export function checkDeclaredLength(header: string | undefined, limit: number, what: string): void {
-  if (header === undefined) return;
-  if (!/^\d{1,16}$/.test(header.trim())) {
-    throw new MamError("input.invalid", "Content-Length is not a byte count", {
-      issues: [{ path: "header.content-length", message: "not a non-negative integer" }],
-    });
-  }
-  if (Number(header.trim()) > limit) throw tooLarge(limit, what);
-}
-
-/** Stream `body`, counting bytes; throws `input.tooLarge` as soon as the count passes `limit`. */
-export async function* limitedChunks(
-  body: ReadableStream<Uint8Array> | null,
-  limit: number,
-  what: string,
-  onExceeded: () => void = () => {},
-): AsyncGenerator<Uint8Array> {
-  if (body === null) return;
-  const reader = body.getReader();
-  let total = 0;
-  let finished = false;
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) {
-        finished = true;
-        return;
-      }
-      total += value.byteLength;
-      if (total > limit) {
-        onExceeded();
-        throw tooLarge(limit, what);
-      }
-      yield value;
-    }
-  } finally {
-    // Stop the peer's upload when we gave up early (over the limit, or the consumer stopped).
-    if (!finished) await reader.cancel().catch(() => {});
-    reader.releaseLock();
-  }
-}
-
-async function readAll(body: ReadableStream<Uint8Array> | null, limit: number, what: string): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for await (const chunk of limitedChunks(body, limit, what)) {
-    chunks.push(chunk);
-    total += chunk.byteLength;
-  }
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
-}
-
-const JSON_MEDIA_TYPE = /^application\/json\s*(;.*)?$/i;
-
-export function isJsonContentType(header: string | undefined): boolean {
-  return header !== undefined && JSON_MEDIA_TYPE.test(header.trim());
-}
+/** Every media type the routes' media-type check lets through as JSON (`application/json`, `application/*+json`). */
+const JSON_MEDIA_TYPE = /^application\/([a-z-.]+\+)?json/i;
 
 /**
- * Read a JSON body: 415 unless it is `application/json`, 413 over the limit, 400
- * (naming `body`) when it is not UTF-8 JSON. `optional`: a request with no body at
- * all (no Content-Type, nothing to read) yields `undefined`.
+ * A JSON route's body, before the route's validator reads it: Hono's `bodyLimit`
+ * (413; it buffers a chunked body, which at this limit is fine), then the text is
+ * checked to be UTF-8 and nested at most JSON_BODY_MAX_DEPTH deep, before
+ * anything parses it (a deep body is refused without being built). Hono keeps the
+ * bytes read, and the validator's `c.req.json()` parses them from there.
+ * A body that is not `application/json` is left to the route's media-type check (415).
  */
-export async function readJsonBody(req: Request, limit: number, opts: { optional?: boolean } = {}): Promise<unknown> {
-  const contentType = req.headers.get("content-type") ?? undefined;
-  const declared = req.headers.get("content-length") ?? undefined;
-  if (opts.optional && contentType === undefined && (req.body === null || declared === "0")) return undefined;
-  if (!isJsonContentType(contentType)) {
-    throw new MamError(
-      "input.unsupportedMediaType",
-      `this route takes application/json, not ${contentType === undefined ? "a body without a Content-Type" : JSON.stringify(contentType)}`,
-      { issues: [{ path: "header.content-type", message: "must be application/json" }] },
-    );
-  }
-  checkDeclaredLength(declared, limit, "JSON body");
-  const bytes = await readAll(req.body, limit, "JSON body");
-  // Before JSON.parse: a deep body is refused without being built (bounds.ts).
-  if (jsonTextDeeperThan(bytes, JSON_BODY_MAX_DEPTH)) throw malformed(`the body is nested deeper than ${JSON_BODY_MAX_DEPTH} levels`);
-  let text: string;
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
+
+export function jsonBody(limit: number): MiddlewareHandler<AppEnv>[] {
+  return [
+    bodyLimit({
+      maxSize: limit,
+      onError: () => {
+        throw tooLarge(limit, "JSON body");
+      },
+    }),
+    async (c, next) => {
+      if (c.req.raw.body !== null && JSON_MEDIA_TYPE.test(c.req.header("content-type") ?? "")) {
+        const bytes = new Uint8Array(await c.req.arrayBuffer());
+        if (jsonTextDeeperThan(bytes, JSON_BODY_MAX_DEPTH)) throw malformed(`the body is nested deeper than ${JSON_BODY_MAX_DEPTH} levels`);
+        try {
+          UTF8.decode(bytes);
+        } catch {
+          throw malformed("the body is not UTF-8");
+        }
+      }
+      await next();
+    },
+  ];
+}
+
+/** Why a body that passed `jsonBody` is not JSON after all: asked only when the validator could not parse it. */
+export async function notJson(text: Promise<string>): Promise<MamError> {
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-  } catch {
-    throw malformed("the body is not UTF-8");
-  }
-  try {
-    return JSON.parse(text);
+    JSON.parse(await text);
+    return malformed("the body is not valid JSON");
   } catch (e) {
-    throw malformed(`the body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+    return malformed(`the body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
   }
 }
 
@@ -117,40 +67,78 @@ function malformed(message: string): MamError {
 }
 
 /**
- * Validate a parsed value with one of core's (or the wire's) zod schemas. Issues
- * name each bad field under `where` (`body`, `query`, `path`). Problems that lie
- * wholly inside `side_effects` are side-effect errors (`input.sideEffect`), the
- * code the CLI gives them too.
+ * The report upload's limit, as it streams: Hono's `bodyLimit` would buffer a
+ * chunked body, and a report is hashed and stored while it arrives. A declared
+ * Content-Length over the limit is refused (413) before a byte is read; otherwise the
+ * route gets the body as an `Upload`, counted chunk by chunk.
  */
-export function validate<S extends z.ZodType>(schema: S, value: unknown, where: "body" | "query" | "path"): z.output<S> {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const issues = fieldIssues(r.error, where);
-  const sideEffect = r.error.issues.every((i) => {
-    const at = i.path.indexOf("side_effects");
-    return at >= 0 && i.path.length > at + 1;
-  });
-  const code = sideEffect
-    ? "input.sideEffect"
-    : where === "path" && r.error.issues.some((i) => i.path[0] === "job_id")
-      ? "input.jobId"
-      : "input.invalid";
-  const summary = issues.map((i) => `${i.path}: ${i.message}`).join("; ");
-  return fail(code, `invalid ${where}: ${summary}`, issues);
+export function reportBody(limit: number): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const declared = c.req.header("content-length");
+    if (declared !== undefined) {
+      if (!/^\d{1,16}$/.test(declared.trim())) {
+        throw new MamError("input.invalid", "Content-Length is not a byte count", {
+          issues: [{ path: "header.content-length", message: "not a non-negative integer" }],
+        });
+      }
+      if (Number(declared.trim()) > limit) throw tooLarge(limit, "report");
+    }
+    c.set("upload", new Upload(c.req.raw.body, limit));
+    await next();
+  };
 }
 
-/**
- * core's `zodIssues`, except that an unknown field is named by its own path
- * (`body.extra`) rather than by the object that holds it.
- */
-function fieldIssues(err: z.ZodError, where: string): FieldIssue[] {
-  return err.issues.flatMap((i) => {
-    if (i.code !== "unrecognized_keys") return zodIssues(new ZodError([i]), where);
-    const at = [where, ...i.path.map(String)].join(".");
-    return i.keys.map((k) => ({ path: `${at}.${k}`, message: "unknown field" }));
-  });
-}
+/** A request body handed on chunk by chunk, abandoned (and the peer's upload cancelled) once it passes its limit. */
+export class Upload {
+  readonly #body: ReadableStream<Uint8Array> | null;
+  readonly #limit: number;
+  #exceeded = false;
 
-function fail(code: "input.invalid" | "input.sideEffect" | "input.jobId", message: string, issues: FieldIssue[]): never {
-  throw new MamError(code, message, { issues });
+  constructor(body: ReadableStream<Uint8Array> | null, limit: number) {
+    this.#body = body;
+    this.#limit = limit;
+  }
+
+  /**
+   * `consume` gets the body's chunks (or no bytes, for a request without a body).
+   * Past the limit this throws 413, whatever `consume` made of the stream's error
+   * (a store may wrap it in its own).
+   */
+  async pipeTo<T>(consume: (body: AsyncIterable<Uint8Array> | Uint8Array) => Promise<T>): Promise<T> {
+    if (this.#body === null) return consume(new Uint8Array());
+    const chunks = this.#chunks(this.#body);
+    try {
+      return await consume(chunks);
+    } catch (e) {
+      if (this.#exceeded) throw tooLarge(this.#limit, "report");
+      throw e;
+    } finally {
+      await chunks.return(undefined);
+    }
+  }
+
+  async *#chunks(body: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
+    const reader = body.getReader();
+    let total = 0;
+    let finished = false;
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) {
+          finished = true;
+          return;
+        }
+        total += value.byteLength;
+        if (total > this.#limit) {
+          this.#exceeded = true;
+          throw tooLarge(this.#limit, "report");
+        }
+        yield value;
+      }
+    } finally {
+      // Stop the peer's upload when we gave up early (over the limit, or the consumer stopped).
+      if (!finished) await reader.cancel().catch(() => {});
+      reader.releaseLock();
+    }
+  }
 }

@@ -1,17 +1,16 @@
-export {
-  type Access,
-  type AgentBinding,
-  assertLatestAttempt,
-  authorize,
-  type PathParams,
-  ROUTE_PERMISSIONS,
-  type RouteKey,
-} from "./access.ts";
+export { type Access, type AgentBinding, assertLatestAttempt, authorize, type PathParams } from "./access.ts";
 export { type AppEnv, type AppOptions, createApp, DEFAULT_JSON_BODY_LIMIT, DEFAULT_REPORT_BODY_LIMIT } from "./app.ts";
 export { DOCS_ASSETS } from "./docs.ts";
-export { buildOpenApi, type OpenApiDocument } from "./openapi.ts";
-export { PROBLEM_CONTENT_TYPE, type Problem, type ProblemCode, ROUTING_PROBLEMS } from "./problem.ts";
-export { type Method, type OperationId, ROUTES, type RouteSpec } from "./routes.ts";
+export {
+  HTTP_STATUS,
+  PROBLEM_CONTENT_TYPE,
+  type Problem,
+  type ProblemCode,
+  RETRY_AFTER_SECONDS,
+  ROUTING_PROBLEMS,
+  statusOf,
+} from "./problem.ts";
+export { type Method, type OperationId, ROUTE_PERMISSIONS, ROUTES, type RouteKey } from "./routes/index.ts";
 export {
   createTokenService,
   type MintedAgentToken,

@@ -1,293 +1,223 @@
+import { createRoute, type RouteConfig } from "@hono/zod-openapi";
+import { ERROR_TABLE, type ErrorCode } from "@mam/core";
+import type { z } from "zod";
+import type { Access } from "./access.ts";
+import { EXAMPLE } from "./examples.ts";
 import {
-  AttemptId,
-  DecisionSchema,
-  DispatchRecordSchema,
-  DispatchRequestSchema,
-  ERROR_TABLE,
-  EventLogEntrySchema,
-  JobId,
-  JobRecordSchema,
-  ManifestSchema,
-  NotificationIntentSchema,
-  PublishEventRequestSchema,
-  RegisterJobSchema,
-  ScenarioSchema,
-  SideEffectSchema,
-  TransitionRequestSchema,
-} from "@mam/core";
-import * as z from "zod";
-import { type Access, ROUTE_PERMISSIONS } from "./access.ts";
-import { PROBLEM_CONTENT_TYPE, ROUTING_PROBLEMS } from "./problem.ts";
-import { ROUTES, type RouteSpec, routeKey } from "./routes.ts";
-import {
-  DispatchResponseSchema,
-  EvaluationRequestSchema,
-  EventLogSchema,
-  FinalizedSchema,
-  FinalizeRequestSchema,
-  GateResponseSchema,
-  HealthSchema,
-  JobPageSchema,
-  NotificationReleaseRequestSchema,
-  NotificationReleaseResultSchema,
-  ProblemSchema,
-  PublishEventResponseSchema,
-  RecoverySweepRequestSchema,
-  RecoverySweepResultSchema,
-  ScenarioInputSchema,
-  StagedReportSchema,
-  VerificationSchema,
-} from "./wire.ts";
+  HTTP_STATUS,
+  PROBLEM_CONTENT_TYPE,
+  type ProblemCode,
+  problemBody,
+  RETRY_AFTER_SECONDS,
+  ROUTING_PROBLEMS,
+  type RoutingCode,
+} from "./problem.ts";
+import { ProblemSchema } from "./wire.ts";
 
 /**
- * The OpenAPI 3.1 document, generated from the route table and the same zod
- * schemas the handlers validate with (`z.toJSONSchema`); nothing is written twice.
+ * One route, declared once: `@hono/zod-openapi`'s `createRoute` (path, query,
+ * headers and body schemas; every response; security), plus who may call it
+ * (`x-mam-access`, read by the app's access middleware and published in the
+ * document). The problem responses every route can give follow from the
+ * declaration: 400 when anything is validated, 401 and 403 when it is protected,
+ * 413 and 415 for a JSON body, 503 when a store is behind it, 500 always; `problems`
+ * adds the route's own (404, 409, 412...), each with an example.
  */
+export type MamRoute = RouteConfig & { readonly "x-mam-access": Access };
 
-type JsonSchema = Record<string, unknown>;
-export type OpenApiDocument = Record<string, unknown> & { paths: Record<string, Record<string, unknown>> };
-
-/** Named components: every schema a route refers to by name. */
-const COMPONENTS: readonly [string, z.ZodType][] = [
-  ["JobRecord", JobRecordSchema],
-  ["NotificationIntent", NotificationIntentSchema],
-  ["RegisterJob", RegisterJobSchema],
-  ["TransitionRequest", TransitionRequestSchema],
-  ["DispatchRequest", DispatchRequestSchema],
-  ["DispatchRecord", DispatchRecordSchema],
-  ["DispatchResponse", DispatchResponseSchema],
-  ["SideEffect", SideEffectSchema],
-  ["FinalizeRequest", FinalizeRequestSchema],
-  ["Manifest", ManifestSchema],
-  ["Finalized", FinalizedSchema],
-  ["StagedReport", StagedReportSchema],
-  ["Verification", VerificationSchema],
-  ["Scenario", ScenarioSchema],
-  ["EvaluationRequest", EvaluationRequestSchema],
-  ["Decision", DecisionSchema],
-  ["GateResponse", GateResponseSchema],
-  ["PublishEventRequest", PublishEventRequestSchema],
-  ["PublishEventResponse", PublishEventResponseSchema],
-  ["EventLogEntry", EventLogEntrySchema],
-  ["EventLog", EventLogSchema],
-  ["JobPage", JobPageSchema],
-  ["RecoverySweepRequest", RecoverySweepRequestSchema],
-  ["RecoverySweepResult", RecoverySweepResultSchema],
-  ["NotificationReleaseRequest", NotificationReleaseRequestSchema],
-  ["NotificationReleaseResult", NotificationReleaseResultSchema],
-  ["Health", HealthSchema],
-  ["Problem", ProblemSchema],
-];
-
-const REF = (name: string) => `#/components/schemas/${name}`;
-const SHARED = "#/components/schemas/__shared#/$defs/";
-
-function componentSchemas(): { schemas: Record<string, JsonSchema>; idOf: Map<z.ZodType, string> } {
-  const registry = z.registry<{ id: string }>();
-  const idOf = new Map<z.ZodType, string>();
-  for (const [id, schema] of COMPONENTS) {
-    registry.add(schema, { id });
-    idOf.set(schema, id);
+export function defineRoute<const R extends RouteConfig>(
+  access: Access,
+  config: R,
+  problems: readonly (number | Problem)[] = [],
+): R & { readonly "x-mam-access": Access } {
+  const own = new Map<number, Problem>();
+  for (const p of problems) {
+    const example = typeof p === "number" ? defaultProblem(p) : p;
+    own.set(example.status, example);
   }
-  const out = z.toJSONSchema(registry, {
-    target: "draft-2020-12",
-    io: "input",
-    unrepresentable: "any",
-    uri: REF,
-    // The gate reads the scenario raw; its documented shape is core's ScenarioSchema.
-    override: (ctx) => {
-      if (ctx.zodSchema === ScenarioInputSchema) {
-        for (const k of Object.keys(ctx.jsonSchema)) delete (ctx.jsonSchema as JsonSchema)[k];
-        Object.assign(ctx.jsonSchema, { $ref: REF("Scenario"), description: "read raw by the gate; a scenario it cannot read is a hold" });
-      }
-    },
-  }) as { schemas: Record<string, JsonSchema> };
-  return { schemas: liftShared(out.schemas), idOf };
-}
-
-/**
- * zod puts schemas shared between components (the recursive JSON value type) under
- * a `__shared` pseudo-component addressed as `__shared#/$defs/<n>`, which OpenAPI
- * tools cannot follow: lift each into a component of its own, merging identical ones.
- */
-function liftShared(schemas: Record<string, JsonSchema>): Record<string, JsonSchema> {
-  const shared = ((schemas.__shared as JsonSchema | undefined)?.$defs ?? {}) as Record<string, JsonSchema>;
-  delete schemas.__shared;
-  const names = new Map<string, string>();
-  const byShape = new Map<string, string>();
-  const lifted: Record<string, JsonSchema> = {};
-  for (const [def, schema] of Object.entries(shared)) {
-    const shape = JSON.stringify(schema).replaceAll(`"${SHARED}${def}"`, '"SELF"');
-    let name = byShape.get(shape);
-    if (name === undefined) {
-      name = byShape.size === 0 ? "JsonValue" : `JsonValue${byShape.size + 1}`;
-      byShape.set(shape, name);
-      lifted[name] = schema;
-    }
-    names.set(`${SHARED}${def}`, REF(name));
-  }
-  const rewrite = (v: unknown): unknown => {
-    if (Array.isArray(v)) return v.map(rewrite);
-    if (v === null || typeof v !== "object") return v;
-    const o: JsonSchema = {};
-    for (const [k, x] of Object.entries(v)) {
-      if (k === "$schema" || k === "$id") continue;
-      o[k] = k === "$ref" && typeof x === "string" ? (names.get(x) ?? x) : rewrite(x);
-    }
-    return o;
-  };
-  return rewrite({ ...schemas, ...lifted }) as Record<string, JsonSchema>;
-}
-
-function inline(schema: z.ZodType): JsonSchema {
-  const { $schema: _, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io: "input", unrepresentable: "any" }) as JsonSchema;
-  return rest;
-}
-
-const PATH_PARAM_DOCS: Record<string, { description: string; schema: () => JsonSchema }> = {
-  job_id: { description: "the job id", schema: () => inline(JobId) },
-  attempt: { description: "the attempt id: a positive integer", schema: () => inline(AttemptId) },
-  file: { description: "an asset file name", schema: () => ({ type: "string", pattern: "^[A-Za-z0-9._-]+$" }) },
-};
-
-function problemResponse(status: number): Record<string, unknown> {
-  const titles = [...Object.values(ERROR_TABLE), ...Object.values(ROUTING_PROBLEMS)].filter((e) => e.status === status).map((e) => e.title);
-  return {
-    description: titles.length > 0 ? titles.join("; ") : "Problem",
-    headers:
-      status === 401
-        ? { "WWW-Authenticate": { description: "Bearer challenge", schema: { type: "string" } }, ...REQUEST_ID_HEADER }
-        : REQUEST_ID_HEADER,
-    content: { [PROBLEM_CONTENT_TYPE]: { schema: { $ref: REF("Problem") } } },
-  };
-}
-
-const REQUEST_ID_HEADER = {
-  "X-Request-Id": { description: "the request id (the caller's, when it sent a sane one)", schema: { type: "string" } },
-};
-
-function accessText(access: Access): string {
-  if (access.kind === "public") return "Anyone.";
-  const agent =
-    access.agent === "job"
-      ? " or the job's agent token"
-      : access.agent === "attempt"
-        ? " or the agent token of this job and attempt"
-        : "; agent tokens are refused";
-  return `Operator token with the \`${access.scope}\` scope${agent}.`;
-}
-
-function operation(spec: RouteSpec, idOf: Map<z.ZodType, string>, limits: { json: number; report: number }): Record<string, unknown> {
-  const access: Access = ROUTE_PERMISSIONS[routeKey(spec)];
-  const ref = (schema: z.ZodType): JsonSchema => {
-    const id = idOf.get(schema);
-    return id === undefined ? inline(schema) : { $ref: REF(id) };
-  };
-  const parameters: Record<string, unknown>[] = spec.params.map((name) => {
-    const p = PATH_PARAM_DOCS[name]!;
-    return { name, in: "path", required: true, description: p.description, schema: p.schema() };
-  });
-  if (spec.query) {
-    const q = inline(spec.query) as { properties?: Record<string, JsonSchema>; required?: string[] };
-    for (const [name, schema] of Object.entries(q.properties ?? {})) {
-      const { description, ...rest } = schema;
-      parameters.push({
-        name,
-        in: "query",
-        required: (q.required ?? []).includes(name),
-        ...(description === undefined ? {} : { description }),
-        schema: rest,
-      });
-    }
-  }
-
-  const statuses = new Set<number>(spec.problems);
-  if (spec.params.includes("job_id") || spec.params.includes("attempt") || spec.query || spec.body) statuses.add(400);
-  if (spec.body?.kind === "json") {
-    statuses.add(413);
-    statuses.add(415);
-  }
-  if (spec.body?.kind === "report") statuses.add(413);
+  const request = config.request;
+  // A protected route's path names a job (and an attempt), refused 400 when it is not
+  // one; a public route's path names a file it looks up (404 when there is none).
+  const validated = request?.query ?? request?.headers ?? request?.body ?? (access.kind === "protected" ? request?.params : undefined);
+  const jsonBody = request?.body?.content["application/json"] !== undefined;
+  const statuses = new Set<number>(own.keys());
+  if (validated !== undefined) statuses.add(400);
+  if (request?.body !== undefined) statuses.add(413);
+  if (jsonBody) statuses.add(415);
   if (access.kind === "protected") {
     statuses.add(401);
     statuses.add(403);
+    statuses.add(503);
   }
   statuses.add(500);
-
-  const s = spec.success;
-  const successHeaders: Record<string, unknown> = { ...REQUEST_ID_HEADER };
-  if ("etag" in s && s.etag) successHeaders.ETag = { description: "the record's transition_seq, quoted", schema: { type: "string" } };
-  const successContent =
-    "schema" in s && s.schema !== undefined
-      ? { "application/json": { schema: ref(s.schema) } }
-      : { [("media" in s && s.media) || "application/octet-stream"]: { schema: { type: "string" } } };
-
-  const responses: Record<string, unknown> = {
-    [String(s.status)]: { description: s.description, headers: successHeaders, content: successContent },
-  };
-  for (const status of [...statuses].sort()) responses[String(status)] = problemResponse(status);
-
-  const op: Record<string, unknown> = {
-    operationId: spec.operationId,
-    summary: spec.summary,
-    description: [spec.description, accessText(access)].filter((x) => x !== undefined).join("\n\n"),
-    tags: [spec.tag],
-    parameters,
+  const responses: Record<string, unknown> = { ...config.responses };
+  if (validated !== undefined && !own.has(400)) own.set(400, badRequest(request));
+  for (const status of [...statuses].sort()) responses[String(status)] = problemResponse(own.get(status) ?? defaultProblem(status));
+  return createRoute({
+    ...config,
     responses,
     security: access.kind === "public" ? [] : [{ bearerAuth: [access.scope] }],
     "x-mam-access": access,
-  };
-  if (spec.body?.kind === "json") {
-    op.requestBody = {
-      required: spec.body.optional !== true,
-      description: `JSON, at most ${limits.json} bytes; unknown fields are refused`,
-      content: { "application/json": { schema: ref(spec.body.schema) } },
-    };
-  } else if (spec.body?.kind === "report") {
-    op.requestBody = {
-      required: true,
-      description: `The report body, at most ${limits.report} bytes, any content type`,
-      content: {
-        "text/markdown": { schema: { type: "string" } },
-        "*/*": { schema: { type: "string", contentMediaType: "application/octet-stream" } },
-      },
-    };
-  }
-  return op;
+  } as R & { "x-mam-access": Access });
 }
 
-export function buildOpenApi(opts: { jsonBodyLimit: number; reportBodyLimit: number }): OpenApiDocument {
-  const { schemas, idOf } = componentSchemas();
-  const paths: Record<string, Record<string, unknown>> = {};
-  for (const spec of ROUTES as readonly RouteSpec[]) {
-    paths[spec.path] ??= {};
-    paths[spec.path]![spec.method] = operation(spec, idOf, { json: opts.jsonBodyLimit, report: opts.reportBodyLimit });
+// ---- responses
+
+export const REQUEST_ID_HEADER = {
+  "X-Request-Id": {
+    description: "The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem.",
+    schema: { type: "string", pattern: "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", example: EXAMPLE.requestId },
+  },
+} as const;
+
+export const ETAG_HEADER = {
+  ETag: {
+    description: "The record's `transition_seq`, quoted: send it back as `If-Match` on a transition.",
+    schema: { type: "string", pattern: '^"[0-9]+"$', example: '"2"' },
+  },
+} as const;
+
+export const LOCATION_HEADER = {
+  Location: {
+    description: "Where the registered job is read.",
+    schema: { type: "string", example: `/v1/jobs/${EXAMPLE.jobId}` },
+  },
+} as const;
+
+/** A JSON answer: its schema, an example, and the headers it carries besides `X-Request-Id`. */
+export function jsonAnswer<S extends z.ZodType, const H extends object = Record<never, never>>(
+  description: string,
+  schema: S,
+  example: unknown,
+  headers?: H,
+): { description: string; headers: typeof REQUEST_ID_HEADER & H; content: { "application/json": { schema: S; example: unknown } } } {
+  return { description, headers: { ...REQUEST_ID_HEADER, ...(headers as H) }, content: { "application/json": { schema, example } } };
+}
+
+/** A JSON request body: its schema and named examples. */
+export function jsonRequest<S extends z.ZodType>(
+  schema: S,
+  examples: Record<string, { summary: string; value: unknown }>,
+  opts: { required?: boolean; description?: string } = {},
+) {
+  return {
+    required: opts.required ?? true,
+    description:
+      opts.description ??
+      "JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused.",
+    content: { "application/json": { schema, examples } },
+  };
+}
+
+// ---- problems
+
+export type Problem = ReturnType<typeof problemBody>;
+
+const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
+  "input.invalid": "invalid body: body.fields.progress: free-form progress: more than 8192 bytes of JSON",
+  "input.tooLarge": "the JSON body is larger than the limit of 1048576 bytes",
+  "input.unsupportedMediaType": 'this route takes application/json, not "text/plain"',
+  "auth.missing": "send Authorization: Bearer <token>",
+  "auth.forbidden": "this operator token lacks the write scope (it has read)",
+  "job.notFound": `no job ${EXAMPLE.jobId}`,
+  "job.preconditionFailed": `If-Match "1" does not match job ${EXAMPLE.jobId}'s transition_seq 2`,
+  "job.transitionConflict": `stale transition_seq: you expected 1, but job ${EXAMPLE.jobId} is at 2 (status running); re-read it and decide again`,
+  "store.unavailable": "the job store could not be reached; try again",
+  "route.notFound": `no asset "${EXAMPLE.file}.map"`,
+  internal: "an unexpected error occurred; quote the request id when reporting it",
+};
+
+const STATUS_EXAMPLE_CODE: Record<number, ProblemCode> = {
+  400: "input.invalid",
+  401: "auth.missing",
+  403: "auth.forbidden",
+  404: "job.notFound",
+  405: "route.methodNotAllowed",
+  409: "job.transitionConflict",
+  412: "job.preconditionFailed",
+  413: "input.tooLarge",
+  415: "input.unsupportedMediaType",
+  500: "internal",
+  503: "store.unavailable",
+};
+
+/** An example problem: the code given, or the commonest code of the status. */
+export function exampleProblem(
+  code: ProblemCode,
+  detail = EXAMPLE_DETAIL[code] ?? ERROR_TITLES[code],
+  extra: Parameters<typeof problemBody>[3] = {},
+): Problem {
+  const issues =
+    extra.issues ??
+    (code === "input.invalid"
+      ? [{ path: "body.fields.progress", message: "free-form progress: more than 8192 bytes of JSON" }]
+      : code === "input.tooLarge"
+        ? [{ path: "body", message: "at most 1048576 bytes" }]
+        : undefined);
+  const details =
+    extra.details ??
+    (code === "job.transitionConflict" || code === "job.preconditionFailed"
+      ? { current: EXAMPLE.runningJob }
+      : code === "auth.forbidden"
+        ? { required_scope: "write" }
+        : undefined);
+  return problemBody(
+    code,
+    detail,
+    { requestId: EXAMPLE.requestId, instance: `/v1/jobs/${EXAMPLE.jobId}` },
+    { ...(issues === undefined ? {} : { issues }), ...(details === undefined ? {} : { details }) },
+  );
+}
+
+/** A 400 of the kind the route's input gives: a bad field of its body, a bad job id in its path, a bad query parameter. */
+function badRequest(request: RouteConfig["request"]): Problem {
+  const bad = (code: "input.invalid" | "input.jobId", where: string, path: string, message: string) =>
+    exampleProblem(code, `invalid ${where}: ${path}: ${message}`, { issues: [{ path, message }] });
+  if (request?.body?.content["application/json"] !== undefined) return bad("input.invalid", "body", "body.colour", "unknown field");
+  if (request?.params !== undefined) return bad("input.jobId", "path", "path.job_id", JOB_ID_MESSAGE);
+  return bad("input.invalid", "query", "query.limit", "Too big: expected number to be <=200");
+}
+
+const JOB_ID_MESSAGE = "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit";
+
+function defaultProblem(status: number): Problem {
+  const code = STATUS_EXAMPLE_CODE[status];
+  if (code === undefined) throw new Error(`no example problem for status ${status}`);
+  return exampleProblem(code);
+}
+
+const ERROR_TITLES: Record<ProblemCode, string> = {
+  ...Object.fromEntries(Object.entries(ERROR_TABLE).map(([code, e]) => [code, e.title])),
+  ...Object.fromEntries(Object.entries(ROUTING_PROBLEMS).map(([code, e]) => [code, e.title])),
+} as Record<ProblemCode, string>;
+
+/** Every code answered with `status`, by title: a problem response's description. */
+function codesOf(status: number): string {
+  const codes = [
+    ...(Object.keys(HTTP_STATUS) as ErrorCode[]).filter((c) => HTTP_STATUS[c] === status),
+    ...(Object.keys(ROUTING_PROBLEMS) as RoutingCode[]).filter((c) => ROUTING_PROBLEMS[c].status === status),
+  ];
+  return codes.map((c) => `\`${c}\`: ${ERROR_TITLES[c]}`).join("; ");
+}
+
+export function problemResponse(example: Problem) {
+  const status = example.status;
+  const headers: Record<string, unknown> = { ...REQUEST_ID_HEADER };
+  if (status === 401 || status === 403) {
+    headers["WWW-Authenticate"] = {
+      description: "The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks.",
+      schema: { type: "string", example: 'Bearer realm="mam", error="insufficient_scope", scope="write"' },
+    };
+  }
+  if (status === 503) {
+    headers["Retry-After"] = {
+      description: "Seconds to wait before trying again: the store or the broker could not be reached.",
+      schema: { type: "integer", minimum: 1, example: RETRY_AFTER_SECONDS },
+    };
   }
   return {
-    openapi: "3.1.0",
-    info: {
-      title: "mam",
-      version: "1",
-      description:
-        "The job registry, report store and completion gate for delegated AI coding agents. " +
-        "Every error is `application/problem+json` (RFC 9457) with a stable `type` per `code`.",
-    },
-    servers: [{ url: "/" }],
-    security: [{ bearerAuth: [] }],
-    tags: ["jobs", "dispatch", "reports", "gate", "events", "operations", "meta"].map((name) => ({ name })),
-    paths,
-    components: {
-      schemas,
-      securitySchemes: {
-        bearerAuth: {
-          type: "http",
-          scheme: "bearer",
-          bearerFormat: "JWT",
-          description:
-            "Operator tokens carry scopes (read, write, gate, ops), listed as the roles each operation requires. " +
-            "Agent tokens are bound to one job and one attempt, and retired by a newer dispatch of the job.",
-        },
-      },
-    },
+    description: codesOf(status) || "Problem",
+    headers,
+    content: { [PROBLEM_CONTENT_TYPE]: { schema: ProblemSchema, example } },
   };
 }

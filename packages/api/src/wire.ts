@@ -1,8 +1,10 @@
+import { z } from "@hono/zod-openapi";
 import {
   ArtifactKind,
   AttemptId,
   DecisionSchema,
   DispatchRecordSchema,
+  DispatchRequestSchema,
   EVENT_PAGE_MAX_BYTES,
   EventLogEntrySchema,
   FREE_FORM_MAX_BYTES,
@@ -12,38 +14,68 @@ import {
   JobId,
   JobRecordSchema,
   ManifestSchema,
+  PublishEventRequestSchema,
+  RegisterJobSchema,
+  ScenarioSchema,
   SideEffectSchema,
   StatusSchema,
+  TransitionRequestSchema,
 } from "@mam/core";
-import * as z from "zod";
+import { EXAMPLE } from "./examples.ts";
 
 /**
  * The wire format: the request envelopes and responses the HTTP API adds around
- * core's schemas. Handlers type their responses with these, and the OpenAPI
- * document is generated from them, so the two cannot drift.
+ * core's schemas, and the names the OpenAPI document gives them. Routes declare
+ * their requests and answers with these, so validation, handler types and the
+ * document cannot drift.
  */
+
+/**
+ * One of core's schemas, ready to be named or described for the document. zod copies
+ * prototype methods onto each schema when it is made, and core makes its schemas
+ * before `@hono/zod-openapi` adds `.openapi()`: so a core schema is cloned here
+ * first (same definition, same checks) and the clone carries the metadata.
+ */
+function core<S extends z.ZodType>(schema: S): S {
+  return schema.clone() as S;
+}
 
 // ---- path and query
 
-export const PathParamsSchema = z.strictObject({
-  job_id: JobId.optional(),
-  attempt: z
-    .string()
-    .regex(/^[1-9][0-9]{0,6}$/, "an attempt is a positive integer")
-    .transform(Number)
-    .pipe(AttemptId)
-    .optional(),
-});
+/** Path parameters, as `createRoute` declares them (`{job_id}`, `{attempt}`). */
+export const JobIdParam = core(JobId).openapi({ param: { description: "The job id." }, example: EXAMPLE.jobId });
+export const AttemptParam = z
+  .string()
+  .regex(/^[1-9][0-9]{0,6}$/, "an attempt is a positive integer")
+  .transform(Number)
+  .pipe(AttemptId)
+  .openapi({ param: { description: "The attempt id: a positive integer, as recorded by its dispatch." }, example: "1" });
+export const JobPathSchema = z.strictObject({ job_id: JobIdParam });
+export const AttemptPathSchema = z.strictObject({ job_id: JobIdParam, attempt: AttemptParam });
+
+/**
+ * A query parameter as a form sends it: an empty one (`?status=`) is absent, and
+ * of a repeated one the first counts.
+ */
+function formValue<S extends z.ZodType>(schema: S) {
+  return z.preprocess((v) => {
+    const first = Array.isArray(v) ? v[0] : v;
+    return first === "" ? undefined : first;
+  }, schema);
+}
 
 export const ListJobsQuerySchema = z
   .strictObject({
-    status: StatusSchema.optional().describe("only jobs with this status"),
-    owed: z
-      .enum(["quarantined"])
-      .optional()
-      .describe("`quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`)"),
-    limit: z.coerce.number().int().min(1).max(200).default(50).describe("page size, 1..200"),
-    cursor: z.string().min(1).max(1024).optional().describe("`next_cursor` from the previous page"),
+    status: formValue(StatusSchema.optional()).openapi({ description: "Only jobs with this status.", example: "running" }),
+    owed: formValue(z.enum(["quarantined"]).optional()).openapi({
+      description: "`quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`).",
+      example: "quarantined",
+    }),
+    limit: formValue(z.coerce.number().int().min(1).max(200).default(50)).openapi({ description: "Page size, 1..200.", example: 20 }),
+    cursor: formValue(z.string().min(1).max(1024).optional()).openapi({
+      description: "`next_cursor` from the previous page.",
+      example: EXAMPLE.cursor,
+    }),
   })
   .refine((q) => q.owed === undefined || q.status === undefined, {
     path: ["owed"],
@@ -51,34 +83,77 @@ export const ListJobsQuerySchema = z
   });
 
 export const VerificationQuerySchema = z.strictObject({
-  expected_artifacts: z
-    .string()
-    .max(4096)
-    .transform((s) =>
-      s
-        .split(",")
-        .map((x) => x.trim())
-        .filter((x) => x !== ""),
-    )
-    .pipe(z.array(ArtifactKind).max(32))
-    .optional()
-    .describe("comma-separated artifact kinds that must be evidenced; the job's own list when absent"),
+  expected_artifacts: formValue(
+    z
+      .string()
+      .max(4096)
+      .transform((s) =>
+        s
+          .split(",")
+          .map((x) => x.trim())
+          .filter((x) => x !== ""),
+      )
+      .pipe(z.array(ArtifactKind).max(32))
+      .optional(),
+  ).openapi({
+    description: "Comma-separated artifact kinds that must be evidenced; the job's own list when absent.",
+    example: "commit,pull_request",
+  }),
 });
 
 export const ListEventsQuerySchema = z.strictObject({
-  limit: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(1000)
-    .default(1000)
-    .describe(`at most this many entries, oldest first; a page also stops at ${EVENT_PAGE_MAX_BYTES} bytes of entries`),
-  cursor: z.string().min(1).max(1024).optional().describe("`next_cursor` from the previous page"),
+  limit: formValue(z.coerce.number().int().min(1).max(1000).default(1000)).openapi({
+    description: `At most this many entries, oldest first; a page also stops at ${EVENT_PAGE_MAX_BYTES} bytes of entries.`,
+    example: 100,
+  }),
+  cursor: formValue(z.string().min(1).max(1024).optional()).openapi({
+    description: "`next_cursor` from the previous page.",
+    example: EXAMPLE.cursor,
+  }),
 });
+
+// ---- core's schemas, named in the document
+
+export const JobRecord = core(JobRecordSchema).openapi("JobRecord", {
+  description: "A job: its status, sequences, evidence and owed notification.",
+});
+export const Manifest = core(ManifestSchema).openapi("Manifest", { description: "A finalized report's manifest (`mam.manifest/v1`)." });
+export const DispatchRecord = core(DispatchRecordSchema).openapi("DispatchRecord");
+export const EventLogEntry = core(EventLogEntrySchema).openapi("EventLogEntry");
+export const Decision = core(DecisionSchema).openapi("Decision", { description: "The policy's decision on a scenario." });
+export const SideEffect = core(SideEffectSchema).openapi("SideEffect", {
+  description: "Evidence of an expected artifact: its kind and a reference.",
+});
+/** The scenario's documented shape; the gate reads what it is sent raw (EvaluationRequest). */
+export const Scenario = core(ScenarioSchema).openapi("Scenario", {
+  description: "What a watcher collected about one dispatch (`mam.scenario/v1`); unknown fields are kept and ignored.",
+});
+
+const SEQ_CONTRACT =
+  "The compare-and-swap on `transition_seq`: while CAS is on (`MAM_ENGINE_CAS=1`, the default), a transition needs the seq it expects, " +
+  "either here or as an `If-Match` header (the record's `ETag`); with neither it is a 400 naming both. A stale one is a 409 carrying the current record.";
 
 // ---- request bodies (core's schemas where core has one)
 
-export const FinalizeRequestSchema = z.strictObject({ side_effects: z.array(SideEffectSchema).max(64) });
+export const RegisterJob = core(RegisterJobSchema).openapi("RegisterJob", {
+  description: "A job to register. Without `job_id`, a lowercase UUID is generated.",
+});
+export const TransitionRequest = TransitionRequestSchema.extend({
+  expected_seq: core(TransitionRequestSchema.shape.expected_seq).openapi({ description: SEQ_CONTRACT, example: 2 }),
+}).openapi("TransitionRequest", { description: `A transition. ${SEQ_CONTRACT}` });
+export const DispatchRequest = core(DispatchRequestSchema).openapi("DispatchRequest", {
+  description: "A dispatch of the job: the attempt (greater than the latest) and where it runs.",
+});
+export const PublishEventRequest = PublishEventRequestSchema.extend({
+  expected_seq: core(PublishEventRequestSchema.shape.expected_seq).openapi({
+    description: "The `transition_seq` the event's transition expects; without it, the current one.",
+    example: 2,
+  }),
+}).openapi("PublishEventRequest", { description: "An agent's event: finalize first when asked, commit, log, publish, settle." });
+
+export const FinalizeRequestSchema = z
+  .strictObject({ side_effects: z.array(SideEffect).max(64) })
+  .openapi("FinalizeRequest", { description: "The side effects the report's manifest records." });
 
 const SCENARIO_BOUNDS = { maxBytes: FREE_FORM_MAX_BYTES.scenario, maxDepth: FREE_FORM_MAX_DEPTH, storable: false } as const;
 
@@ -89,133 +164,174 @@ const SCENARIO_BOUNDS = { maxBytes: FREE_FORM_MAX_BYTES.scenario, maxDepth: FREE
  * recursion, so the gate never holds a value that could overflow a stack.
  */
 export const ScenarioInputSchema = z.unknown().superRefine((value, ctx) => {
-  if (value === undefined) return;
+  if (value === undefined) return ctx.addIssue({ code: "custom", message: "required" });
   const issue = findJsonBoundsIssue(value, SCENARIO_BOUNDS);
   if (issue !== undefined) ctx.addIssue({ code: "custom", message: issue.message, path: [...issue.path] });
 });
-export const EvaluationRequestSchema = z.strictObject({ scenario: ScenarioInputSchema });
+export const EvaluationRequestSchema = z
+  .strictObject({
+    scenario: ScenarioInputSchema.openapi({
+      allOf: [{ $ref: "#/components/schemas/Scenario" }],
+      description: "Read raw by the gate: a scenario it cannot read is a hold (200), not a 400.",
+    }),
+  })
+  .openapi("EvaluationRequest");
 
-export const RecoverySweepRequestSchema = z.strictObject({});
+export const RecoverySweepRequestSchema = z.strictObject({}).openapi("RecoverySweepRequest", { description: "Nothing yet: `{}`." });
 
-export const NotificationReleaseRequestSchema = z.strictObject({
-  intent_id: z.string().min(1).max(128).optional().describe("release only if this is still the owed intent"),
-});
+export const NotificationReleaseRequestSchema = z
+  .strictObject({
+    intent_id: z.string().min(1).max(128).optional().describe("Release only if this is still the owed intent."),
+  })
+  .openapi("NotificationReleaseRequest");
 
 // ---- responses
 
-export const JobPageSchema = z.strictObject({
-  items: z.array(JobRecordSchema),
-  next_cursor: z.string().optional().describe("absent on the last page"),
-});
+export const JobPageSchema = z
+  .strictObject({
+    items: z.array(JobRecord),
+    next_cursor: z.string().optional().describe("absent on the last page"),
+  })
+  .openapi("JobPage");
 export type JobPage = z.infer<typeof JobPageSchema>;
 
-export const DispatchResponseSchema = z.strictObject({
-  dispatch: DispatchRecordSchema,
-  agent_token: z.string().describe("bearer token for this job and attempt only; retired by a newer dispatch"),
-  expires_at: IsoTime,
-});
+export const DispatchResponseSchema = z
+  .strictObject({
+    dispatch: DispatchRecord,
+    agent_token: z.string().describe("bearer token for this job and attempt only; retired by a newer dispatch"),
+    expires_at: IsoTime,
+  })
+  .openapi("DispatchResponse");
 export type DispatchResponse = z.infer<typeof DispatchResponseSchema>;
 
-export const StagedReportSchema = z.strictObject({
-  sha256: z.string().regex(/^[0-9a-f]{64}$/),
-  bytes: z.number().int().min(0),
-});
+export const StagedReportSchema = z
+  .strictObject({
+    sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    bytes: z.number().int().min(0),
+  })
+  .openapi("StagedReport");
 export type StagedReport = z.infer<typeof StagedReportSchema>;
 
-export const FinalizedSchema = z.strictObject({
-  manifest: ManifestSchema,
-  manifest_sha256: z.string().regex(/^[0-9a-f]{64}$/),
-});
+export const FinalizedSchema = z
+  .strictObject({
+    manifest: Manifest,
+    manifest_sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  })
+  .openapi("Finalized");
 export type FinalizedBody = z.infer<typeof FinalizedSchema>;
 
-export const VerificationSchema = z.strictObject({
-  ok: z.boolean(),
-  reason: z.string(),
-  manifest: ManifestSchema.nullable().describe("the manifest found, when one could be read"),
-  manifest_sha256: z
-    .string()
-    .regex(/^[0-9a-f]{64}$/)
-    .optional(),
-  pinned: z
-    .strictObject({
-      ok: z.boolean(),
-      reason: z.string(),
-      report_sha256: z.string().regex(/^[0-9a-f]{64}$/),
-      evidence_location: z.string(),
-    })
-    .optional()
-    .describe("once the job completed on this attempt: the write-once copy its completion pinned, re-hashed"),
-});
+export const VerificationSchema = z
+  .strictObject({
+    ok: z.boolean(),
+    reason: z.string(),
+    // A union, not `.nullable()`: zod-to-openapi renders a nullable named schema as
+    // a nullable component (or an allOf that cannot be null), and a `.describe()` on
+    // a named schema renames the component; so fields holding one carry neither.
+    manifest: z.union([Manifest, z.null()]),
+    manifest_sha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/)
+      .optional(),
+    pinned: z
+      .strictObject({
+        ok: z.boolean(),
+        reason: z.string(),
+        report_sha256: z.string().regex(/^[0-9a-f]{64}$/),
+        evidence_location: z.string(),
+      })
+      .optional()
+      .describe("once the job completed on this attempt: the write-once copy its completion pinned, re-hashed"),
+  })
+  .openapi("Verification");
 export type VerificationBody = z.infer<typeof VerificationSchema>;
 
-export const GateResponseSchema = z.strictObject({
-  committed: z.boolean(),
-  reason: z.string(),
-  decision: DecisionSchema.nullable().describe("the policy's decision, when the gate got that far"),
-  record: JobRecordSchema.optional().describe("the committed record, when it committed"),
-});
+export const GateResponseSchema = z
+  .strictObject({
+    committed: z.boolean(),
+    reason: z.string(),
+    decision: z.union([Decision, z.null()]),
+    record: JobRecord.optional(),
+  })
+  .openapi("GateResponse");
 export type GateResponse = z.infer<typeof GateResponseSchema>;
 
-export const PublishEventResponseSchema = z.strictObject({
-  record: JobRecordSchema,
-  published: z.boolean().describe("false: the commit stands and the notification stays owed for the recovery sweep"),
-  finalized: FinalizedSchema.optional(),
-  publish_error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
-  warnings: z.array(z.string()).optional().describe("what went wrong after the commit; the commit stands"),
-});
+export const PublishEventResponseSchema = z
+  .strictObject({
+    record: JobRecord,
+    published: z.boolean().describe("false: the commit stands and the notification stays owed for the recovery sweep"),
+    finalized: FinalizedSchema.optional(),
+    publish_error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
+    warnings: z.array(z.string()).optional().describe("what went wrong after the commit; the commit stands"),
+  })
+  .openapi("PublishEventResponse");
 export type PublishEventResponse = z.infer<typeof PublishEventResponseSchema>;
 
-export const EventLogSchema = z.strictObject({
-  items: z.array(EventLogEntrySchema),
-  next_cursor: z.string().optional().describe("absent on the last page"),
-});
+export const EventLogSchema = z
+  .strictObject({
+    items: z.array(EventLogEntry),
+    next_cursor: z.string().optional().describe("absent on the last page"),
+  })
+  .openapi("EventLog");
 export type EventLog = z.infer<typeof EventLogSchema>;
 
 const count = z.number().int().min(0);
 
-export const SweepIntentOutcomeSchema = z.strictObject({
-  job_id: z.string(),
-  intent_id: z.string(),
-  outcome: z
-    .enum(["sent", "failed", "quarantined", "deferred", "not_tried"])
-    .describe(
-      "sent: published and settled; failed: failed for a reason of its own, tried again after `retry_at`; quarantined: failed for the N-th time, not tried again until released; deferred: the broker or the store could not be reached (not counted; the sweep stopped); not_tried: the sweep stopped before it",
-    ),
-  error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
-  failures: z.number().int().min(1).optional().describe("failures of its own so far"),
-  retry_at: IsoTime.optional().describe("when the sweep tries it next"),
-});
+export const SweepIntentOutcomeSchema = z
+  .strictObject({
+    job_id: z.string(),
+    intent_id: z.string(),
+    outcome: z
+      .enum(["sent", "failed", "quarantined", "deferred", "not_tried"])
+      .describe(
+        "sent: published and settled; failed: failed for a reason of its own, tried again after `retry_at`; quarantined: failed for the N-th time, not tried again until released; deferred: the broker or the store could not be reached (not counted; the sweep stopped); not_tried: the sweep stopped before it",
+      ),
+    error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
+    failures: z.number().int().min(1).optional().describe("failures of its own so far"),
+    retry_at: IsoTime.optional().describe("when the sweep tries it next"),
+  })
+  .openapi("SweepIntentOutcome");
 
-export const RecoverySweepResultSchema = z.strictObject({
-  owed: count.describe("owed notifications due now that the sweep read (quarantined ones are not read)"),
-  sent: count,
-  failed: count.describe("tried, not delivered, still owed (outcomes failed and deferred)"),
-  quarantined: count.describe("quarantined by this sweep"),
-  not_tried: count,
-  results: z.array(SweepIntentOutcomeSchema).describe("one per intent read, in the order tried"),
-});
+export const RecoverySweepResultSchema = z
+  .strictObject({
+    owed: count.describe("owed notifications due now that the sweep read (quarantined ones are not read)"),
+    sent: count,
+    failed: count.describe("tried, not delivered, still owed (outcomes failed and deferred)"),
+    quarantined: count.describe("quarantined by this sweep"),
+    not_tried: count,
+    results: z.array(SweepIntentOutcomeSchema).describe("one per intent read, in the order tried"),
+  })
+  .openapi("RecoverySweepResult");
 export type RecoverySweepResult = z.infer<typeof RecoverySweepResultSchema>;
 
-export const NotificationReleaseResultSchema = z.strictObject({
-  released: z.boolean().describe("true: the owed notification's failures, backoff and quarantine were cleared; the next sweep tries it"),
-  reason: z.string(),
-  record: JobRecordSchema,
-});
+export const NotificationReleaseResultSchema = z
+  .strictObject({
+    released: z.boolean().describe("true: the owed notification's failures, backoff and quarantine were cleared; the next sweep tries it"),
+    reason: z.string(),
+    record: JobRecord,
+  })
+  .openapi("NotificationReleaseResult");
 export type NotificationReleaseResult = z.infer<typeof NotificationReleaseResultSchema>;
 
-export const HealthSchema = z.strictObject({ ok: z.literal(true) });
+export const HealthSchema = z.strictObject({ ok: z.literal(true) }).openapi("Health");
 
-export const FieldIssueSchema = z.strictObject({ path: z.string(), message: z.string() });
+export const FieldIssueSchema = z
+  .strictObject({
+    path: z.string().describe("The bad field, by dotted path from the request: `body.fields.progress`, `query.limit`."),
+    message: z.string(),
+  })
+  .openapi("FieldIssue");
 
 /** RFC 9457 problem details, with mam's extension members. */
-export const ProblemSchema = z.looseObject({
-  type: z.string().describe("stable URI per code"),
-  title: z.string(),
-  status: z.number().int(),
-  detail: z.string(),
-  code: z.string().describe("dotted error code, e.g. job.transitionConflict"),
-  instance: z.string().optional(),
-  request_id: z.string(),
-  errors: z.array(FieldIssueSchema).optional().describe("each bad field, by dotted path"),
-  current: JobRecordSchema.optional().describe("on 409/412: the record as it now stands"),
-});
+export const ProblemSchema = z
+  .looseObject({
+    type: z.string().describe("stable URI per code"),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string().describe("dotted error code, e.g. job.transitionConflict"),
+    instance: z.string().optional(),
+    request_id: z.string(),
+    errors: z.array(FieldIssueSchema).optional().describe("each bad field, by dotted path"),
+    current: JobRecord.optional(),
+  })
+  .openapi("Problem", { description: "RFC 9457 problem details, with mam's extension members." });

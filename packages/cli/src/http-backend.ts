@@ -34,7 +34,7 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
       await stageReport(client, jobId, input);
       return ok(
         client.POST("/v1/jobs/{job_id}/attempts/{attempt}/finalize", {
-          params: { path: { job_id: jobId, attempt: input.attemptId } },
+          params: { path: { job_id: jobId, attempt: String(input.attemptId) } },
           body: { side_effects: [...input.sideEffects] },
         }),
       );
@@ -52,7 +52,7 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
       return ok(
         client.GET("/v1/jobs/{job_id}/attempts/{attempt}/verification", {
           params: {
-            path: { job_id: jobId, attempt: input.attemptId },
+            path: { job_id: jobId, attempt: String(input.attemptId) },
             query: input.expectedArtifacts.length === 0 ? {} : { expected_artifacts: input.expectedArtifacts.join(",") },
           },
         }),
@@ -77,7 +77,7 @@ async function stageReport(client: MamClient, jobId: string, input: ReportInput)
   }
   await ok(
     client.PUT("/v1/jobs/{job_id}/attempts/{attempt}/report", {
-      params: { path: { job_id: jobId, attempt: input.attemptId } },
+      params: { path: { job_id: jobId, attempt: String(input.attemptId) } },
       // The document types a raw body as a string; the bytes go as they are, never
       // decoded (a report that is not valid UTF-8 must hash the same on both sides).
       body: "",

@@ -12,15 +12,13 @@ export interface paths {
     };
     /**
      * List jobs, newest first, paged
-     * @description Operator token with the `read` scope; agent tokens are refused.
+     * @description Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead.
      */
     get: operations["listJobs"];
     put?: never;
     /**
      * Register a job
      * @description Status `pending`, `transition_seq` 0. A `job_id` may be given; otherwise a lowercase UUID is generated.
-     *
-     *     Operator token with the `write` scope; agent tokens are refused.
      */
     post: operations["registerJob"];
     delete?: never;
@@ -39,8 +37,6 @@ export interface paths {
     /**
      * Read one job
      * @description `ETag` is the record's `transition_seq`, quoted; send it back as `If-Match` on a transition.
-     *
-     *     Operator token with the `read` scope or the job's agent token.
      */
     get: operations["getJob"];
     put?: never;
@@ -62,9 +58,7 @@ export interface paths {
     put?: never;
     /**
      * Apply a transition (compare-and-swap on transition_seq)
-     * @description A stale `expected_seq` is a 409 carrying the current record in `current`; a status that does not allow the action is a 409 too. An `If-Match` header that does not name the current `transition_seq` is a 412; when the body has no `expected_seq`, the `If-Match` seq is used as it. An agent may `claim`, `progress` (its own free-form fields only), `completed` and `error`.
-     *
-     *     Operator token with the `write` scope or the job's agent token.
+     * @description While CAS is on (the default), the seq the transition expects is required: `expected_seq` in the body, or an `If-Match` header (the record's `ETag`); with neither it is a 400 naming both. A stale `expected_seq` is a 409 carrying the current record in `current`; a status that does not allow the action is a 409 too. An `If-Match` that does not name the current `transition_seq` is a 412. An agent may `claim`, `progress` (its own free-form fields only), `completed` and `error`.
      */
     post: operations["transitionJob"];
     delete?: never;
@@ -84,9 +78,7 @@ export interface paths {
     put?: never;
     /**
      * Record a dispatch and mint the agent's token
-     * @description Write-once per attempt. The token is bound to this job and attempt; a newer dispatch of the job retires it.
-     *
-     *     Operator token with the `write` scope; agent tokens are refused.
+     * @description The attempt must be greater than the job's latest. The token is bound to this job and attempt; a newer dispatch of the job retires it.
      */
     post: operations["recordDispatch"];
     delete?: never;
@@ -105,9 +97,7 @@ export interface paths {
     get?: never;
     /**
      * Stage an attempt's report body
-     * @description The raw body (any content type; `text/markdown` typical), streamed to the report store as `report-final.md.tmp`. Refused once the job is terminal.
-     *
-     *     Operator token with the `write` scope or the agent token of this job and attempt.
+     * @description The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body is abandoned the moment it passes it. Refused once the job is terminal.
      */
     put: operations["stageReport"];
     post?: never;
@@ -128,7 +118,7 @@ export interface paths {
     put?: never;
     /**
      * Finalize an attempt's report: promote, hash, write the manifest
-     * @description Operator token with the `write` scope or the agent token of this job and attempt.
+     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest.
      */
     post: operations["finalizeReport"];
     delete?: never;
@@ -147,8 +137,6 @@ export interface paths {
     /**
      * Verify an attempt's manifest against the stored report
      * @description A failed verification is an answer (`ok: false` with the reason), not an error.
-     *
-     *     Operator token with the `read` scope; agent tokens are refused.
      */
     get: operations["verifyReport"];
     put?: never;
@@ -171,8 +159,6 @@ export interface paths {
     /**
      * The gate: evaluate a job against a scenario of collected evidence
      * @description A decision, commit or refusal, is a 200. The scenario is read by the gate fail-closed: one it cannot read is a hold, not a 400 — except one over 256 KiB of JSON or nested deeper than 16 levels, refused 400 before the gate runs.
-     *
-     *     Operator token with the `gate` scope; agent tokens are refused.
      */
     post: operations["evaluateJob"];
     delete?: never;
@@ -191,16 +177,12 @@ export interface paths {
     /**
      * Read the job's event log, oldest first, paged
      * @description A page holds at most `limit` entries and at most 1 MiB of them (always at least one); `next_cursor`, absent on the last page, fetches the next.
-     *
-     *     Operator token with the `read` scope or the job's agent token.
      */
     get: operations["listEvents"];
     put?: never;
     /**
      * Publish an agent event (finalize first when asked, commit, log, publish, settle)
      * @description A failed publish after the commit is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep.
-     *
-     *     Operator token with the `write` scope or the job's agent token.
      */
     post: operations["publishEvent"];
     delete?: never;
@@ -221,8 +203,6 @@ export interface paths {
     /**
      * Re-send every owed notification that is due
      * @description The body may be absent or `{}`. Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).
-     *
-     *     Operator token with the `ops` scope; agent tokens are refused.
      */
     post: operations["runRecoverySweep"];
     delete?: never;
@@ -243,8 +223,6 @@ export interface paths {
     /**
      * Release the job's owed notification from quarantine and backoff
      * @description Clears the owed intent's failure count, `retry_at` and `quarantined_at`, so the next sweep tries it. The body may be absent or `{}`; with `intent_id`, only that intent is released. Nothing to release is a 200 with `released: false`.
-     *
-     *     Operator token with the `ops` scope; agent tokens are refused.
      */
     post: operations["releaseNotification"];
     delete?: never;
@@ -262,7 +240,7 @@ export interface paths {
     };
     /**
      * This OpenAPI document
-     * @description Anyone.
+     * @description OpenAPI 3.1, generated from the same route declarations and zod schemas the API validates with.
      */
     get: operations["getOpenApi"];
     put?: never;
@@ -282,7 +260,7 @@ export interface paths {
     };
     /**
      * API docs (Swagger UI over /openapi.json)
-     * @description Anyone.
+     * @description Its assets are served by the app itself, from the swagger-ui-dist package (no CDN).
      */
     get: operations["getDocs"];
     put?: never;
@@ -302,7 +280,7 @@ export interface paths {
     };
     /**
      * A Swagger UI asset, served from the swagger-ui-dist package
-     * @description Anyone.
+     * @description One of: `swagger-ui.css`, `index.css`, `swagger-ui-bundle.js`, `swagger-ui-standalone-preset.js`, `favicon-32x32.png`, `favicon-16x16.png`, and `mam-docs.js`; anything else is a 404.
      */
     get: operations["getDocsAsset"];
     put?: never;
@@ -322,7 +300,7 @@ export interface paths {
     };
     /**
      * The dashboard's script and stylesheet
-     * @description Anyone.
+     * @description One of: `dashboard.js`, `dashboard.css`; anything else is a 404.
      */
     get: operations["getAsset"];
     put?: never;
@@ -342,7 +320,7 @@ export interface paths {
     };
     /**
      * Liveness
-     * @description Anyone.
+     * @description Answers while the process serves; it asks no store.
      */
     get: operations["getHealth"];
     put?: never;
@@ -362,7 +340,7 @@ export interface paths {
     };
     /**
      * The dashboard shell (its data needs a token)
-     * @description Anyone.
+     * @description A page that asks for an operator token and reads `GET /v1/jobs` with it.
      */
     get: operations["getDashboard"];
     put?: never;
@@ -377,173 +355,9 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
   schemas: {
-    JobRecord: {
-      job_id: string;
-      prompt: string;
-      agent: string;
-      /** @enum {string} */
-      role: "Worker" | "Reviewer";
-      /** @enum {string} */
-      status: "pending" | "running" | "completed" | "error" | "cancelled";
-      iteration: number;
-      transition_seq: number;
-      /** @default 0 */
-      evidence_seq: number;
-      latest_attempt?: number;
-      finalized_report?: {
-        attempt_id: number;
-        report_sha256: string;
-        manifest_sha256: string;
-        /** Format: date-time */
-        finalized_at: string;
-      };
-      expected_artifacts: string[];
-      auto_complete: boolean;
-      agent_session?: string;
-      /** @description free-form progress: at most 8192 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
-      progress?: {
-        [key: string]: unknown;
-      };
-      /** @constant */
-      completed_by?: "auto_complete";
-      completed_evidence?: {
-        attempt_id: number;
-        report_sha256: string;
-        manifest_sha256: string;
-        report_location: string;
-        evidence_location: string;
-        /** Format: date-time */
-        verified_at: string;
-      };
-      pending_notification?: components["schemas"]["NotificationIntent"];
-      /** Format: date-time */
-      created_at: string;
-      /** Format: date-time */
-      updated_at: string;
-    };
-    NotificationIntent: {
-      id: string;
-      event: string;
-      seq: number;
-      reason?: string;
-      /** @enum {string} */
-      by?: "agent" | "operator" | "gate";
-      /** Format: date-time */
-      created_at: string;
-      failures?: number;
-      /** Format: date-time */
-      retry_at?: string;
-      /** Format: date-time */
-      quarantined_at?: string;
-      last_error?: {
-        code: string;
-        message: string;
-        /** Format: date-time */
-        at: string;
-      };
-    };
-    RegisterJob: {
-      job_id?: string;
-      prompt: string;
-      agent: string;
-      /** @enum {string} */
-      role?: "Worker" | "Reviewer";
-      expected_artifacts?: string[];
-      auto_complete?: boolean;
-    };
-    TransitionRequest: {
-      /** @enum {string} */
-      action: "claim" | "progress" | "completed" | "error" | "cancel";
-      expected_seq?: number;
-      fields?: {
-        /** @description free-form progress: at most 8192 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
-        progress?: {
-          [key: string]: unknown;
-        };
-        agent_session?: string;
-        auto_complete?: boolean;
-        /** @enum {string} */
-        role?: "Worker" | "Reviewer";
-        expected_artifacts?: string[];
-      };
-      notify?: boolean;
-      reason?: string;
-    };
-    DispatchRequest: {
-      attempt_id: number;
-      agent_session_uuid: string;
-      pane_process_generation: number;
-      pane_id?: string;
-      anchor?: {
-        /** Format: date-time */
-        started_at?: string;
-        workspace_revision?: string;
-      };
-    };
-    DispatchRecord: {
-      job_id: string;
-      attempt_id: number;
-      agent_session_uuid: string;
-      pane_process_generation: number;
-      pane_id?: string;
-      anchor: {
-        /** Format: date-time */
-        started_at: string;
-        workspace_revision?: string;
-      };
-      /** Format: date-time */
-      recorded_at: string;
-    };
-    DispatchResponse: {
-      dispatch: components["schemas"]["DispatchRecord"];
-      /** @description bearer token for this job and attempt only; retired by a newer dispatch */
-      agent_token: string;
-      /** Format: date-time */
-      expires_at: string;
-    };
-    SideEffect: {
-      kind: string;
-      reference: string;
-    };
-    FinalizeRequest: {
-      side_effects: components["schemas"]["SideEffect"][];
-    };
-    Manifest: {
-      /** @constant */
-      schema: "mam.manifest/v1";
-      job_id: string;
-      attempt_id: number;
-      report_location: string;
-      sha256: string;
-      bytes: number;
-      side_effects: components["schemas"]["SideEffect"][];
-      /** Format: date-time */
-      finalized_at: string;
-    };
-    Finalized: {
-      manifest: components["schemas"]["Manifest"];
-      manifest_sha256: string;
-    };
-    StagedReport: {
-      sha256: string;
-      bytes: number;
-    };
-    Verification: {
-      ok: boolean;
-      reason: string;
-      /** @description the manifest found, when one could be read */
-      manifest: components["schemas"]["Manifest"] | null;
-      manifest_sha256?: string;
-      /** @description once the job completed on this attempt: the write-once copy its completion pinned, re-hashed */
-      pinned?: {
-        ok: boolean;
-        reason: string;
-        report_sha256: string;
-        evidence_location: string;
-      };
-    };
+    /** @description What a watcher collected about one dispatch (`mam.scenario/v1`); unknown fields are kept and ignored. */
     Scenario: {
-      /** @constant */
+      /** @enum {string} */
       schema: "mam.scenario/v1";
       dispatch_context: {
         job_id: string;
@@ -587,35 +401,225 @@ export interface components {
     } & {
       [key: string]: unknown;
     };
-    EvaluationRequest: {
-      /** @description read raw by the gate; a scenario it cannot read is a hold */
-      scenario: components["schemas"]["Scenario"];
+    /** @description A job: its status, sequences, evidence and owed notification. */
+    JobRecord: {
+      job_id: string;
+      prompt: string;
+      agent: string;
+      /** @enum {string} */
+      role: "Worker" | "Reviewer";
+      /** @enum {string} */
+      status: "pending" | "running" | "completed" | "error" | "cancelled";
+      iteration: number;
+      transition_seq: number;
+      /** @default 0 */
+      evidence_seq: number;
+      latest_attempt?: number;
+      finalized_report?: {
+        attempt_id: number;
+        report_sha256: string;
+        manifest_sha256: string;
+        /** Format: date-time */
+        finalized_at: string;
+      };
+      expected_artifacts: string[];
+      auto_complete: boolean;
+      agent_session?: string;
+      /** @description free-form progress: at most 8192 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
+      progress?: {
+        [key: string]: unknown;
+      };
+      /** @enum {string} */
+      completed_by?: "auto_complete";
+      completed_evidence?: {
+        attempt_id: number;
+        report_sha256: string;
+        manifest_sha256: string;
+        report_location: string;
+        evidence_location: string;
+        /** Format: date-time */
+        verified_at: string;
+      };
+      pending_notification?: {
+        id: string;
+        event: string;
+        seq: number;
+        reason?: string;
+        /** @enum {string} */
+        by?: "agent" | "operator" | "gate";
+        /** Format: date-time */
+        created_at: string;
+        failures?: number;
+        /** Format: date-time */
+        retry_at?: string;
+        /** Format: date-time */
+        quarantined_at?: string;
+        last_error?: {
+          code: string;
+          message: string;
+          /** Format: date-time */
+          at: string;
+        };
+      };
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      updated_at: string;
     };
+    /** @description RFC 9457 problem details, with mam's extension members. */
+    Problem: {
+      /** @description stable URI per code */
+      type: string;
+      title: string;
+      status: number;
+      detail: string;
+      /** @description dotted error code, e.g. job.transitionConflict */
+      code: string;
+      instance?: string;
+      request_id: string;
+      /** @description each bad field, by dotted path */
+      errors?: components["schemas"]["FieldIssue"][];
+      current?: components["schemas"]["JobRecord"];
+    } & {
+      [key: string]: unknown;
+    };
+    FieldIssue: {
+      /** @description The bad field, by dotted path from the request: `body.fields.progress`, `query.limit`. */
+      path: string;
+      message: string;
+    };
+    /** @description A job to register. Without `job_id`, a lowercase UUID is generated. */
+    RegisterJob: {
+      job_id?: string;
+      prompt: string;
+      agent: string;
+      /** @enum {string} */
+      role?: "Worker" | "Reviewer";
+      expected_artifacts?: string[];
+      auto_complete?: boolean;
+    };
+    JobPage: {
+      items: components["schemas"]["JobRecord"][];
+      /** @description absent on the last page */
+      next_cursor?: string;
+    };
+    /** @description A transition. The compare-and-swap on `transition_seq`: while CAS is on (`MAM_ENGINE_CAS=1`, the default), a transition needs the seq it expects, either here or as an `If-Match` header (the record's `ETag`); with neither it is a 400 naming both. A stale one is a 409 carrying the current record. */
+    TransitionRequest: {
+      /** @enum {string} */
+      action: "claim" | "progress" | "completed" | "error" | "cancel";
+      /**
+       * @description The compare-and-swap on `transition_seq`: while CAS is on (`MAM_ENGINE_CAS=1`, the default), a transition needs the seq it expects, either here or as an `If-Match` header (the record's `ETag`); with neither it is a 400 naming both. A stale one is a 409 carrying the current record.
+       * @example 2
+       */
+      expected_seq?: number;
+      fields?: {
+        /** @description free-form progress: at most 8192 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
+        progress?: {
+          [key: string]: unknown;
+        };
+        agent_session?: string;
+        auto_complete?: boolean;
+        /** @enum {string} */
+        role?: "Worker" | "Reviewer";
+        expected_artifacts?: string[];
+      };
+      notify?: boolean;
+      reason?: string;
+    };
+    DispatchResponse: {
+      dispatch: components["schemas"]["DispatchRecord"];
+      /** @description bearer token for this job and attempt only; retired by a newer dispatch */
+      agent_token: string;
+      /** Format: date-time */
+      expires_at: string;
+    };
+    DispatchRecord: {
+      job_id: string;
+      attempt_id: number;
+      agent_session_uuid: string;
+      pane_process_generation: number;
+      pane_id?: string;
+      anchor: {
+        /** Format: date-time */
+        started_at: string;
+        workspace_revision?: string;
+      };
+      /** Format: date-time */
+      recorded_at: string;
+    };
+    /** @description A dispatch of the job: the attempt (greater than the latest) and where it runs. */
+    DispatchRequest: {
+      attempt_id: number;
+      agent_session_uuid: string;
+      pane_process_generation: number;
+      pane_id?: string;
+      anchor?: {
+        /** Format: date-time */
+        started_at?: string;
+        workspace_revision?: string;
+      };
+    };
+    StagedReport: {
+      sha256: string;
+      bytes: number;
+    };
+    Finalized: {
+      manifest: components["schemas"]["Manifest"];
+      manifest_sha256: string;
+    };
+    /** @description A finalized report's manifest (`mam.manifest/v1`). */
+    Manifest: {
+      /** @enum {string} */
+      schema: "mam.manifest/v1";
+      job_id: string;
+      attempt_id: number;
+      report_location: string;
+      sha256: string;
+      bytes: number;
+      side_effects: {
+        kind: string;
+        reference: string;
+      }[];
+      /** Format: date-time */
+      finalized_at: string;
+    };
+    /** @description The side effects the report's manifest records. */
+    FinalizeRequest: {
+      side_effects: components["schemas"]["SideEffect"][];
+    };
+    /** @description Evidence of an expected artifact: its kind and a reference. */
+    SideEffect: {
+      kind: string;
+      reference: string;
+    };
+    Verification: {
+      ok: boolean;
+      reason: string;
+      manifest: components["schemas"]["Manifest"] | null;
+      manifest_sha256?: string;
+      /** @description once the job completed on this attempt: the write-once copy its completion pinned, re-hashed */
+      pinned?: {
+        ok: boolean;
+        reason: string;
+        report_sha256: string;
+        evidence_location: string;
+      };
+    };
+    GateResponse: {
+      committed: boolean;
+      reason: string;
+      decision: components["schemas"]["Decision"] | null;
+      record?: components["schemas"]["JobRecord"];
+    };
+    /** @description The policy's decision on a scenario. */
     Decision: {
       /** @enum {string} */
       decision: "candidate_approved" | "hold";
       reason: string;
     };
-    GateResponse: {
-      committed: boolean;
-      reason: string;
-      /** @description the policy's decision, when the gate got that far */
-      decision: components["schemas"]["Decision"] | null;
-      /** @description the committed record, when it committed */
-      record?: components["schemas"]["JobRecord"];
-    };
-    PublishEventRequest: {
-      /** @enum {string} */
-      event: "started" | "progress" | "completed" | "error";
-      expected_seq?: number;
-      finalize?: {
-        attempt_id: number;
-        side_effects: components["schemas"]["SideEffect"][];
-      };
-      /** @description the agent's event data: at most 16384 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
-      data?: {
-        [key: string]: unknown;
-      };
+    EvaluationRequest: {
+      /** @description Read raw by the gate: a scenario it cannot read is a hold (200), not a 400. */
+      scenario: components["schemas"]["Scenario"];
     };
     PublishEventResponse: {
       record: components["schemas"]["JobRecord"];
@@ -629,6 +633,32 @@ export interface components {
       /** @description what went wrong after the commit; the commit stands */
       warnings?: string[];
     };
+    /** @description An agent's event: finalize first when asked, commit, log, publish, settle. */
+    PublishEventRequest: {
+      /** @enum {string} */
+      event: "started" | "progress" | "completed" | "error";
+      /**
+       * @description The `transition_seq` the event's transition expects; without it, the current one.
+       * @example 2
+       */
+      expected_seq?: number;
+      finalize?: {
+        attempt_id: number;
+        side_effects: {
+          kind: string;
+          reference: string;
+        }[];
+      };
+      /** @description the agent's event data: at most 16384 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
+      data?: {
+        [key: string]: unknown;
+      };
+    };
+    EventLog: {
+      items: components["schemas"]["EventLogEntry"][];
+      /** @description absent on the last page */
+      next_cursor?: string;
+    };
     EventLogEntry: {
       job_id: string;
       /** Format: date-time */
@@ -640,17 +670,6 @@ export interface components {
         [key: string]: unknown;
       };
     };
-    EventLog: {
-      items: components["schemas"]["EventLogEntry"][];
-      /** @description absent on the last page */
-      next_cursor?: string;
-    };
-    JobPage: {
-      items: components["schemas"]["JobRecord"][];
-      /** @description absent on the last page */
-      next_cursor?: string;
-    };
-    RecoverySweepRequest: Record<string, never>;
     RecoverySweepResult: {
       /** @description owed notifications due now that the sweep read (quarantined ones are not read) */
       owed: number;
@@ -661,60 +680,60 @@ export interface components {
       quarantined: number;
       not_tried: number;
       /** @description one per intent read, in the order tried */
-      results: {
-        job_id: string;
-        intent_id: string;
-        /**
-         * @description sent: published and settled; failed: failed for a reason of its own, tried again after `retry_at`; quarantined: failed for the N-th time, not tried again until released; deferred: the broker or the store could not be reached (not counted; the sweep stopped); not_tried: the sweep stopped before it
-         * @enum {string}
-         */
-        outcome: "sent" | "failed" | "quarantined" | "deferred" | "not_tried";
-        error?: {
-          code: string;
-          message: string;
-        };
-        /** @description failures of its own so far */
-        failures?: number;
-        /**
-         * Format: date-time
-         * @description when the sweep tries it next
-         */
-        retry_at?: string;
-      }[];
+      results: components["schemas"]["SweepIntentOutcome"][];
     };
-    NotificationReleaseRequest: {
-      /** @description release only if this is still the owed intent */
-      intent_id?: string;
+    SweepIntentOutcome: {
+      job_id: string;
+      intent_id: string;
+      /**
+       * @description sent: published and settled; failed: failed for a reason of its own, tried again after `retry_at`; quarantined: failed for the N-th time, not tried again until released; deferred: the broker or the store could not be reached (not counted; the sweep stopped); not_tried: the sweep stopped before it
+       * @enum {string}
+       */
+      outcome: "sent" | "failed" | "quarantined" | "deferred" | "not_tried";
+      error?: {
+        code: string;
+        message: string;
+      };
+      /** @description failures of its own so far */
+      failures?: number;
+      /**
+       * Format: date-time
+       * @description when the sweep tries it next
+       */
+      retry_at?: string;
     };
+    /** @description Nothing yet: `{}`. */
+    RecoverySweepRequest: Record<string, never>;
     NotificationReleaseResult: {
       /** @description true: the owed notification's failures, backoff and quarantine were cleared; the next sweep tries it */
       released: boolean;
       reason: string;
       record: components["schemas"]["JobRecord"];
     };
-    Health: {
-      /** @constant */
-      ok: true;
+    NotificationReleaseRequest: {
+      /** @description Release only if this is still the owed intent. */
+      intent_id?: string;
     };
-    Problem: {
-      /** @description stable URI per code */
-      type: string;
-      title: string;
-      status: number;
-      detail: string;
-      /** @description dotted error code, e.g. job.transitionConflict */
-      code: string;
-      instance?: string;
-      request_id: string;
-      /** @description each bad field, by dotted path */
-      errors?: {
-        path: string;
-        message: string;
-      }[];
-      /** @description on 409/412: the record as it now stands */
-      current?: components["schemas"]["JobRecord"];
+    /** @description An OpenAPI 3.1 document. */
+    OpenApiDocument: {
+      openapi: string;
+      info: {
+        title: string;
+        version: string;
+      } & {
+        [key: string]: unknown;
+      };
+      paths: {
+        [key: string]: {
+          [key: string]: unknown;
+        };
+      };
     } & {
       [key: string]: unknown;
+    };
+    Health: {
+      /** @enum {boolean} */
+      ok: true;
     };
   };
   responses: never;
@@ -728,13 +747,13 @@ export interface operations {
   listJobs: {
     parameters: {
       query?: {
-        /** @description only jobs with this status */
+        /** @description Only jobs with this status. */
         status?: "pending" | "running" | "completed" | "error" | "cancelled";
-        /** @description `quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`) */
+        /** @description `quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`). */
         owed?: "quarantined";
-        /** @description page size, 1..200 */
+        /** @description Page size, 1..200. */
         limit?: number;
-        /** @description `next_cursor` from the previous page */
+        /** @description `next_cursor` from the previous page. */
         cursor?: string;
       };
       header?: never;
@@ -743,60 +762,167 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description One page of jobs */
+      /** @description One page of jobs. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "items": [
+           *         {
+           *           "job_id": "job-4f2a",
+           *           "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *           "agent": "claude-code",
+           *           "role": "Worker",
+           *           "status": "running",
+           *           "iteration": 1,
+           *           "transition_seq": 2,
+           *           "evidence_seq": 1,
+           *           "latest_attempt": 1,
+           *           "expected_artifacts": [
+           *             "commit"
+           *           ],
+           *           "auto_complete": true,
+           *           "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *           "progress": {
+           *             "step": "running the unit tests",
+           *             "done": 3,
+           *             "of": 5
+           *           },
+           *           "created_at": "2026-11-20T09:58:00.000Z",
+           *           "updated_at": "2026-11-20T10:02:41.000Z"
+           *         }
+           *       ],
+           *       "next_cursor": "eyJ1IjoiMjAyNi0xMS0yMFQxMDowMjo0MS4wMDBaIiwiaSI6ImpvYi00ZjJhIn0"
+           *     }
+           */
           "application/json": components["schemas"]["JobPage"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid query: query.limit: Too big: expected number to be <=200",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "query.limit",
+           *           "message": "Too big: expected number to be <=200"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -809,102 +935,238 @@ export interface operations {
       path?: never;
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
     requestBody: {
       content: {
         "application/json": components["schemas"]["RegisterJob"];
       };
     };
     responses: {
-      /** @description The registered job */
+      /** @description The registered job. */
       201: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description the record's transition_seq, quoted */
+          /** @description The record's `transition_seq`, quoted: send it back as `If-Match` on a transition. */
           ETag?: string;
+          /** @description Where the registered job is read. */
+          Location?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "job_id": "job-4f2a",
+           *       "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *       "agent": "claude-code",
+           *       "role": "Worker",
+           *       "status": "pending",
+           *       "iteration": 1,
+           *       "transition_seq": 0,
+           *       "evidence_seq": 0,
+           *       "expected_artifacts": [
+           *         "commit"
+           *       ],
+           *       "auto_complete": true,
+           *       "created_at": "2026-11-20T09:58:00.000Z",
+           *       "updated_at": "2026-11-20T09:58:00.000Z"
+           *     }
+           */
           "application/json": components["schemas"]["JobRecord"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The job already exists; The job moved on: stale transition_seq; The job's status does not allow this transition; The job's evidence moved on: another report write, finalize or dispatch landed first; The job expects evidence that is not there; That attempt was already dispatched; The attempt is not greater than the job's latest dispatched attempt; The job is terminal; its report tree is frozen; Reports are accepted only for the job's latest attempt; The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
       409: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.exists",
+           *       "title": "The job already exists",
+           *       "status": 409,
+           *       "detail": "job job-4f2a already exists",
+           *       "code": "job.exists",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -915,80 +1177,193 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
     requestBody?: never;
     responses: {
-      /** @description The job record */
+      /** @description The job record. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description the record's transition_seq, quoted */
+          /** @description The record's `transition_seq`, quoted: send it back as `If-Match` on a transition. */
           ETag?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "job_id": "job-4f2a",
+           *       "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *       "agent": "claude-code",
+           *       "role": "Worker",
+           *       "status": "running",
+           *       "iteration": 1,
+           *       "transition_seq": 2,
+           *       "evidence_seq": 1,
+           *       "latest_attempt": 1,
+           *       "expected_artifacts": [
+           *         "commit"
+           *       ],
+           *       "auto_complete": true,
+           *       "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *       "progress": {
+           *         "step": "running the unit tests",
+           *         "done": 3,
+           *         "of": 5
+           *       },
+           *       "created_at": "2026-11-20T09:58:00.000Z",
+           *       "updated_at": "2026-11-20T10:02:41.000Z"
+           *     }
+           */
           "application/json": components["schemas"]["JobRecord"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -997,131 +1372,343 @@ export interface operations {
   transitionJob: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description The `ETag` of the record the transition is decided on (`"2"`), or `*`. One that does not name the current `transition_seq` is a 412 carrying the current record. Without `expected_seq` in the body, its seq is the compare-and-swap's. */
+        "If-Match"?: string;
+      };
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
     requestBody: {
       content: {
         "application/json": components["schemas"]["TransitionRequest"];
       };
     };
     responses: {
-      /** @description The committed record */
+      /** @description The committed record. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description the record's transition_seq, quoted */
+          /** @description The record's `transition_seq`, quoted: send it back as `If-Match` on a transition. */
           ETag?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "job_id": "job-4f2a",
+           *       "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *       "agent": "claude-code",
+           *       "role": "Worker",
+           *       "status": "running",
+           *       "iteration": 1,
+           *       "transition_seq": 2,
+           *       "evidence_seq": 1,
+           *       "latest_attempt": 1,
+           *       "expected_artifacts": [
+           *         "commit"
+           *       ],
+           *       "auto_complete": true,
+           *       "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *       "progress": {
+           *         "step": "running the unit tests",
+           *         "done": 3,
+           *         "of": 5
+           *       },
+           *       "created_at": "2026-11-20T09:58:00.000Z",
+           *       "updated_at": "2026-11-20T10:02:41.000Z"
+           *     }
+           */
           "application/json": components["schemas"]["JobRecord"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "expected_seq is required: send it in the body, or the record's ETag as an If-Match header (every transition is compare-and-swap on transition_seq)",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.expected_seq",
+           *           "message": "required"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The job already exists; The job moved on: stale transition_seq; The job's status does not allow this transition; The job's evidence moved on: another report write, finalize or dispatch landed first; The job expects evidence that is not there; That attempt was already dispatched; The attempt is not greater than the job's latest dispatched attempt; The job is terminal; its report tree is frozen; Reports are accepted only for the job's latest attempt; The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
       409: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "current": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "running",
+           *         "iteration": 1,
+           *         "transition_seq": 2,
+           *         "evidence_seq": 1,
+           *         "latest_attempt": 1,
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "progress": {
+           *           "step": "running the unit tests",
+           *           "done": 3,
+           *           "of": 5
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:02:41.000Z"
+           *       },
+           *       "type": "https://mam.dev/problems/job.transitionConflict",
+           *       "title": "The job moved on: stale transition_seq",
+           *       "status": 409,
+           *       "detail": "stale transition_seq: you expected 1, but job job-4f2a is at 2 (status running); re-read it and decide again",
+           *       "code": "job.transitionConflict",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description If-Match does not match the job's transition_seq */
+      /** @description `job.preconditionFailed`: If-Match does not match the job's transition_seq */
       412: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "current": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "running",
+           *         "iteration": 1,
+           *         "transition_seq": 2,
+           *         "evidence_seq": 1,
+           *         "latest_attempt": 1,
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "progress": {
+           *           "step": "running the unit tests",
+           *           "done": 3,
+           *           "of": 5
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:02:41.000Z"
+           *       },
+           *       "type": "https://mam.dev/problems/job.preconditionFailed",
+           *       "title": "If-Match does not match the job's transition_seq",
+           *       "status": 412,
+           *       "detail": "If-Match \"1\" does not match job job-4f2a's transition_seq 2",
+           *       "code": "job.preconditionFailed",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1132,116 +1719,261 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
     requestBody: {
       content: {
         "application/json": components["schemas"]["DispatchRequest"];
       };
     };
     responses: {
-      /** @description The dispatch and the agent's token */
+      /** @description The dispatch and the agent's token. */
       201: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "dispatch": {
+           *         "job_id": "job-4f2a",
+           *         "attempt_id": 1,
+           *         "agent_session_uuid": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "pane_process_generation": 3,
+           *         "pane_id": "%12",
+           *         "anchor": {
+           *           "started_at": "2026-11-20T09:59:00Z",
+           *           "workspace_revision": "a1b2c3d"
+           *         },
+           *         "recorded_at": "2026-11-20T09:59:02.000Z"
+           *       },
+           *       "agent_token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJtYW0iLCJraW5kIjoiYWdlbnQiLCJqdGkiOiI1ZTNhIiwiaWF0IjoxNzk1MTcyNDAwLCJleHAiOjE3OTUyNTg4MDAsImpvYl9pZCI6ImpvYi00ZjJhIiwiYXR0ZW1wdF9pZCI6MX0.q0b5Yw8hJ1mN3kR6tV9xA2cE4gI7lO0pS3uW5yZ8bDf",
+           *       "expires_at": "2026-11-21T09:59:02.000Z"
+           *     }
+           */
           "application/json": components["schemas"]["DispatchResponse"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The job already exists; The job moved on: stale transition_seq; The job's status does not allow this transition; The job's evidence moved on: another report write, finalize or dispatch landed first; The job expects evidence that is not there; That attempt was already dispatched; The attempt is not greater than the job's latest dispatched attempt; The job is terminal; its report tree is frozen; Reports are accepted only for the job's latest attempt; The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
       409: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/dispatch.outOfOrder",
+           *       "title": "The attempt is not greater than the job's latest dispatched attempt",
+           *       "status": 409,
+           *       "detail": "attempt 1 is not greater than job job-4f2a's latest dispatched attempt 1",
+           *       "code": "dispatch.outOfOrder",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1252,108 +1984,235 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
-        /** @description the attempt id: a positive integer */
-        attempt: number;
+        /** @description The attempt id: a positive integer, as recorded by its dispatch. */
+        attempt: string;
       };
       cookie?: never;
     };
-    /** @description The report body, at most 10485760 bytes, any content type */
+    /** @description The report, at most the configured report limit (`MAM_REPORT_BODY_LIMIT`, 10 MiB by default), any content type. */
     requestBody: {
       content: {
+        /**
+         * @example # Report
+         *
+         *     Fixed the race in tests/unit/engine.test.ts (commit a1b2c3d); the suite passes 50 runs in a row.
+         */
         "text/markdown": string;
-        "*/*": string;
+        "application/octet-stream": string;
       };
     };
     responses: {
-      /** @description The staged body's digest */
+      /** @description The staged body's digest and size. */
       201: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *       "bytes": 107
+           *     }
+           */
           "application/json": components["schemas"]["StagedReport"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/dispatch.notFound",
+           *       "title": "No such dispatch",
+           *       "status": 404,
+           *       "detail": "job job-4f2a has no recorded dispatch for attempt 2",
+           *       "code": "dispatch.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The job already exists; The job moved on: stale transition_seq; The job's status does not allow this transition; The job's evidence moved on: another report write, finalize or dispatch landed first; The job expects evidence that is not there; That attempt was already dispatched; The attempt is not greater than the job's latest dispatched attempt; The job is terminal; its report tree is frozen; Reports are accepted only for the job's latest attempt; The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
       409: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/report.frozen",
+           *       "title": "The job is terminal; its report tree is frozen",
+           *       "status": 409,
+           *       "detail": "job job-4f2a is completed: its report tree and dispatches are frozen",
+           *       "code": "report.frozen",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the report is larger than the limit of 10485760 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 10485760 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1364,118 +2223,265 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
-        /** @description the attempt id: a positive integer */
-        attempt: number;
+        /** @description The attempt id: a positive integer, as recorded by its dispatch. */
+        attempt: string;
       };
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
     requestBody: {
       content: {
         "application/json": components["schemas"]["FinalizeRequest"];
       };
     };
     responses: {
-      /** @description The manifest written */
+      /** @description The manifest written. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "manifest": {
+           *         "schema": "mam.manifest/v1",
+           *         "job_id": "job-4f2a",
+           *         "attempt_id": 1,
+           *         "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *         "sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *         "bytes": 107,
+           *         "side_effects": [
+           *           {
+           *             "kind": "commit",
+           *             "reference": "a1b2c3d"
+           *           }
+           *         ],
+           *         "finalized_at": "2026-11-20T10:05:20.000Z"
+           *       },
+           *       "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b"
+           *     }
+           */
           "application/json": components["schemas"]["Finalized"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/report.notFound",
+           *       "title": "No report to finalize",
+           *       "status": 404,
+           *       "detail": "no staged report for attempt 1 of job job-4f2a",
+           *       "code": "report.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The job already exists; The job moved on: stale transition_seq; The job's status does not allow this transition; The job's evidence moved on: another report write, finalize or dispatch landed first; The job expects evidence that is not there; That attempt was already dispatched; The attempt is not greater than the job's latest dispatched attempt; The job is terminal; its report tree is frozen; Reports are accepted only for the job's latest attempt; The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
       409: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/report.frozen",
+           *       "title": "The job is terminal; its report tree is frozen",
+           *       "status": 409,
+           *       "detail": "job job-4f2a is completed: its report tree and dispatches are frozen",
+           *       "code": "report.frozen",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1484,85 +2490,201 @@ export interface operations {
   verifyReport: {
     parameters: {
       query?: {
-        /** @description comma-separated artifact kinds that must be evidenced; the job's own list when absent */
+        /** @description Comma-separated artifact kinds that must be evidenced; the job's own list when absent. */
         expected_artifacts?: string;
       };
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
-        /** @description the attempt id: a positive integer */
-        attempt: number;
+        /** @description The attempt id: a positive integer, as recorded by its dispatch. */
+        attempt: string;
       };
       cookie?: never;
     };
     requestBody?: never;
     responses: {
-      /** @description The verification */
+      /** @description The verification. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "ok": true,
+           *       "reason": "verified",
+           *       "manifest": {
+           *         "schema": "mam.manifest/v1",
+           *         "job_id": "job-4f2a",
+           *         "attempt_id": 1,
+           *         "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *         "sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *         "bytes": 107,
+           *         "side_effects": [
+           *           {
+           *             "kind": "commit",
+           *             "reference": "a1b2c3d"
+           *           }
+           *         ],
+           *         "finalized_at": "2026-11-20T10:05:20.000Z"
+           *       },
+           *       "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *       "pinned": {
+           *         "ok": true,
+           *         "reason": "verified",
+           *         "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *         "evidence_location": "mam-file:///reports/job-4f2a/1/evidence/44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5"
+           *       }
+           *     }
+           */
           "application/json": components["schemas"]["Verification"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1573,105 +2695,272 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
     requestBody: {
       content: {
         "application/json": components["schemas"]["EvaluationRequest"];
       };
     };
     responses: {
-      /** @description The gate's answer */
+      /** @description The gate's answer: committed, or the first reason it refused. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "committed": true,
+           *       "reason": "completed on evidence",
+           *       "decision": {
+           *         "decision": "candidate_approved",
+           *         "reason": "quiescent for 40 s after the last working observation; manifest committed"
+           *       },
+           *       "record": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "completed",
+           *         "iteration": 1,
+           *         "transition_seq": 3,
+           *         "evidence_seq": 3,
+           *         "latest_attempt": 1,
+           *         "finalized_report": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "finalized_at": "2026-11-20T10:05:20.000Z"
+           *         },
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "completed_by": "auto_complete",
+           *         "completed_evidence": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *           "evidence_location": "mam-file:///reports/job-4f2a/1/evidence/44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "verified_at": "2026-11-20T10:06:30.000Z"
+           *         },
+           *         "pending_notification": {
+           *           "id": "0f8e2c4a-1b3d-4e5f-8a9b-7c6d5e4f3a2b",
+           *           "event": "completed",
+           *           "seq": 3,
+           *           "reason": "auto_complete",
+           *           "by": "gate",
+           *           "created_at": "2026-11-20T10:06:30.000Z"
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:06:30.000Z"
+           *       }
+           *     }
+           */
           "application/json": components["schemas"]["GateResponse"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1680,85 +2969,195 @@ export interface operations {
   listEvents: {
     parameters: {
       query?: {
-        /** @description at most this many entries, oldest first; a page also stops at 1048576 bytes of entries */
+        /** @description At most this many entries, oldest first; a page also stops at 1048576 bytes of entries. */
         limit?: number;
-        /** @description `next_cursor` from the previous page */
+        /** @description `next_cursor` from the previous page. */
         cursor?: string;
       };
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
     requestBody?: never;
     responses: {
-      /** @description One page of the event log */
+      /** @description One page of the event log. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "items": [
+           *         {
+           *           "job_id": "job-4f2a",
+           *           "at": "2026-11-20T10:05:21.000Z",
+           *           "id": "2026-11-20T10:05:21.000Z#0001",
+           *           "event": "publish_event",
+           *           "data": {
+           *             "event": "completed",
+           *             "seq": 3,
+           *             "data": {
+           *               "summary": "flaky test fixed",
+           *               "commits": [
+           *                 "a1b2c3d"
+           *               ]
+           *             }
+           *           }
+           *         }
+           *       ]
+           *     }
+           */
           "application/json": components["schemas"]["EventLog"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1769,116 +3168,327 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
     requestBody: {
       content: {
         "application/json": components["schemas"]["PublishEventRequest"];
       };
     };
     responses: {
-      /** @description The committed record and the publish outcome */
+      /** @description The committed record and the publish outcome. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "record": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "completed",
+           *         "iteration": 1,
+           *         "transition_seq": 3,
+           *         "evidence_seq": 3,
+           *         "latest_attempt": 1,
+           *         "finalized_report": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "finalized_at": "2026-11-20T10:05:20.000Z"
+           *         },
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "completed_evidence": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *           "evidence_location": "mam-file:///reports/job-4f2a/1/evidence/44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "verified_at": "2026-11-20T10:06:30.000Z"
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:06:30.000Z"
+           *       },
+           *       "published": true,
+           *       "finalized": {
+           *         "manifest": {
+           *           "schema": "mam.manifest/v1",
+           *           "job_id": "job-4f2a",
+           *           "attempt_id": 1,
+           *           "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *           "sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "bytes": 107,
+           *           "side_effects": [
+           *             {
+           *               "kind": "commit",
+           *               "reference": "a1b2c3d"
+           *             }
+           *           ],
+           *           "finalized_at": "2026-11-20T10:05:20.000Z"
+           *         },
+           *         "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b"
+           *       }
+           *     }
+           */
           "application/json": components["schemas"]["PublishEventResponse"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/dispatch.notFound",
+           *       "title": "No such dispatch",
+           *       "status": 404,
+           *       "detail": "job job-4f2a has no recorded dispatch for attempt 3",
+           *       "code": "dispatch.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.finalize.attempt_id",
+           *           "message": "not a recorded dispatch of this job"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The job already exists; The job moved on: stale transition_seq; The job's status does not allow this transition; The job's evidence moved on: another report write, finalize or dispatch landed first; The job expects evidence that is not there; That attempt was already dispatched; The attempt is not greater than the job's latest dispatched attempt; The job is terminal; its report tree is frozen; Reports are accepted only for the job's latest attempt; The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
       409: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "current": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "running",
+           *         "iteration": 1,
+           *         "transition_seq": 2,
+           *         "evidence_seq": 1,
+           *         "latest_attempt": 1,
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "progress": {
+           *           "step": "running the unit tests",
+           *           "done": 3,
+           *           "of": 5
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:02:41.000Z"
+           *       },
+           *       "type": "https://mam.dev/problems/job.transitionConflict",
+           *       "title": "The job moved on: stale transition_seq",
+           *       "status": 409,
+           *       "detail": "stale transition_seq: you expected 1, but job job-4f2a is at 2 (status running); re-read it and decide again",
+           *       "code": "job.transitionConflict",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1891,100 +3501,221 @@ export interface operations {
       path?: never;
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description Optional: no body at all, or JSON. */
     requestBody?: {
       content: {
         "application/json": components["schemas"]["RecoverySweepRequest"];
       };
     };
     responses: {
-      /** @description The sweep's counts and each intent's outcome */
+      /** @description The sweep's counts and each intent's outcome. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "owed": 2,
+           *       "sent": 1,
+           *       "failed": 1,
+           *       "quarantined": 0,
+           *       "not_tried": 0,
+           *       "results": [
+           *         {
+           *           "job_id": "job-4f2a",
+           *           "intent_id": "0f8e2c4a-1b3d-4e5f-8a9b-7c6d5e4f3a2b",
+           *           "outcome": "sent"
+           *         },
+           *         {
+           *           "job_id": "job-7c1e",
+           *           "intent_id": "5a9d3e7b-2c4f-4a1d-9e8b-0f6c2d4a8e1b",
+           *           "outcome": "failed",
+           *           "error": {
+           *             "code": "publish.refused",
+           *             "message": "the broker refused the publish to mam/jobs/job-7c1e/events"
+           *           },
+           *           "failures": 1,
+           *           "retry_at": "2026-11-20T10:08:30.000Z"
+           *         }
+           *       ]
+           *     }
+           */
           "application/json": components["schemas"]["RecoverySweepResult"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The broker could not be reached; The store could not be reached or throttled the request; The mam service could not be reached */
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
       503: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -1995,105 +3726,268 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description the job id */
+        /** @description The job id. */
         job_id: string;
       };
       cookie?: never;
     };
-    /** @description JSON, at most 1048576 bytes; unknown fields are refused */
+    /** @description Optional: no body at all, or JSON. */
     requestBody?: {
       content: {
         "application/json": components["schemas"]["NotificationReleaseRequest"];
       };
     };
     responses: {
-      /** @description Whether it was released, and the record */
+      /** @description Whether it was released, and the record. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "released": true,
+           *       "reason": "released: the next sweep tries it",
+           *       "record": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "completed",
+           *         "iteration": 1,
+           *         "transition_seq": 3,
+           *         "evidence_seq": 3,
+           *         "latest_attempt": 1,
+           *         "finalized_report": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "finalized_at": "2026-11-20T10:05:20.000Z"
+           *         },
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "completed_by": "auto_complete",
+           *         "completed_evidence": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *           "evidence_location": "mam-file:///reports/job-4f2a/1/evidence/44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "verified_at": "2026-11-20T10:06:30.000Z"
+           *         },
+           *         "pending_notification": {
+           *           "id": "0f8e2c4a-1b3d-4e5f-8a9b-7c6d5e4f3a2b",
+           *           "event": "completed",
+           *           "seq": 3,
+           *           "reason": "auto_complete",
+           *           "by": "gate",
+           *           "created_at": "2026-11-20T10:06:30.000Z"
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:06:30.000Z"
+           *       }
+           *     }
+           */
           "application/json": components["schemas"]["NotificationReleaseResult"];
         };
       };
-      /** @description The request is not valid; Not a valid job id; A side effect is malformed; Bookkeeping may only write pending_notification; Not a valid report location */
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
       400: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description A bearer token is required; The token is not valid */
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
       401: {
         headers: {
-          /** @description Bearer challenge */
-          "WWW-Authenticate"?: string;
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description This actor may not write that field; This actor may not take that action; The token does not grant this */
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
       403: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The body is too large */
+      /** @description `input.tooLarge`: The body is too large */
       413: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description Unsupported media type */
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
       415: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -2108,25 +4002,46 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description OpenAPI 3.1 */
+      /** @description OpenAPI 3.1. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
-          "application/json": string;
+          /**
+           * @example {
+           *       "openapi": "3.1.0",
+           *       "info": {
+           *         "title": "mam",
+           *         "version": "1"
+           *       },
+           *       "paths": {}
+           *     }
+           */
+          "application/json": components["schemas"]["OpenApiDocument"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -2141,25 +4056,43 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description HTML */
+      /** @description The docs page. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example <!doctype html>
+           *     <html lang="en">
+           *     <head>
+           *     <title>mam API</title>
+           *     …
+           */
           "text/html": string;
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -2170,43 +4103,67 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description an asset file name */
+        /** @description The asset's file name. */
         file: string;
       };
       cookie?: never;
     };
     requestBody?: never;
     responses: {
-      /** @description The asset */
+      /** @description The asset. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
-          "application/octet-stream": string;
+          "text/css": string;
+          "text/javascript": string;
+          "image/png": string;
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/route.notFound",
+           *       "title": "No such route",
+           *       "status": 404,
+           *       "detail": "no docs asset \"swagger-ui.css.map\" in this deployment",
+           *       "code": "route.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -2217,43 +4174,66 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description an asset file name */
+        /** @description The asset's file name. */
         file: string;
       };
       cookie?: never;
     };
     requestBody?: never;
     responses: {
-      /** @description The asset */
+      /** @description The asset. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
-          "application/octet-stream": string;
+          "text/javascript": string;
+          "text/css": string;
         };
       };
-      /** @description No such job; No such dispatch; No report to finalize; No such route */
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
       404: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/route.notFound",
+           *       "title": "No such route",
+           *       "status": 404,
+           *       "detail": "no asset \"dashboard.js.map\"",
+           *       "code": "route.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -2268,25 +4248,41 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description Alive */
+      /** @description Alive. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "ok": true
+           *     }
+           */
           "application/json": components["schemas"]["Health"];
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
@@ -2301,25 +4297,43 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description HTML */
+      /** @description The dashboard page. */
       200: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example <!doctype html>
+           *     <html lang="en">
+           *     <head>
+           *     <title>mam — jobs</title>
+           *     …
+           */
           "text/html": string;
         };
       };
-      /** @description The notification payload is too large for the broker; The configuration is not valid; Internal error */
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {
-          /** @description the request id (the caller's, when it sent a sane one) */
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
           "application/problem+json": components["schemas"]["Problem"];
         };
       };

@@ -1,53 +1,52 @@
 /**
- * The closed set of error codes. Each is mapped once, here, to an HTTP status, a
- * problem `type`, a CLI exit code and whether retrying may help. Codes are dotted
- * (`job.transitionConflict`) so callers can match a family by prefix.
+ * The closed set of error codes. Each is mapped once, here, to a title, a problem
+ * `type`, a CLI exit code and whether retrying may help; the HTTP API maps each once
+ * to a status (packages/api). Codes are dotted (`job.transitionConflict`) so callers
+ * can match a family by prefix.
  */
 export const ERROR_TABLE = {
-  "input.invalid": { status: 400, exit: 1, retryable: false, title: "The request is not valid" },
-  "input.jobId": { status: 400, exit: 1, retryable: false, title: "Not a valid job id" },
-  "input.sideEffect": { status: 400, exit: 1, retryable: false, title: "A side effect is malformed" },
-  "input.tooLarge": { status: 413, exit: 1, retryable: false, title: "The body is too large" },
-  "input.unsupportedMediaType": { status: 415, exit: 1, retryable: false, title: "Unsupported media type" },
-  "job.notFound": { status: 404, exit: 1, retryable: false, title: "No such job" },
-  "job.exists": { status: 409, exit: 1, retryable: false, title: "The job already exists" },
-  "job.transitionConflict": { status: 409, exit: 1, retryable: false, title: "The job moved on: stale transition_seq" },
-  "job.transitionRefused": { status: 409, exit: 1, retryable: false, title: "The job's status does not allow this transition" },
+  "input.invalid": { exit: 1, retryable: false, title: "The request is not valid" },
+  "input.jobId": { exit: 1, retryable: false, title: "Not a valid job id" },
+  "input.sideEffect": { exit: 1, retryable: false, title: "A side effect is malformed" },
+  "input.tooLarge": { exit: 1, retryable: false, title: "The body is too large" },
+  "input.unsupportedMediaType": { exit: 1, retryable: false, title: "Unsupported media type" },
+  "job.notFound": { exit: 1, retryable: false, title: "No such job" },
+  "job.exists": { exit: 1, retryable: false, title: "The job already exists" },
+  "job.transitionConflict": { exit: 1, retryable: false, title: "The job moved on: stale transition_seq" },
+  "job.transitionRefused": { exit: 1, retryable: false, title: "The job's status does not allow this transition" },
   "job.evidenceConflict": {
-    status: 409,
     exit: 1,
     retryable: false,
     title: "The job's evidence moved on: another report write, finalize or dispatch landed first",
   },
-  "job.evidenceMissing": { status: 409, exit: 1, retryable: false, title: "The job expects evidence that is not there" },
-  "job.preconditionFailed": { status: 412, exit: 1, retryable: false, title: "If-Match does not match the job's transition_seq" },
-  "job.fieldNotAllowed": { status: 403, exit: 1, retryable: false, title: "This actor may not write that field" },
-  "job.actionForbidden": { status: 403, exit: 1, retryable: false, title: "This actor may not take that action" },
-  "bookkeeping.fieldRefused": { status: 400, exit: 1, retryable: false, title: "Bookkeeping may only write pending_notification" },
-  "dispatch.exists": { status: 409, exit: 1, retryable: false, title: "That attempt was already dispatched" },
+  "job.evidenceMissing": { exit: 1, retryable: false, title: "The job expects evidence that is not there" },
+  "job.preconditionFailed": { exit: 1, retryable: false, title: "If-Match does not match the job's transition_seq" },
+  "job.fieldNotAllowed": { exit: 1, retryable: false, title: "This actor may not write that field" },
+  "job.actionForbidden": { exit: 1, retryable: false, title: "This actor may not take that action" },
+  "bookkeeping.fieldRefused": { exit: 1, retryable: false, title: "Bookkeeping may only write pending_notification" },
+  "dispatch.exists": { exit: 1, retryable: false, title: "That attempt was already dispatched" },
   "dispatch.outOfOrder": {
-    status: 409,
     exit: 1,
     retryable: false,
     title: "The attempt is not greater than the job's latest dispatched attempt",
   },
-  "dispatch.notFound": { status: 404, exit: 1, retryable: false, title: "No such dispatch" },
-  "report.notFound": { status: 404, exit: 1, retryable: false, title: "No report to finalize" },
-  "report.frozen": { status: 409, exit: 1, retryable: false, title: "The job is terminal; its report tree is frozen" },
-  "report.notLatest": { status: 409, exit: 1, retryable: false, title: "Reports are accepted only for the job's latest attempt" },
-  "report.changed": { status: 409, exit: 1, retryable: false, title: "The report changed while it was being pinned" },
-  "report.location": { status: 400, exit: 1, retryable: false, title: "Not a valid report location" },
-  "auth.missing": { status: 401, exit: 1, retryable: false, title: "A bearer token is required" },
-  "auth.invalid": { status: 401, exit: 1, retryable: false, title: "The token is not valid" },
-  "auth.forbidden": { status: 403, exit: 1, retryable: false, title: "The token does not grant this" },
-  "publish.unreachable": { status: 503, exit: 2, retryable: true, title: "The broker could not be reached" },
-  "publish.refused": { status: 502, exit: 2, retryable: true, title: "The broker refused the publish" },
-  "publish.tooLarge": { status: 500, exit: 2, retryable: false, title: "The notification payload is too large for the broker" },
-  "store.unavailable": { status: 503, exit: 2, retryable: true, title: "The store could not be reached or throttled the request" },
-  "service.unreachable": { status: 503, exit: 2, retryable: true, title: "The mam service could not be reached" },
-  "config.invalid": { status: 500, exit: 1, retryable: false, title: "The configuration is not valid" },
-  internal: { status: 500, exit: 1, retryable: false, title: "Internal error" },
-} as const satisfies Record<string, { status: number; exit: 0 | 1 | 2; retryable: boolean; title: string }>;
+  "dispatch.notFound": { exit: 1, retryable: false, title: "No such dispatch" },
+  "report.notFound": { exit: 1, retryable: false, title: "No report to finalize" },
+  "report.frozen": { exit: 1, retryable: false, title: "The job is terminal; its report tree is frozen" },
+  "report.notLatest": { exit: 1, retryable: false, title: "Reports are accepted only for the job's latest attempt" },
+  "report.changed": { exit: 1, retryable: false, title: "The report changed while it was being pinned" },
+  "report.location": { exit: 1, retryable: false, title: "Not a valid report location" },
+  "auth.missing": { exit: 1, retryable: false, title: "A bearer token is required" },
+  "auth.invalid": { exit: 1, retryable: false, title: "The token is not valid" },
+  "auth.forbidden": { exit: 1, retryable: false, title: "The token does not grant this" },
+  "publish.unreachable": { exit: 2, retryable: true, title: "The broker could not be reached" },
+  "publish.refused": { exit: 2, retryable: true, title: "The broker refused the publish" },
+  "publish.tooLarge": { exit: 2, retryable: false, title: "The notification payload is too large for the broker" },
+  "store.unavailable": { exit: 2, retryable: true, title: "The store could not be reached or throttled the request" },
+  "service.unreachable": { exit: 2, retryable: true, title: "The mam service could not be reached" },
+  "config.invalid": { exit: 1, retryable: false, title: "The configuration is not valid" },
+  internal: { exit: 1, retryable: false, title: "Internal error" },
+} as const satisfies Record<string, { exit: 0 | 1 | 2; retryable: boolean; title: string }>;
 
 export type ErrorCode = keyof typeof ERROR_TABLE;
 
@@ -76,9 +75,6 @@ export class MamError extends Error {
     this.details = opts.details ?? {};
   }
 
-  get status(): number {
-    return ERROR_TABLE[this.code].status;
-  }
   get exitCode(): 0 | 1 | 2 {
     return ERROR_TABLE[this.code].exit;
   }

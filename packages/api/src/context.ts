@@ -1,0 +1,26 @@
+import type { Deps, SweepPolicy } from "@mam/core";
+import type { RequestIdVariables } from "hono/request-id";
+import type { Upload } from "./body.ts";
+import type { Principal, TokenService } from "./tokens.ts";
+
+/** What a request carries through the middleware to its handler. */
+export interface AppEnv {
+  Variables: RequestIdVariables & {
+    /** Set by `bearerAuth` on a protected route. */
+    principal?: Principal;
+    /** Set by `reportBody` on the report upload. */
+    upload?: Upload;
+    /** The client went away before its answer (logged as 499, not as a failure). */
+    clientAborted?: boolean;
+  };
+}
+
+/** What the routes are built over: one app's ports, tokens, limits and log. */
+export interface Services {
+  readonly deps: Deps;
+  readonly tokens: TokenService;
+  readonly jsonLimit: number;
+  readonly reportLimit: number;
+  readonly log: (line: string) => void;
+  readonly sweep?: SweepPolicy;
+}

@@ -1,0 +1,60 @@
+import type { OpenAPIHono, RouteConfig } from "@hono/zod-openapi";
+import { type Actor, type JobRecord, MamError } from "@mam/core";
+import type { Context, MiddlewareHandler } from "hono";
+import { type Access, bearerAuth, requireAccess } from "../access.ts";
+import { jsonBody, reportBody } from "../body.ts";
+import type { AppEnv, Services } from "../context.ts";
+import type { Principal } from "../tokens.ts";
+
+export type MamApp = OpenAPIHono<AppEnv>;
+
+/** `app.openapi`, with each route's middleware built from its declaration. */
+export type RouteOpener = MamApp["openapi"];
+
+/**
+ * What a declaration implies, as per-route middleware, before the route's own
+ * validators and handler: for a protected route the bearer token (401), the path
+ * and the token's access to it (400, 403); for a body, its limit (413) — Hono's
+ * `bodyLimit` and the depth check on a JSON body, the streaming limit on a report.
+ */
+export function routeOpener(app: MamApp, services: Services): RouteOpener {
+  const withMiddleware = <R extends RouteConfig>(route: R): R => {
+    const access = (route as R & { "x-mam-access": Access })["x-mam-access"];
+    const middleware: MiddlewareHandler<AppEnv>[] = [];
+    if (access.kind === "protected") {
+      middleware.push(bearerAuth(services), requireAccess(access, route.request?.params, services));
+    }
+    const body = route.request?.body?.content;
+    if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
+    else if (body !== undefined) middleware.push(reportBody(services.reportLimit));
+    const own = route.middleware === undefined ? [] : [route.middleware].flat();
+    return { ...route, middleware: [...middleware, ...own] };
+  };
+  return (route, handler, hook) => app.openapi(withMiddleware(route), handler, hook);
+}
+
+/** A job record as the answer, with its `ETag` (the record's `transition_seq`). */
+export function recordAnswer<S extends 200 | 201>(c: Context<AppEnv>, record: JobRecord, status: S, headers: Record<string, string> = {}) {
+  return c.json(record, status, { etag: `"${record.transition_seq}"`, ...headers });
+}
+
+export function actorOf(principal: Principal | undefined): Actor {
+  if (principal?.kind === "agent") return { kind: "agent", jobId: principal.jobId, attemptId: principal.attemptId };
+  return principal === undefined ? { kind: "operator" } : { kind: "operator", id: principal.tokenId };
+}
+
+/** Core names fields relative to the request body (`fields.role`); the API names them from the request (`body.fields.role`). */
+export async function withBodyPaths<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof MamError && e.issues.length > 0 && e.constructor === MamError && e.issues.some((i) => !i.path.startsWith("body"))) {
+      throw new MamError(e.code, e.message, {
+        issues: e.issues.map((i) => (i.path.startsWith("body") ? i : { path: `body.${i.path}`, message: i.message })),
+        details: { ...e.details },
+        cause: e,
+      });
+    }
+    throw e;
+  }
+}
