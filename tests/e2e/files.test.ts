@@ -2,6 +2,7 @@ import { chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, wri
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { EXIT_CODES } from "@mam/cli";
 import { MamError } from "@mam/core";
 import { dataDirPaths, SqliteJobStore, secureDataDir } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -198,7 +199,7 @@ describe("secureDataDir (what mam serve runs first)", () => {
     })();
     expect(err).toBeInstanceOf(MamError);
     expect((err as MamError).code).toBe("config.invalid");
-    expect((err as MamError).exitCode).toBe(1);
+    expect(EXIT_CODES[(err as MamError).code]).toBe(1);
     expect((err as MamError).message).toContain(`belongs to uid ${uid}, not to this user (uid ${uid + 1})`);
     expect(await modeOf(dir)).toBe(0o755);
     expect(await modeOf(join(dir, "mam.db"))).toBe(0o644);

@@ -1,52 +1,50 @@
 /**
  * The closed set of error codes. Each is mapped once, here, to a title, a problem
- * `type`, a CLI exit code and whether retrying may help; the HTTP API maps each once
- * to a status (packages/api). Codes are dotted (`job.transitionConflict`) so callers
+ * `type` and whether retrying may help; the HTTP API maps each once to a status
+ * (packages/api), the CLI each once to an exit code (packages/cli). Codes are dotted (`job.transitionConflict`) so callers
  * can match a family by prefix.
  */
 export const ERROR_TABLE = {
-  "input.invalid": { exit: 1, retryable: false, title: "The request is not valid" },
-  "input.jobId": { exit: 1, retryable: false, title: "Not a valid job id" },
-  "input.sideEffect": { exit: 1, retryable: false, title: "A side effect is malformed" },
-  "input.tooLarge": { exit: 1, retryable: false, title: "The body is too large" },
-  "input.unsupportedMediaType": { exit: 1, retryable: false, title: "Unsupported media type" },
-  "job.notFound": { exit: 1, retryable: false, title: "No such job" },
-  "job.exists": { exit: 1, retryable: false, title: "The job already exists" },
-  "job.transitionConflict": { exit: 1, retryable: false, title: "The job moved on: stale transition_seq" },
-  "job.transitionRefused": { exit: 1, retryable: false, title: "The job's status does not allow this transition" },
+  "input.invalid": { retryable: false, title: "The request is not valid" },
+  "input.jobId": { retryable: false, title: "Not a valid job id" },
+  "input.sideEffect": { retryable: false, title: "A side effect is malformed" },
+  "input.tooLarge": { retryable: false, title: "The body is too large" },
+  "input.unsupportedMediaType": { retryable: false, title: "Unsupported media type" },
+  "job.notFound": { retryable: false, title: "No such job" },
+  "job.exists": { retryable: false, title: "The job already exists" },
+  "job.transitionConflict": { retryable: false, title: "The job moved on: stale transition_seq" },
+  "job.transitionRefused": { retryable: false, title: "The job's status does not allow this transition" },
   "job.evidenceConflict": {
-    exit: 1,
     retryable: false,
     title: "The job's evidence moved on: another report write, finalize or dispatch landed first",
   },
-  "job.evidenceMissing": { exit: 1, retryable: false, title: "The job expects evidence that is not there" },
-  "job.preconditionFailed": { exit: 1, retryable: false, title: "If-Match does not match the job's transition_seq" },
-  "job.fieldNotAllowed": { exit: 1, retryable: false, title: "This actor may not write that field" },
-  "job.actionForbidden": { exit: 1, retryable: false, title: "This actor may not take that action" },
-  "bookkeeping.fieldRefused": { exit: 1, retryable: false, title: "Bookkeeping may only write pending_notification" },
-  "dispatch.exists": { exit: 1, retryable: false, title: "That attempt was already dispatched" },
+  "job.evidenceMissing": { retryable: false, title: "The job expects evidence that is not there" },
+  "job.preconditionFailed": { retryable: false, title: "If-Match does not match the job's transition_seq" },
+  "job.fieldNotAllowed": { retryable: false, title: "This actor may not write that field" },
+  "job.actionForbidden": { retryable: false, title: "This actor may not take that action" },
+  "bookkeeping.fieldRefused": { retryable: false, title: "Bookkeeping may only write pending_notification" },
+  "dispatch.exists": { retryable: false, title: "That attempt was already dispatched" },
   "dispatch.outOfOrder": {
-    exit: 1,
     retryable: false,
     title: "The attempt is not greater than the job's latest dispatched attempt",
   },
-  "dispatch.notFound": { exit: 1, retryable: false, title: "No such dispatch" },
-  "report.notFound": { exit: 1, retryable: false, title: "No report to finalize" },
-  "report.frozen": { exit: 1, retryable: false, title: "The job is terminal; its report tree is frozen" },
-  "report.notLatest": { exit: 1, retryable: false, title: "Reports are accepted only for the job's latest attempt" },
-  "report.changed": { exit: 1, retryable: false, title: "The report changed while it was being pinned" },
-  "report.location": { exit: 1, retryable: false, title: "Not a valid report location" },
-  "auth.missing": { exit: 1, retryable: false, title: "A bearer token is required" },
-  "auth.invalid": { exit: 1, retryable: false, title: "The token is not valid" },
-  "auth.forbidden": { exit: 1, retryable: false, title: "The token does not grant this" },
-  "publish.unreachable": { exit: 2, retryable: true, title: "The broker could not be reached" },
-  "publish.refused": { exit: 2, retryable: true, title: "The broker refused the publish" },
-  "publish.tooLarge": { exit: 2, retryable: false, title: "The notification payload is too large for the broker" },
-  "store.unavailable": { exit: 2, retryable: true, title: "The store could not be reached or throttled the request" },
-  "service.unreachable": { exit: 2, retryable: true, title: "The mam service could not be reached" },
-  "config.invalid": { exit: 1, retryable: false, title: "The configuration is not valid" },
-  internal: { exit: 1, retryable: false, title: "Internal error" },
-} as const satisfies Record<string, { exit: 0 | 1 | 2; retryable: boolean; title: string }>;
+  "dispatch.notFound": { retryable: false, title: "No such dispatch" },
+  "report.notFound": { retryable: false, title: "No report to finalize" },
+  "report.frozen": { retryable: false, title: "The job is terminal; its report tree is frozen" },
+  "report.notLatest": { retryable: false, title: "Reports are accepted only for the job's latest attempt" },
+  "report.changed": { retryable: false, title: "The report changed while it was being pinned" },
+  "report.location": { retryable: false, title: "Not a valid report location" },
+  "auth.missing": { retryable: false, title: "A bearer token is required" },
+  "auth.invalid": { retryable: false, title: "The token is not valid" },
+  "auth.forbidden": { retryable: false, title: "The token does not grant this" },
+  "publish.unreachable": { retryable: true, title: "The broker could not be reached" },
+  "publish.refused": { retryable: true, title: "The broker refused the publish" },
+  "publish.tooLarge": { retryable: false, title: "The notification payload is too large for the broker" },
+  "store.unavailable": { retryable: true, title: "The store could not be reached or throttled the request" },
+  "service.unreachable": { retryable: true, title: "The mam service could not be reached" },
+  "config.invalid": { retryable: false, title: "The configuration is not valid" },
+  internal: { retryable: false, title: "Internal error" },
+} as const satisfies Record<string, { retryable: boolean; title: string }>;
 
 export type ErrorCode = keyof typeof ERROR_TABLE;
 
@@ -75,9 +73,6 @@ export class MamError extends Error {
     this.details = opts.details ?? {};
   }
 
-  get exitCode(): 0 | 1 | 2 {
-    return ERROR_TABLE[this.code].exit;
-  }
   get retryable(): boolean {
     return ERROR_TABLE[this.code].retryable;
   }
