@@ -20,3 +20,10 @@ export type Actor =
   | { readonly kind: "agent"; readonly jobId: string; readonly attemptId: number };
 
 export const OPERATOR: Actor = { kind: "operator" };
+
+/**
+ * The deps of a use case that needs only some roles of the job store (`jobs`) and
+ * some other ports: `Using<Pick<JobRecords, "get">, "clock">`. Each use case names
+ * what it touches; every composition root passes the whole `Deps`.
+ */
+export type Using<Jobs, Others extends Exclude<keyof Deps, "jobs"> = never> = { readonly jobs: Jobs } & Pick<Deps, Others>;

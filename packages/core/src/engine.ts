@@ -1,8 +1,8 @@
 import { conflictFor } from "./conflicts.ts";
-import type { Actor, Deps } from "./deps.ts";
+import type { Actor, Deps, Using } from "./deps.ts";
 import { MamError } from "./errors.ts";
 import { attemptReportLocation, type PreparedFinalize, verifyFinalizedEvidence } from "./finalize.ts";
-import type { EvidenceGuard, JobChange } from "./ports.ts";
+import type { EvidenceGuard, JobChange, JobRecords, OwedNotifications } from "./ports.ts";
 import {
   type Action,
   type CompletedEvidence,
@@ -59,7 +59,7 @@ export function assertJobId(jobId: string): void {
     });
 }
 
-export async function getJob(deps: Pick<Deps, "jobs">, jobId: string): Promise<JobRecord> {
+export async function getJob(deps: Using<Pick<JobRecords, "get">>, jobId: string): Promise<JobRecord> {
   assertJobId(jobId);
   const job = await deps.jobs.get(jobId);
   if (!job) throw new MamError("job.notFound", `job ${jobId} does not exist`);
@@ -67,7 +67,7 @@ export async function getJob(deps: Pick<Deps, "jobs">, jobId: string): Promise<J
 }
 
 /** Register a job: status pending, transition_seq 0. */
-export async function registerJob(deps: Pick<Deps, "jobs" | "clock" | "ids">, input: RegisterJob): Promise<JobRecord> {
+export async function registerJob(deps: Using<Pick<JobRecords, "create">, "clock" | "ids">, input: RegisterJob): Promise<JobRecord> {
   const parsed = RegisterJobSchema.safeParse(input);
   if (!parsed.success) throw new MamError("input.invalid", "invalid job registration", { issues: zodIssues(parsed.error) });
   const req = parsed.data;
@@ -134,7 +134,7 @@ export interface TransitionInput {
  */
 export async function transitionJob(
   // `reports` is read only for an agent's completion of a job that expects artifacts.
-  deps: Pick<Deps, "jobs" | "clock" | "ids" | "flags"> & Partial<Pick<Deps, "reports">>,
+  deps: Using<Pick<JobRecords, "get" | "transition">, "clock" | "ids" | "flags"> & Partial<Pick<Deps, "reports">>,
   jobId: string,
   input: TransitionInput,
   actor: Actor,
@@ -289,7 +289,11 @@ export async function transitionJob(
  * `transition_seq`. Clearing an intent goes through `settleNotification`, which is
  * conditional on the intent that was sent.
  */
-export async function bookkeeping(deps: Pick<Deps, "jobs">, jobId: string, fields: Record<string, unknown>): Promise<void> {
+export async function bookkeeping(
+  deps: Using<Pick<OwedNotifications, "replaceNotification">>,
+  jobId: string,
+  fields: Record<string, unknown>,
+): Promise<void> {
   assertJobId(jobId);
   const others = Object.keys(fields).filter((k) => k !== "pending_notification");
   if (others.length > 0) {

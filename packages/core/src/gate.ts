@@ -1,8 +1,9 @@
-import type { Deps } from "./deps.ts";
+import type { Using } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
 import { decide as defaultDecide } from "./policy.ts";
+import type { DispatchRecords, JobRecords } from "./ports.ts";
 import type { Decision, DispatchRecord, JobRecord } from "./schemas.ts";
 
 export interface GateResult {
@@ -28,10 +29,13 @@ export interface EvaluateInput {
   readonly job?: JobRecord | undefined;
 }
 
-export interface GateDeps extends Pick<Deps, "jobs" | "reports" | "clock" | "ids" | "flags"> {
+export type GateDeps = Using<
+  Pick<JobRecords, "get" | "transition"> & Pick<DispatchRecords, "getDispatch">,
+  "reports" | "clock" | "ids" | "flags"
+> & {
   /** The policy; replaceable so a test can make it throw (B-24). */
   readonly decide?: typeof defaultDecide;
-}
+};
 
 const refuse = (reason: string, decision: Decision | null = null): GateResult => ({ committed: false, reason, decision });
 

@@ -1,7 +1,11 @@
-import type { Deps } from "./deps.ts";
+import type { Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { type ErrorCode, isMamError, MamError } from "./errors.ts";
+import type { JobEventLog, JobRecords, OwedNotifications } from "./ports.ts";
 import { JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
+
+/** What a flush touches: the owed notification, the event log (every publish attempt is logged), the record, the broker. */
+export type NotifierDeps = Using<OwedNotifications & JobEventLog & Pick<JobRecords, "get">, "publisher" | "clock" | "ids">;
 
 /**
  * Notifications are durable intents: committed with the state in the same
@@ -64,13 +68,13 @@ function asPublishError(e: unknown): MamError {
  * whatever the outcome, and settle on success. A failed send leaves the intent
  * owed; the committed state is never touched.
  */
-export async function flushNotification(deps: Pick<Deps, "jobs" | "publisher" | "clock" | "ids">, jobId: string): Promise<FlushResult> {
+export async function flushNotification(deps: NotifierDeps, jobId: string): Promise<FlushResult> {
   const record = await deps.jobs.get(jobId);
   if (!record) throw new MamError("job.notFound", `job ${jobId} does not exist`);
   return flushRecord(deps, record);
 }
 
-export async function flushRecord(deps: Pick<Deps, "jobs" | "publisher" | "clock" | "ids">, record: JobRecord): Promise<FlushResult> {
+export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promise<FlushResult> {
   const intent = record.pending_notification;
   if (!intent) return { outcome: "nothing_owed" };
   const payload = notificationPayload(record, intent);
@@ -99,7 +103,11 @@ export async function flushRecord(deps: Pick<Deps, "jobs" | "publisher" | "clock
 }
 
 /** Clear the owed intent iff it is still `sent` (B-39: a newer intent survives). */
-export async function settleNotification(deps: Pick<Deps, "jobs">, jobId: string, sent: NotificationIntent): Promise<boolean> {
+export async function settleNotification(
+  deps: Using<Pick<OwedNotifications, "settleNotification">>,
+  jobId: string,
+  sent: NotificationIntent,
+): Promise<boolean> {
   return deps.jobs.settleNotification(jobId, sent.id);
 }
 
@@ -194,10 +202,7 @@ const NOBODYS_FAULT: ReadonlySet<ErrorCode> = new Set(["publish.unreachable", "s
  * intent id (B-39, B-41): an intent settled or superseded meanwhile is left alone.
  * Idempotent: an intent settled meanwhile is simply not found owed again.
  */
-export async function recoverNotifications(
-  deps: Pick<Deps, "jobs" | "publisher" | "clock" | "ids">,
-  opts: RecoverOptions = {},
-): Promise<RecoveryResult> {
+export async function recoverNotifications(deps: NotifierDeps, opts: RecoverOptions = {}): Promise<RecoveryResult> {
   const policy = opts.policy ?? DEFAULT_SWEEP_POLICY;
   const now = deps.clock.now();
   const owed = await deps.jobs.listOwed(opts.limit ?? 1000, { dueBy: now.toISOString() });
@@ -238,7 +243,7 @@ export async function recoverNotifications(
 }
 
 async function recoverOne(
-  deps: Pick<Deps, "jobs" | "publisher" | "clock" | "ids">,
+  deps: NotifierDeps,
   record: JobRecord,
   policy: SweepPolicy,
   now: Date,
@@ -339,7 +344,7 @@ export interface ReleaseResult {
  * left alone, and releasing twice does no harm.
  */
 export async function releaseNotification(
-  deps: Pick<Deps, "jobs">,
+  deps: Using<OwedNotifications & Pick<JobRecords, "get">>,
   jobId: string,
   opts: { intentId?: string } = {},
 ): Promise<ReleaseResult> {

@@ -56,7 +56,9 @@ export interface Page<T> {
 }
 
 /**
- * Where jobs live. Guarantees, for every adapter:
+ * Where jobs live, by role — the job records, their dispatches, their event log and
+ * their owed notifications — each adapter implementing all four over one table or
+ * one database. Guarantees, for every adapter:
  * - `transition` is one atomic conditional write: it commits only if the stored
  *   `transition_seq` equals `expectedSeq` (skipped when `expectedSeq` is null, the
  *   MAM_ENGINE_CAS=0 rollback path) and the status is in `change.from`; it bumps
@@ -88,13 +90,47 @@ export interface Page<T> {
  * front of its adapter. An adapter only translates to its storage, and may assume
  * what the guard checked.
  */
-export interface JobStore {
+export interface JobStore extends JobRecords, DispatchRecords, JobEventLog, OwedNotifications {}
+
+/**
+ * The job records themselves: created once, read, listed, and changed only by the two
+ * conditional writes. A transition commits its owed intent (and its evidence guards)
+ * in the same one write, so this role writes `pending_notification` too.
+ */
+export interface JobRecords {
   /** Fails with `job.exists` if the id is taken. */
   create(record: JobRecord): Promise<void>;
   get(jobId: string): Promise<JobRecord | undefined>;
   transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord>;
   /** The evidence write: see the guarantees above. */
   recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord>;
+  /** Newest first (by `updated_at`, then `job_id`); all statuses when `status` is absent. */
+  list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>>;
+}
+
+/** Dispatch records: write-once per (job, attempt). */
+export interface DispatchRecords {
+  /** Write-once: `dispatch.exists` if this attempt was already recorded. */
+  recordDispatch(dispatch: DispatchRecord): Promise<void>;
+  getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined>;
+}
+
+/** The job's event log: append-only, idempotent by entry id. */
+export interface JobEventLog {
+  /** Append to the job's event log; `entry.id` must be unique within the job. */
+  appendEvent(entry: EventLogEntry): Promise<void>;
+  /**
+   * Oldest first, one page: at most `limit` entries, and no more than
+   * `EVENT_PAGE_MAX_BYTES` of them (their JSON, UTF-8) — at least one entry whatever
+   * its size — so a read costs its page, whatever the log holds. `cursor` is the
+   * previous page's, opaque; one this listing did not hand out is `input.invalid`
+   * naming `query.cursor` (`invalidCursor`). An unknown job has an empty log.
+   */
+  listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>>;
+}
+
+/** Each job's owed notification: bookkeeping (never a state change) and the owed index. */
+export interface OwedNotifications {
   /** Bookkeeping: write `intent` as the owed notification, whatever was owed before. `job.notFound` if there is no such job. */
   replaceNotification(jobId: string, intent: NotificationIntent): Promise<void>;
   /**
@@ -106,8 +142,6 @@ export interface JobStore {
   reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean>;
   /** Bookkeeping: clear the owed notification iff its id is `intentId`. True if cleared. */
   settleNotification(jobId: string, intentId: string): Promise<boolean>;
-  /** Newest first (by `updated_at`, then `job_id`); all statuses when `status` is absent. */
-  list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>>;
   /**
    * Jobs owing a notification that is not quarantined, the soonest due first (due:
    * `retry_at`, else `created_at`); with `dueBy` (an ISO-8601 instant), only those due
@@ -116,19 +150,6 @@ export interface JobStore {
   listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]>;
   /** Jobs whose owed notification is quarantined, most recently quarantined first, paged. */
   listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>>;
-  /** Write-once: `dispatch.exists` if this attempt was already recorded. */
-  recordDispatch(dispatch: DispatchRecord): Promise<void>;
-  getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined>;
-  /** Append to the job's event log; `entry.id` must be unique within the job. */
-  appendEvent(entry: EventLogEntry): Promise<void>;
-  /**
-   * Oldest first, one page: at most `limit` entries, and no more than
-   * `EVENT_PAGE_MAX_BYTES` of them (their JSON, UTF-8) — at least one entry whatever
-   * its size — so a read costs its page, whatever the log holds. `cursor` is the
-   * previous page's, opaque; one this listing did not hand out is `input.invalid`
-   * naming `query.cursor` (`invalidCursor`). An unknown job has an empty log.
-   */
-  listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>>;
 }
 
 /**

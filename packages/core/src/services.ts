@@ -1,5 +1,5 @@
 import { conflictFor, TransitionConflict } from "./conflicts.ts";
-import type { Actor, Deps } from "./deps.ts";
+import type { Actor, Deps, Using } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
 import { isMamError, MamError } from "./errors.ts";
 import {
@@ -16,6 +16,7 @@ import {
 } from "./finalize.ts";
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
+import type { DispatchRecords, JobRecords } from "./ports.ts";
 import {
   type Action,
   type DispatchRecord,
@@ -41,7 +42,11 @@ import {
  * loses; then the write-once dispatch item. A dispatch whose second write was lost
  * (a crash between the two) is completed by the same request again.
  */
-export async function recordDispatch(deps: Pick<Deps, "jobs" | "clock">, jobId: string, req: DispatchRequest): Promise<DispatchRecord> {
+export async function recordDispatch(
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence"> & DispatchRecords, "clock">,
+  jobId: string,
+  req: DispatchRequest,
+): Promise<DispatchRecord> {
   const parsed = DispatchRequestSchema.safeParse(req);
   if (!parsed.success) throw new MamError("input.invalid", "invalid dispatch", { issues: zodIssues(parsed.error) });
   const job = await getJob(deps, jobId);
@@ -84,7 +89,7 @@ const notDispatchedAgain = (job: JobRecord): MamError =>
  * attempt is its latest dispatch. A cheap early refusal only: the write that ends a
  * report write checks the same in its own condition.
  */
-async function writableAttempt(deps: Pick<Deps, "jobs">, jobId: string, attemptId: number): Promise<string> {
+async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobId: string, attemptId: number): Promise<string> {
   const job = await getJob(deps, jobId);
   if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
   if (job.latest_attempt !== attemptId) {
@@ -106,7 +111,7 @@ async function writableAttempt(deps: Pick<Deps, "jobs">, jobId: string, attemptI
  *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
  */
 export async function stageAttemptReport(
-  deps: Pick<Deps, "jobs" | "reports" | "ids">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "ids">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
@@ -132,7 +137,7 @@ export async function stageAttemptReport(
  * attempt, `evidence_seq` bumped), then write the live names.
  */
 export async function finalizeAttemptReport(
-  deps: Pick<Deps, "jobs" | "reports" | "clock">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock">,
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
@@ -165,7 +170,7 @@ export function pointerOf(prepared: PreparedFinalize): FinalizedReport {
  * delay a completion, never make one rest on other bytes.
  */
 async function applyFinalizeIfCurrent(
-  deps: Pick<Deps, "jobs" | "reports">,
+  deps: Using<Pick<JobRecords, "get">, "reports">,
   prepared: PreparedFinalize,
   evidenceSeq: number,
 ): Promise<void> {
@@ -179,7 +184,7 @@ async function applyFinalizeIfCurrent(
  * this attempt, the write-once copy its completion pinned.
  */
 export async function verifyAttemptReport(
-  deps: Pick<Deps, "jobs" | "reports">,
+  deps: Using<Pick<JobRecords, "get">, "reports">,
   jobId: string,
   attemptId: number,
   expectedArtifacts?: readonly string[],
