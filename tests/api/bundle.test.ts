@@ -8,7 +8,8 @@ import { FileReportStore, MqttPublisher, openEmbeddedJobStore } from "@mam/local
 import { build } from "esbuild";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SIGNING_KEY, send, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { SIGNING_KEY, send } from "./harness.ts";
 
 /**
  * The app bundled as for Lambda (esbuild, one file, outside any node_modules): the

@@ -11,7 +11,8 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SIGNING_KEY, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { SIGNING_KEY } from "./harness.ts";
 
 /**
  * The OpenAPI document as served: third-party linters find nothing in it, and it

@@ -6,7 +6,8 @@ import { type Deps, ERROR_TABLE, type JobStore, MamError, parseFlags, randomIds 
 import { FileReportStore, MqttPublisher, SqliteJobStore } from "@mam/local";
 import type { Hono } from "hono";
 import { afterAll, describe, expect, it } from "vitest";
-import { SIGNING_KEY, send, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { SIGNING_KEY, send } from "./harness.ts";
 
 describe("each error code's HTTP status (core keeps code, title, retryable; the API maps each once)", () => {
   it("the map is total: every code of core's closed set has exactly one status, and nothing else does", () => {

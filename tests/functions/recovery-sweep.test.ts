@@ -7,7 +7,7 @@ import { type JobRecord, releaseNotification } from "@mam/core";
 import type { ScheduledEvent } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRecoverySweepHandler } from "../../functions/compose.ts";
-import { TestClock } from "../api/harness.ts";
+import { TestClock } from "../support/clock.ts";
 import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "./support.ts";
 
 let peers: Peers;

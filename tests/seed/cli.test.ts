@@ -14,8 +14,9 @@ import { type JobRecord, randomIds, registerJob, STAGED_REPORT_NAME, verifyManif
 import { type EmbeddedBroker, FileReportStore, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
+import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
-import { mqttSubscribe, tickingClock } from "./harness.ts";
+import { CLOCK_START, mqttSubscribe } from "./harness.ts";
 import { sleep } from "./scenario.ts";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -45,7 +46,7 @@ afterEach(async () => {
 async function registerIn(dataDir: string): Promise<string> {
   const { jobs, close } = openEmbeddedJobStore(path.join(dataDir, "mam.db"));
   try {
-    return (await registerJob({ jobs, clock: tickingClock(), ids: randomIds }, { prompt: "p", agent: "claude-code" })).job_id;
+    return (await registerJob({ jobs, clock: tickingClock(CLOCK_START), ids: randomIds }, { prompt: "p", agent: "claude-code" })).job_id;
   } finally {
     await close();
   }

@@ -12,13 +12,14 @@ import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutpu
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput, type S3Client } from "@aws-sdk/client-s3";
 import { DynamoJobStore, IotPublisher } from "@mam/aws";
-import { type Clock, type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
+import { type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
 import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { connect, type MqttClient } from "mqtt";
 import { afterAll, afterEach, beforeEach, describe } from "vitest";
 import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
 import { startIotStandIn } from "../support/aws-peers.ts";
+import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
 
 export interface ReceivedMessage {
@@ -75,12 +76,6 @@ export interface BackendEntry {
 
 /** Every fixed time in the seed suite comes from here; the scenario's timeline is 2026-11-20T10:00-10:07. */
 export const CLOCK_START = "2026-11-20T10:10:00.000Z";
-
-/** A deterministic clock: each reading is 1 ms after the previous one, so event logs keep their order. */
-export function tickingClock(start = CLOCK_START): Clock {
-  let t = Date.parse(start);
-  return { now: () => new Date(t++) };
-}
 
 /** A plain MQTT subscriber (anonymous: the embedded broker lets anyone subscribe). */
 export async function mqttSubscribe(url: string, topicFilter: string): Promise<Subscription> {
@@ -200,7 +195,7 @@ async function makeEmbedded(): Promise<SeedBackend> {
   const extraBrokers: EmbeddedBroker[] = [];
   const extraPublishers: Publisher[] = [];
   const subscriptions: Subscription[] = [];
-  const clock = tickingClock();
+  const clock = tickingClock(CLOCK_START);
 
   // As `mam serve` composes its store: core's guard, the record cache, SQLite.
   const open = () => ({
@@ -345,7 +340,7 @@ function sharedAwsPeers(): Promise<AwsPeers> {
 
 async function makeAws(): Promise<SeedBackend> {
   const peers = await sharedAwsPeers();
-  const clock = tickingClock();
+  const clock = tickingClock(CLOCK_START);
   let live = await peers.ports();
   const extra: { close(): Promise<void> }[] = [];
   const subscriptions: Subscription[] = [];

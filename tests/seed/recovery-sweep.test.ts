@@ -19,7 +19,7 @@ import {
   transitionJob,
 } from "@mam/core";
 import { expect, it } from "vitest";
-import { TestClock } from "../api/harness.ts";
+import { TestClock } from "../support/clock.ts";
 import { CLOCK_START, describeBackends, type SeedBackend, type Subscription } from "./harness.ts";
 
 const MINUTE = 60_000;
