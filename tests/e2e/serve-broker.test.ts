@@ -5,9 +5,7 @@
  * on its own. The abuse itself is tried in detail in tests/contract/broker-abuse.test.ts.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rm } from "node:fs/promises";
 import { type RunningService, runCli, startService } from "@mam/cli";
 import { parseConfig } from "@mam/core";
 import { startEmbeddedBroker } from "@mam/local";
@@ -15,6 +13,7 @@ import { connectAsync, type IClientOptions, type MqttClient } from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
 import { subscribeOn } from "../contract/mqtt-subscriber.ts";
 import { captureIo } from "../support/cli-io.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 describe("mam serve and its MQTT broker", () => {
   const cleanup: (() => Promise<unknown>)[] = [];
@@ -23,7 +22,7 @@ describe("mam serve and its MQTT broker", () => {
   });
 
   async function dataDir(): Promise<string> {
-    const dir = await mkdtemp(join(tmpdir(), "mam-serve-broker-"));
+    const dir = (await tempDir("serve-broker")).dir;
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     return dir;
   }

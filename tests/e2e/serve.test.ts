@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { runCli } from "@mam/cli";
 import { dataDirPaths, openEmbeddedJobStore } from "@mam/local";
@@ -8,6 +7,8 @@ import { connectAsync } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { subscribeOn } from "../contract/mqtt-subscriber.ts";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
+import { jobRecord } from "../support/records.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 /**
  * The whole flow against a real `mam serve` process (what `npm start` runs): an
@@ -66,7 +67,7 @@ describe("e2e: mam serve", () => {
   let operator: string;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), "mam-e2e-"));
+    dir = (await tempDir("e2e")).dir;
     served = await startServe(dir, { MAM_AUTO_COMPLETE: "1" });
     operator = JSON.parse(await readFile(dataDirPaths(dir).credentials, "utf8")).operator_token;
   }, 30_000);
@@ -167,7 +168,7 @@ describe("e2e: mam serve", () => {
       pane_process_generation: 1,
     });
     const agent = dispatch.body.agent_token as string;
-    const tree = await mkdtemp(join(tmpdir(), "mam-agent-"));
+    const tree = (await tempDir("agent")).dir;
     await writeFile(join(tree, "report-final.md.tmp"), "# done\n\npushed a1b2c3d\n");
     const sub = await subscribeOn(served.mqttUrl, `mam/jobs/${jobId}/events`);
     const io = captureIo({ MAM_API_URL: served.url, MAM_TOKEN: agent });
@@ -250,20 +251,7 @@ describe("e2e: mam serve", () => {
     expect(served.stdout()).toContain('"request_id":"last-before-sigterm"');
     const { jobs: store, close } = openEmbeddedJobStore(dataDirPaths(dir).database);
     const now = new Date().toISOString();
-    await store.create({
-      job_id: "owed-across-restart",
-      prompt: "p",
-      agent: "codex",
-      role: "Worker",
-      status: "pending",
-      iteration: 1,
-      transition_seq: 0,
-      evidence_seq: 0,
-      expected_artifacts: [],
-      auto_complete: false,
-      created_at: now,
-      updated_at: now,
-    });
+    await store.create(jobRecord("owed-across-restart", { agent: "codex", iteration: 1, created_at: now, updated_at: now }));
     const intent = { id: "intent-restart-1", event: "error", seq: 1, created_at: now };
     await store.transition("owed-across-restart", 0, {
       from: ["pending"],

@@ -5,8 +5,7 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { runCli } from "@mam/cli";
@@ -16,6 +15,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
+import { tempDir } from "../support/temp-dir.ts";
 import { CLOCK_START, mqttSubscribe } from "./harness.ts";
 import { sleep } from "./scenario.ts";
 
@@ -31,7 +31,7 @@ interface Sandbox {
 let sandbox: Sandbox;
 
 beforeEach(async () => {
-  const root = await mkdtemp(path.join(tmpdir(), "mam-seed-cli-"));
+  const root = (await tempDir("seed-cli")).dir;
   const dataDir = path.join(root, "data");
   await mkdir(path.join(root, "claude-reports"), { recursive: true });
   await mkdir(dataDir, { recursive: true });

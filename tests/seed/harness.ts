@@ -5,8 +5,7 @@
  * to its stores and broker and answers the questions below.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
@@ -21,6 +20,7 @@ import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
 import { startIotStandIn } from "../support/aws-peers.ts";
 import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 export interface ReceivedMessage {
   readonly topic: string;
@@ -182,7 +182,7 @@ export function digestOf(objects: ReadonlyMap<string, string>): string {
 
 /** SQLite over a temp file, files under a temp dir, MQTT to an aedes broker on a free loopback port. */
 async function makeEmbedded(): Promise<SeedBackend> {
-  const dir = await mkdtemp(path.join(tmpdir(), "mam-seed-"));
+  const dir = (await tempDir("seed")).dir;
   const dbFile = path.join(dir, "mam.db");
   const reportRoot = path.join(dir, "reports-root");
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
