@@ -17,9 +17,9 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
 import { jobRecord as job } from "../support/records.ts";
 import { countingConnection } from "../support/sqlite-rows-read.ts";
+import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
-import { subscribeOn } from "./mqtt-subscriber.ts";
 import { publisherContract } from "./publisher.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
 
@@ -497,7 +497,7 @@ publisherContract("MQTT to the embedded aedes broker", async () => {
   const publisher = new MqttPublisher({ url: broker.url, ...publisherCredentials });
   return {
     publisher,
-    subscribe: (topic) => subscribeOn(broker.url, topic),
+    subscribe: (topic) => subscribe(broker.url, topic),
     unreachable: async () => new MqttPublisher({ url: `mqtt://127.0.0.1:${await deadPort()}`, connectTimeoutMs: 1000 }),
     // No credentials: the broker lets it connect, then refuses its publish under mam/.
     refusing: () => new MqttPublisher({ url: broker.url }),
@@ -558,7 +558,7 @@ describe("MqttPublisher and the embedded broker, beyond the contract", () => {
   it("refusePublish refuses even the service, and the publisher works again on the next publish", async () => {
     const b = await broker({ refusePublish: (topic) => topic.endsWith("/blocked") });
     const p = publisher({ url: b.url, ...b.publisherCredentials });
-    const sub = await subscribeOn(b.url, "mam/#");
+    const sub = await subscribe(b.url, "mam/#");
     cleanup.push(() => sub.close());
     await expect(p.publish("mam/jobs/x/blocked", "no")).rejects.toMatchObject({ code: "publish.refused" });
     await p.publish("mam/jobs/x/events", "yes");
@@ -567,7 +567,7 @@ describe("MqttPublisher and the embedded broker, beyond the contract", () => {
 
   it("anyone may publish outside mam/, and anyone may subscribe", async () => {
     const b = await broker();
-    const sub = await subscribeOn(b.url, "elsewhere/#");
+    const sub = await subscribe(b.url, "elsewhere/#");
     cleanup.push(() => sub.close());
     const anonymous = publisher({ url: b.url });
     await anonymous.publish("elsewhere/chat", "hello");

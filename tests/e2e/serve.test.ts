@@ -5,9 +5,9 @@ import { runCli } from "@mam/cli";
 import { dataDirPaths, openEmbeddedJobStore } from "@mam/local";
 import { connectAsync } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { subscribeOn } from "../contract/mqtt-subscriber.ts";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { jobRecord } from "../support/records.ts";
+import { subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
 /**
@@ -98,7 +98,7 @@ describe("e2e: mam serve", () => {
   });
 
   it("register, dispatch, the agent claims, uploads and finalizes, the watcher evaluates, a subscriber receives the completion with its intent id", async () => {
-    const sub = await subscribeOn(served.mqttUrl, "mam/jobs/+/events");
+    const sub = await subscribe(served.mqttUrl, "mam/jobs/+/events");
     try {
       const reg = await call(operator, "POST", "/v1/jobs", { prompt: "fix the flaky test", agent: "claude-code", auto_complete: true });
       expect(reg.status).toBe(201);
@@ -170,7 +170,7 @@ describe("e2e: mam serve", () => {
     const agent = dispatch.body.agent_token as string;
     const tree = (await tempDir("agent")).dir;
     await writeFile(join(tree, "report-final.md.tmp"), "# done\n\npushed a1b2c3d\n");
-    const sub = await subscribeOn(served.mqttUrl, `mam/jobs/${jobId}/events`);
+    const sub = await subscribe(served.mqttUrl, `mam/jobs/${jobId}/events`);
     const io = captureIo({ MAM_API_URL: served.url, MAM_TOKEN: agent });
     const { out, err } = io;
     const report = join(tree, "report-final.md");
@@ -210,7 +210,7 @@ describe("e2e: mam serve", () => {
   });
 
   it("the embedded broker lets anyone subscribe but only the service publish under mam/", async () => {
-    const sub = await subscribeOn(served.mqttUrl, "mam/#");
+    const sub = await subscribe(served.mqttUrl, "mam/#");
     const spoofer = await connectAsync(served.mqttUrl, { protocolVersion: 4, reconnectPeriod: 0 });
     spoofer.on("error", () => undefined);
     try {
@@ -261,7 +261,7 @@ describe("e2e: mam serve", () => {
 
     // The first sweep runs one interval after start: the subscriber connects within it.
     served = await startServe(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" });
-    const sub = await subscribeOn(served.mqttUrl, "mam/jobs/owed-across-restart/events");
+    const sub = await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events");
     try {
       const message = await sub.next(10_000);
       expect(JSON.parse(message.payload).data.notification_intent.id).toBe("intent-restart-1");

@@ -20,7 +20,8 @@ import {
 } from "@mam/core";
 import { expect, it } from "vitest";
 import { TestClock } from "../support/clock.ts";
-import { CLOCK_START, describeBackends, type SeedBackend, type Subscription } from "./harness.ts";
+import type { Subscription } from "../support/subscriber.ts";
+import { CLOCK_START, describeBackends, type SeedBackend } from "./harness.ts";
 
 const MINUTE = 60_000;
 
