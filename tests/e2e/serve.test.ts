@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { runCli } from "@mam/cli";
@@ -7,6 +6,7 @@ import { connectAsync } from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { jobRecord } from "../support/records.ts";
+import { type ServeProcess, startServeProcess } from "../support/serve-process.ts";
 import { barrier, subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
@@ -18,62 +18,19 @@ import { tempDir } from "../support/temp-dir.ts";
 const ROOT = new URL("../..", import.meta.url).pathname;
 const SCENARIO = JSON.parse(await readFile(join(ROOT, "fixtures/watcher/finalized_candidate.json"), "utf8"));
 
-interface Served {
-  readonly child: ChildProcess;
-  readonly url: string;
-  readonly mqttUrl: string;
-  readonly stderr: () => string;
-  readonly stdout: () => string;
-}
-
-async function startServe(dataDir: string, env: Record<string, string> = {}): Promise<Served> {
-  const child = spawn(process.execPath, [join(ROOT, "packages/cli/bin/mam.js"), "serve"], {
-    cwd: dataDir,
-    env: { PATH: process.env.PATH ?? "", MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let err = "";
-  let out = "";
-  child.stdout?.on("data", (d) => {
-    out += String(d);
-  });
-  const ready = new Promise<{ url: string; mqttUrl: string }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`mam serve did not start: ${err}`)), 20_000);
-    child.stderr?.on("data", (d) => {
-      err += String(d);
-      const url = /serving on (http:\/\/\S+)/.exec(err)?.[1];
-      const mqttUrl = /MQTT broker: (mqtt:\/\/\S+)/.exec(err)?.[1];
-      if (url && mqttUrl) {
-        clearTimeout(timer);
-        resolve({ url, mqttUrl });
-      }
-    });
-    child.once("exit", (code) => reject(new Error(`mam serve exited with ${code}: ${err}`)));
-  });
-  const { url, mqttUrl } = await ready;
-  return { child, url, mqttUrl, stderr: () => err, stdout: () => out };
-}
-
-async function stopServe(s: Served, signal: NodeJS.Signals = "SIGTERM"): Promise<number | null> {
-  if (s.child.exitCode !== null) return s.child.exitCode;
-  const exited = new Promise<number | null>((r) => s.child.once("exit", (code) => r(code)));
-  s.child.kill(signal);
-  return exited;
-}
-
 describe("e2e: mam serve", () => {
   let dir: string;
-  let served: Served;
+  let served: ServeProcess;
   let operator: string;
 
   beforeAll(async () => {
     dir = (await tempDir("e2e")).dir;
-    served = await startServe(dir, { MAM_AUTO_COMPLETE: "1" });
+    served = await startServeProcess(dir, { MAM_AUTO_COMPLETE: "1" }, { cwd: dir, broker: true });
     operator = JSON.parse(await readFile(dataDirPaths(dir).credentials, "utf8")).operator_token;
   }, 30_000);
 
   afterAll(async () => {
-    if (served) await stopServe(served);
+    if (served) await served.stop();
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -248,7 +205,7 @@ describe("e2e: mam serve", () => {
     // The request log is written in batches; a SIGTERM right after a request loses no line.
     const last = await fetch(new URL("/healthz", served.url), { headers: { "x-request-id": "last-before-sigterm" } });
     expect(last.status).toBe(200);
-    expect(await stopServe(served)).toBe(0);
+    expect(await served.stop()).toBe(0);
     expect(served.stderr()).toContain("stopped");
     expect(served.stdout()).toContain('"request_id":"last-before-sigterm"');
     const { jobs: store, close } = openEmbeddedJobStore(dataDirPaths(dir).database);
@@ -262,7 +219,7 @@ describe("e2e: mam serve", () => {
     await close();
 
     // The first sweep runs one interval after start: the subscriber connects within it.
-    served = await startServe(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" });
+    served = await startServeProcess(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" }, { cwd: dir, broker: true });
     const sub = await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events");
     try {
       const message = await sub.next(10_000);
