@@ -1,5 +1,4 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import type * as Api from "@mam/api";
@@ -8,7 +7,9 @@ import { FileReportStore, MqttPublisher, openEmbeddedJobStore } from "@mam/local
 import { build } from "esbuild";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SIGNING_KEY, send, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { tempDir } from "../support/temp-dir.ts";
+import { SIGNING_KEY, send } from "./harness.ts";
 
 /**
  * The app bundled as for Lambda (esbuild, one file, outside any node_modules): the
@@ -21,7 +22,7 @@ describe("the app bundled without swagger-ui-dist", () => {
   let closeJobs: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(tmpdir(), "mam-api-bundle-"));
+    dir = (await tempDir("api-bundle")).dir;
     const entry = fileURLToPath(new URL("../../packages/api/src/index.ts", import.meta.url));
     const outfile = path.join(dir, "app.mjs");
     await build({ entryPoints: [entry], bundle: true, platform: "node", format: "esm", target: "node20", outfile, logLevel: "silent" });

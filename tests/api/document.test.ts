@@ -1,7 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createApp, createTokenService } from "@mam/api";
@@ -11,7 +10,9 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SIGNING_KEY, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { tempDir } from "../support/temp-dir.ts";
+import { SIGNING_KEY } from "./harness.ts";
 
 /**
  * The OpenAPI document as served: third-party linters find nothing in it, and it
@@ -34,7 +35,7 @@ let doc: Doc;
 let file: string;
 
 beforeAll(async () => {
-  dir = await mkdtemp(path.join(tmpdir(), "mam-openapi-"));
+  dir = (await tempDir("openapi")).dir;
   jobs = new SqliteJobStore(":memory:");
   const clock = new TestClock("2026-11-20T10:00:00Z");
   const deps: Deps = {

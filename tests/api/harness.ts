@@ -1,8 +1,9 @@
 import { readFileSync } from "node:fs";
 import { type AppOptions, createApp, createTokenService, type TokenService } from "@mam/api";
-import { type Clock, type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds, type SweepPolicy } from "@mam/core";
+import { type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds, type SweepPolicy } from "@mam/core";
 import type { Hono } from "hono";
 import { expect } from "vitest";
+import { TestClock } from "../support/clock.ts";
 import { documentCheckFor } from "./openapi-check.ts";
 
 /** The ports an adapter family provides; the suite assembles Deps around them. */
@@ -23,19 +24,6 @@ export interface PortsOptions {
 export type PortsFactory = (opts: PortsOptions) => Promise<ApiPorts>;
 
 export const SIGNING_KEY = "test-signing-key-0123456789abcdef-0123456789";
-
-export class TestClock implements Clock {
-  #t: number;
-  constructor(iso: string) {
-    this.#t = Date.parse(iso);
-  }
-  now(): Date {
-    return new Date(this.#t);
-  }
-  advance(ms: number): void {
-    this.#t += ms;
-  }
-}
 
 /**
  * A pass-through over a real store that records which methods were called, so a

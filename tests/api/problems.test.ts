@@ -1,12 +1,12 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import path from "node:path";
+import { rm } from "node:fs/promises";
 import { createApp, createTokenService, HTTP_STATUS, RETRY_AFTER_SECONDS } from "@mam/api";
 import { type Deps, ERROR_TABLE, type JobStore, MamError, parseFlags, randomIds } from "@mam/core";
 import { FileReportStore, MqttPublisher, SqliteJobStore } from "@mam/local";
 import type { Hono } from "hono";
 import { afterAll, describe, expect, it } from "vitest";
-import { SIGNING_KEY, send, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { tempDir } from "../support/temp-dir.ts";
+import { SIGNING_KEY, send } from "./harness.ts";
 
 describe("each error code's HTTP status (core keeps code, title, retryable; the API maps each once)", () => {
   it("the map is total: every code of core's closed set has exactly one status, and nothing else does", () => {
@@ -30,7 +30,7 @@ describe("each error code's HTTP status (core keeps code, title, retryable; the 
     });
 
     it("a store that cannot be reached is a 503 problem with Retry-After, and the same is declared in the document", async () => {
-      const dir = await mkdtemp(path.join(tmpdir(), "mam-api-503-"));
+      const dir = (await tempDir("api-503")).dir;
       const store = new SqliteJobStore(":memory:");
       cleanup.push(
         () => rm(dir, { recursive: true, force: true }),

@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
+import { tempDir } from "../support/temp-dir.ts";
 import { CANDIDATE_DISPATCH, candidateScenario, type Harness, makeHarness, type Res } from "./harness.ts";
 
 /**
@@ -19,7 +20,7 @@ describe("no absolute server path in any API answer", () => {
 
   let dataDir = "";
   async function harness(): Promise<Harness> {
-    dataDir = await realpath(await mkdtemp(path.join(tmpdir(), "mam-api-paths-")));
+    dataDir = await realpath((await tempDir("api-paths")).dir);
     const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
     const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
     return makeHarness(

@@ -1,7 +1,8 @@
 import { createHmac } from "node:crypto";
 import { createTokenService } from "@mam/api";
 import { describe, expect, it } from "vitest";
-import { SIGNING_KEY, TestClock } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { SIGNING_KEY } from "./harness.ts";
 
 const b64 = (v: unknown) => Buffer.from(typeof v === "string" ? v : JSON.stringify(v)).toString("base64url");
 

@@ -29,6 +29,7 @@ import {
 } from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
+import { jobRecord } from "../support/records.ts";
 import { rejection } from "../support/rejection.ts";
 
 let peer: DynalitePeer;
@@ -54,22 +55,9 @@ async function freshStore(): Promise<DynamoJobStore> {
 const T0 = Date.parse("2030-01-01T00:00:00.000Z");
 const at = (seconds: number): string => new Date(T0 + seconds * 1000).toISOString();
 
+/** A job on this file's timeline (created at T0). */
 function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
-  return {
-    job_id: id,
-    prompt: `do ${id}`,
-    agent: "claude",
-    role: "Worker",
-    status: "pending",
-    iteration: 0,
-    transition_seq: 0,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
-    created_at: at(0),
-    updated_at: at(0),
-    ...over,
-  };
+  return jobRecord(id, { prompt: `do ${id}`, created_at: at(0), updated_at: at(0), ...over });
 }
 
 function intent(id: string, seconds: number, seq = 1): NotificationIntent {

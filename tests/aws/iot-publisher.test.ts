@@ -5,9 +5,9 @@ import { countRequests, IOT_MAX_PAYLOAD_BYTES, IotPublisher } from "@mam/aws";
 import { MamError } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { subscribeOn } from "../contract/mqtt-subscriber.ts";
 import { type IotStandIn, startIotStandIn } from "../support/aws-peers.ts";
 import { rejection } from "../support/rejection.ts";
+import { subscribe } from "../support/subscriber.ts";
 
 const SERVICE = { username: "mam-service", password: "s3cret-for-tests" };
 
@@ -54,7 +54,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     );
     const publisher = new IotPublisher({ client });
     const topic = "mam/jobs/job-1/events";
-    const sub = await subscribeOn(broker.url, topic);
+    const sub = await subscribe(broker.url, topic);
     cleanup.push(() => sub.close());
     const payload = JSON.stringify({ event: "completed", job_id: "job-1", seq: 3, data: { note: "ünïcode ✓" } });
 
@@ -68,7 +68,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
   it("a payload of exactly 128 KB goes through", async () => {
     const publisher = new IotPublisher({ client: iotClient(standIn.endpoint) });
     const topic = "mam/jobs/job-max/events";
-    const sub = await subscribeOn(broker.url, topic);
+    const sub = await subscribe(broker.url, topic);
     cleanup.push(() => sub.close());
     const payload = "x".repeat(IOT_MAX_PAYLOAD_BYTES);
     await publisher.publish(topic, payload);
@@ -101,7 +101,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
     const noRights = await startIotStandIn(broker.url);
     cleanup.push(() => noRights.close());
     const topic = "mam/jobs/spoof/events";
-    const sub = await subscribeOn(broker.url, topic);
+    const sub = await subscribe(broker.url, topic);
     cleanup.push(() => sub.close());
     const err = await rejection(new IotPublisher({ client: iotClient(noRights.endpoint) }).publish(topic, "spoofed"));
     expect((err as MamError).code).toBe("publish.refused");
@@ -159,7 +159,7 @@ describe("IotPublisher through the IoT stand-in onto a real broker", () => {
 
   it("can be built from an endpoint and region (the Lambda's configuration)", async () => {
     const topic = "mam/jobs/configured/events";
-    const sub = await subscribeOn(broker.url, topic);
+    const sub = await subscribe(broker.url, topic);
     cleanup.push(() => sub.close());
     const prev = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
     // The default credential chain reads the environment, as it would in a Lambda.

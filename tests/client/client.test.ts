@@ -3,8 +3,7 @@
  * — the bearer token, a problem as core's MamError with the problem's code, detail
  * and bad fields, a service that cannot be reached as `service.unreachable`.
  */
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { createApp, createTokenService } from "@mam/api";
 import { createMamClient, ok } from "@mam/client";
@@ -12,6 +11,7 @@ import { type Deps, isMamError, type MamError, parseFlags, randomIds, systemCloc
 import { FileReportStore, SqliteJobStore } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 const BASE = "http://mam.test";
 let dir: string;
@@ -20,7 +20,7 @@ let appFetch: typeof fetch;
 let operator: string;
 
 beforeAll(async () => {
-  dir = await mkdtemp(path.join(tmpdir(), "mam-client-"));
+  dir = (await tempDir("client")).dir;
   jobs = new SqliteJobStore(path.join(dir, "mam.db"));
   const deps: Deps = {
     jobs,

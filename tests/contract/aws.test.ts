@@ -8,8 +8,8 @@ import { startEmbeddedBroker } from "@mam/local";
 import { afterAll, beforeAll } from "vitest";
 import { type DynalitePeer, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
 import { deadPort } from "../support/dead-port.ts";
+import { subscribe } from "../support/subscriber.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
-import { subscribeOn } from "./mqtt-subscriber.ts";
 import { publisherContract } from "./publisher.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
 
@@ -67,7 +67,7 @@ publisherContract("IoT Core data plane (HTTPS stand-in onto aedes)", async () =>
   const extraStandIns: { close(): Promise<void> }[] = [];
   return {
     publisher: publisherAt(standIn.endpoint),
-    subscribe: (topic) => subscribeOn(broker.url, topic),
+    subscribe: (topic) => subscribe(broker.url, topic),
     unreachable: async () => publisherAt(`http://127.0.0.1:${await deadPort()}`),
     // A data plane without the right to publish under mam/: the broker refuses, IoT answers 403.
     refusing: async () => {

@@ -11,8 +11,7 @@ import net from "node:net";
 import { DEFAULT_MAX_PACKET_BYTES, type EmbeddedBroker, MqttPublisher, startEmbeddedBroker } from "@mam/local";
 import { connectAsync, type IClientOptions, type MqttClient } from "mqtt";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { subscribeOn } from "./mqtt-subscriber.ts";
-import type { Subscription } from "./publisher.suite.ts";
+import { type Subscription, subscribe } from "../support/subscriber.ts";
 
 const SERVICE_CLIENT_ID = "mam-service";
 const MiB = 1024 * 1024;
@@ -103,7 +102,7 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
     });
     cleanup.push(() => service.close());
     // Everything a wildcard subscriber sees (`#` never matches `$SYS`).
-    sub = await subscribeOn(broker.url, "#");
+    sub = await subscribe(broker.url, "#");
     cleanup.push(() => sub.close());
     await liveNotification();
     expect(await watch.next()).toBe(true);
@@ -166,14 +165,14 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
 
     // A retained message is sent to a new subscriber right after its SUBACK, before
     // anything published later: so the first message is the live one, or there was one.
-    const late = await subscribeOn(broker.url, "#");
+    const late = await subscribe(broker.url, "#");
     cleanup.push(() => late.close());
     await liveNotification(late);
   });
 
   it("$SYS is closed to anonymous clients: the subscription is refused, so the service's client id is not revealed", async () => {
     for (const filter of ["$SYS/#", "$SYS/+/new/clients", `$SYS/${"+"}/heartbeat`]) {
-      await expect(subscribeOn(broker.url, filter)).rejects.toThrow(/refused the subscription/);
+      await expect(subscribe(broker.url, filter)).rejects.toThrow(/refused the subscription/);
     }
     // A client connecting now would be announced on $SYS/<broker>/new/clients; the
     // wildcard subscriber's next message is still the service's.
@@ -225,7 +224,7 @@ describe("the service's publisher reconnects on its own", () => {
   async function setup(port = 0, extra: { refusePublish?: (topic: string) => boolean } = {}) {
     const broker = await startEmbeddedBroker({ port, publisherCredentials, serviceClientId: SERVICE_CLIENT_ID, ...extra });
     cleanup.push(() => broker.close());
-    const sub = await subscribeOn(broker.url, "mam/#");
+    const sub = await subscribe(broker.url, "mam/#");
     cleanup.push(() => sub.close());
     return { broker, sub };
   }

@@ -11,6 +11,7 @@ import {
 } from "@mam/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { maxFreeForm } from "../support/free-form.ts";
+import { jobRecord as job } from "../support/records.ts";
 
 /**
  * The JobStore contract: what every adapter (SQLite, DynamoDB, core's in-memory
@@ -663,24 +664,6 @@ const BASE = Date.UTC(2025, 0, 15, 12, 0, 0);
 /** A fixed instant, `minute` minutes after the base: tests never read the clock. */
 function at(minute: number): string {
   return new Date(BASE + minute * 60_000).toISOString();
-}
-
-function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
-  return {
-    job_id: id,
-    prompt: `do ${id}`,
-    agent: "claude",
-    role: "Worker",
-    status: "pending",
-    iteration: 0,
-    transition_seq: 0,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
-    created_at: at(0),
-    updated_at: at(0),
-    ...over,
-  };
 }
 
 function intent(id: string, event: string, seq: number, createdAt: string): NotificationIntent {

@@ -1,7 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtemp, readdir, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { readdir, stat, symlink, writeFile } from "node:fs/promises";
 import net from "node:net";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { EVENT_PAGE_MAX_BYTES, guardJobStore, isGuardedJobStore, type JobRecord, type JobStore, MamError } from "@mam/core";
 import {
@@ -16,16 +15,13 @@ import {
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
+import { jobRecord as job } from "../support/records.ts";
 import { countingConnection } from "../support/sqlite-rows-read.ts";
+import { subscribe } from "../support/subscriber.ts";
+import { type TempDir, tempDir } from "../support/temp-dir.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
-import { subscribeOn } from "./mqtt-subscriber.ts";
 import { publisherContract } from "./publisher.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
-
-async function tempDir(prefix: string): Promise<{ dir: string; remove(): Promise<void> }> {
-  const dir = await mkdtemp(path.join(tmpdir(), `mam-${prefix}-`));
-  return { dir, remove: () => rm(dir, { recursive: true, force: true }) };
-}
 
 // ---------------------------------------------------------------- JobStore
 
@@ -55,7 +51,7 @@ jobStoreContract("SQLite behind its record cache (openEmbeddedJobStore)", async 
 });
 
 describe("SqliteJobStore, beyond the contract", () => {
-  let tmp: { dir: string; remove(): Promise<void> };
+  let tmp: TempDir;
   let file: string;
   let store: SqliteJobStore;
   /** Job rows read on the store's connection (`countingConnection`): the adapter keeps no counter. */
@@ -73,22 +69,6 @@ describe("SqliteJobStore, beyond the contract", () => {
   afterEach(async () => {
     await store.close();
     await tmp.remove();
-  });
-
-  const job = (id: string, over: Partial<JobRecord> = {}): JobRecord => ({
-    job_id: id,
-    prompt: "p",
-    agent: "codex",
-    role: "Worker",
-    status: "pending",
-    iteration: 0,
-    transition_seq: 0,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
-    created_at: "2025-01-15T12:00:00.000Z",
-    updated_at: "2025-01-15T12:00:00.000Z",
-    ...over,
   });
 
   it("listOwed reads only the owed rows, through the partial index", async () => {
@@ -294,7 +274,7 @@ describe("SqliteJobStore, beyond the contract", () => {
 });
 
 describe("CachedJobStore around SQLite (as openEmbeddedJobStore composes them)", () => {
-  let tmp: { dir: string; remove(): Promise<void> };
+  let tmp: TempDir;
   let file: string;
   let sqlite: SqliteJobStore;
   let store: JobStore;
@@ -310,22 +290,6 @@ describe("CachedJobStore around SQLite (as openEmbeddedJobStore composes them)",
   afterEach(async () => {
     await sqlite.close();
     await tmp.remove();
-  });
-
-  const job = (id: string, over: Partial<JobRecord> = {}): JobRecord => ({
-    job_id: id,
-    prompt: "p",
-    agent: "codex",
-    role: "Worker",
-    status: "pending",
-    iteration: 0,
-    transition_seq: 0,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
-    created_at: "2025-01-15T12:00:00.000Z",
-    updated_at: "2025-01-15T12:00:00.000Z",
-    ...over,
   });
 
   it("get answers a repeated read from the cache, and sees every commit at once: its own, another store's, a bare connection's", async () => {
@@ -410,7 +374,7 @@ reportStoreContract("files (temp dir)", async () => {
 });
 
 describe("FileReportStore, beyond the contract", () => {
-  let tmp: { dir: string; remove(): Promise<void> };
+  let tmp: TempDir;
   let root: string;
   beforeEach(async () => {
     tmp = await tempDir("reports-x");
@@ -533,7 +497,7 @@ publisherContract("MQTT to the embedded aedes broker", async () => {
   const publisher = new MqttPublisher({ url: broker.url, ...publisherCredentials });
   return {
     publisher,
-    subscribe: (topic) => subscribeOn(broker.url, topic),
+    subscribe: (topic) => subscribe(broker.url, topic),
     unreachable: async () => new MqttPublisher({ url: `mqtt://127.0.0.1:${await deadPort()}`, connectTimeoutMs: 1000 }),
     // No credentials: the broker lets it connect, then refuses its publish under mam/.
     refusing: () => new MqttPublisher({ url: broker.url }),
@@ -594,7 +558,7 @@ describe("MqttPublisher and the embedded broker, beyond the contract", () => {
   it("refusePublish refuses even the service, and the publisher works again on the next publish", async () => {
     const b = await broker({ refusePublish: (topic) => topic.endsWith("/blocked") });
     const p = publisher({ url: b.url, ...b.publisherCredentials });
-    const sub = await subscribeOn(b.url, "mam/#");
+    const sub = await subscribe(b.url, "mam/#");
     cleanup.push(() => sub.close());
     await expect(p.publish("mam/jobs/x/blocked", "no")).rejects.toMatchObject({ code: "publish.refused" });
     await p.publish("mam/jobs/x/events", "yes");
@@ -603,7 +567,7 @@ describe("MqttPublisher and the embedded broker, beyond the contract", () => {
 
   it("anyone may publish outside mam/, and anyone may subscribe", async () => {
     const b = await broker();
-    const sub = await subscribeOn(b.url, "elsewhere/#");
+    const sub = await subscribe(b.url, "elsewhere/#");
     cleanup.push(() => sub.close());
     const anonymous = publisher({ url: b.url });
     await anonymous.publish("elsewhere/chat", "hello");

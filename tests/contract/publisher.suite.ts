@@ -1,18 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { MamError, type Publisher } from "@mam/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-
-export interface ReceivedMessage {
-  readonly topic: string;
-  readonly payload: string;
-}
-
-/** What a subscriber on the broker actually receives, in order. */
-export interface Subscription {
-  /** The next message; rejects if none arrives within `timeoutMs` (default 5000). */
-  next(timeoutMs?: number): Promise<ReceivedMessage>;
-  close(): Promise<void>;
-}
+import type { ReceivedMessage, Subscription } from "../support/subscriber.ts";
 
 /**
  * One adapter wired to a broker a subscriber can reach. For MQTT that is the

@@ -11,8 +11,7 @@
  *
  * Every count covers the operation alone: the counters are reset after the set-up.
  */
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { type DynamoDBClient, ScanCommand } from "@aws-sdk/client-dynamodb";
 import { countRequests, type RequestCounter } from "@mam/aws";
@@ -36,7 +35,9 @@ import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobSto
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readyJob } from "../seed/scenario.ts";
 import { type AwsPeers, type AwsPorts, startAwsPeers } from "../support/aws-backend.ts";
+import { jobRecord } from "../support/records.ts";
 import { countingConnection } from "../support/sqlite-rows-read.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 /** The gate may commit: MAM_AUTO_COMPLETE=1 (CAS on, the evidence-backed allowlist). */
 const FLAGS = parseFlags({ MAM_AUTO_COMPLETE: "1" });
@@ -158,20 +159,15 @@ const FLEET_STATUSES: readonly Status[] = ["pending", "running", "completed", "e
 /** A job that owes nothing, in one of every status, as the fleet around the owed ones. */
 function fleetJob(i: number): JobRecord {
   const at = new Date(T0 + i * 1000).toISOString();
-  return {
-    job_id: `fleet-${String(i).padStart(4, "0")}`,
+  return jobRecord(`fleet-${String(i).padStart(4, "0")}`, {
     prompt: "a job that owes no notification",
     agent: "codex",
-    role: "Worker",
     status: FLEET_STATUSES[i % FLEET_STATUSES.length] ?? "pending",
     iteration: 1,
     transition_seq: i % 3,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
     created_at: at,
     updated_at: at,
-  };
+  });
 }
 
 /**
@@ -345,7 +341,7 @@ describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
   let n = 0;
 
   beforeAll(async () => {
-    dir = await mkdtemp(path.join(tmpdir(), "mam-costs-"));
+    dir = (await tempDir("costs")).dir;
     credentials = { username: "mam-service", password: randomIds.uuid() };
     broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials });
   });

@@ -5,14 +5,14 @@
  * runs, in-process): the API mode through its HTTP port, the embedded mode on its
  * data dir and its broker, each on a job of its own taken through the same steps.
  */
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { type RunningService, runCli, startService } from "@mam/cli";
 import { createMamClient, ok } from "@mam/client";
 import { parseConfig } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 type Mode = "api" | "embedded";
 type Who = "agent" | "operator";
@@ -35,7 +35,7 @@ let service: RunningService;
 const lanes = {} as Record<Mode, Lane>;
 
 beforeAll(async () => {
-  root = await mkdtemp(path.join(tmpdir(), "mam-cli-modes-"));
+  root = (await tempDir("cli-modes")).dir;
   const dataDir = path.join(root, "data");
   service = await startService(parseConfig({ MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0" }), () => undefined);
   const operator = createMamClient({ baseUrl: service.url, token: service.operatorToken });

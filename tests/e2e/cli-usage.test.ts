@@ -7,8 +7,7 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createApp, createTokenService } from "@mam/api";
@@ -19,13 +18,14 @@ import { MqttPublisher, openDataDir } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { deadPort } from "../support/dead-port.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const MAM = path.join(ROOT, "packages/cli/bin/mam.js");
 
 let root: string;
 beforeEach(async () => {
-  root = await mkdtemp(path.join(tmpdir(), "mam-cli-usage-"));
+  root = (await tempDir("cli-usage")).dir;
 });
 afterEach(async () => {
   await rm(root, { recursive: true, force: true });

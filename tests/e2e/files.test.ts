@@ -1,12 +1,12 @@
-import { chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import http from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { EXIT_CODES } from "@mam/cli";
 import { MamError } from "@mam/core";
 import { dataDirPaths, SqliteJobStore, secureDataDir } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { refusedServe, type ServeProcess, startServeProcess } from "../support/serve-process.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 /**
  * What `mam serve` leaves on disk and what it says about a dropped upload, against a
@@ -22,7 +22,7 @@ describe("e2e: mam serve keeps its data dir private", () => {
   beforeAll(async () => {
     // A data dir as an older version left it: 0755, with a 0644 database and 0644
     // reports in 0755 directories.
-    dir = await mkdtemp(join(tmpdir(), "mam-e2e-files-"));
+    dir = (await tempDir("e2e-files")).dir;
     await chmod(dir, 0o755);
     const old = new SqliteJobStore(dataDirPaths(dir).database);
     old.close();
@@ -149,7 +149,7 @@ describe("e2e: mam serve refuses a data dir it cannot make private", () => {
     let foreign: string;
     let cleanup = async () => {};
     if (process.getuid?.() === 0) {
-      foreign = await mkdtemp(join(tmpdir(), "mam-e2e-foreign-"));
+      foreign = (await tempDir("e2e-foreign")).dir;
       await chmod(foreign, 0o755);
       await chown(foreign, 65534, 65534);
       cleanup = () => rm(foreign, { recursive: true, force: true });
@@ -174,7 +174,7 @@ describe("e2e: mam serve refuses a data dir it cannot make private", () => {
 describe("secureDataDir (what mam serve runs first)", () => {
   let base: string;
   beforeAll(async () => {
-    base = await mkdtemp(join(tmpdir(), "mam-secure-"));
+    base = (await tempDir("secure")).dir;
   });
   afterAll(() => rm(base, { recursive: true, force: true }));
 

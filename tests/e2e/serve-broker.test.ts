@@ -5,16 +5,15 @@
  * on its own. The abuse itself is tried in detail in tests/contract/broker-abuse.test.ts.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rm } from "node:fs/promises";
 import { type RunningService, runCli, startService } from "@mam/cli";
 import { parseConfig } from "@mam/core";
 import { startEmbeddedBroker } from "@mam/local";
 import { connectAsync, type IClientOptions, type MqttClient } from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
-import { subscribeOn } from "../contract/mqtt-subscriber.ts";
 import { captureIo } from "../support/cli-io.ts";
+import { subscribe } from "../support/subscriber.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 describe("mam serve and its MQTT broker", () => {
   const cleanup: (() => Promise<unknown>)[] = [];
@@ -23,7 +22,7 @@ describe("mam serve and its MQTT broker", () => {
   });
 
   async function dataDir(): Promise<string> {
-    const dir = await mkdtemp(join(tmpdir(), "mam-serve-broker-"));
+    const dir = (await tempDir("serve-broker")).dir;
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     return dir;
   }
@@ -50,7 +49,7 @@ describe("mam serve and its MQTT broker", () => {
     const reg = await call("POST", "/v1/jobs", { prompt: "p", agent: "codex" });
     expect(reg.status).toBe(201);
     const jobId = String(reg.body.job_id);
-    const sub = await subscribeOn(mqttUrl, `mam/jobs/${jobId}/events`);
+    const sub = await subscribe(mqttUrl, `mam/jobs/${jobId}/events`);
     try {
       expect((await call("POST", `/v1/jobs/${jobId}/transitions`, { action: "cancel", expected_seq: 0 })).status).toBe(200);
       const message = await sub.next(10_000);
@@ -90,7 +89,7 @@ describe("mam serve and its MQTT broker", () => {
     await cancelAJob(service);
 
     await expect(client(service.mqttUrl, { clientId: "svc-e2e" })).rejects.toMatchObject({ code: 2 });
-    await expect(subscribeOn(service.mqttUrl, "$SYS/#")).rejects.toThrow(/refused the subscription/);
+    await expect(subscribe(service.mqttUrl, "$SYS/#")).rejects.toThrow(/refused the subscription/);
     const big = await client(service.mqttUrl, {});
     big.publish("elsewhere/x", Buffer.alloc(4096, "x"), { qos: 1 }, () => undefined);
     await closed(big, "the broker closing a 4 KiB publish over a 2 KiB limit");

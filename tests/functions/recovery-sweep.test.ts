@@ -7,7 +7,8 @@ import { type JobRecord, releaseNotification } from "@mam/core";
 import type { ScheduledEvent } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRecoverySweepHandler } from "../../functions/compose.ts";
-import { TestClock } from "../api/harness.ts";
+import { TestClock } from "../support/clock.ts";
+import { jobRecord } from "../support/records.ts";
 import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "./support.ts";
 
 let peers: Peers;
@@ -24,21 +25,15 @@ const scheduled = (): ScheduledEvent => lambdaFixture<ScheduledEvent>("eventbrid
 
 function job(jobId: string, owes: boolean, minute: number): JobRecord {
   const at = `2025-01-15T12:0${minute}:00.000Z`;
-  return {
-    job_id: jobId,
+  return jobRecord(jobId, {
     prompt: `Work on ${jobId}`,
     agent: "codex",
-    role: "Worker",
     status: "completed",
-    iteration: 0,
     transition_seq: 2,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
     created_at: "2025-01-15T11:00:00.000Z",
     updated_at: at,
     ...(owes ? { pending_notification: { id: `intent-${jobId}`, event: "completed", seq: 2, created_at: at } } : {}),
-  };
+  });
 }
 
 describe("recovery sweep (EventBridge schedule -> every owed notification)", () => {

@@ -10,7 +10,7 @@ import type { DynamoDBRecord, DynamoDBStreamEvent, AttributeValue as StreamAttri
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createStreamPublisherHandler } from "../../functions/compose.ts";
 import { owedJobRecord } from "../../functions/job-stream.ts";
-import { subscribeOn } from "../contract/mqtt-subscriber.ts";
+import { subscribe } from "../support/subscriber.ts";
 import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "./support.ts";
 
 const REFUSED_JOB = "stream-refused";
@@ -52,7 +52,7 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
     await seedFromImages(table, event);
     const [ok1, refused, ok2] = event.Records as [DynamoDBRecord, DynamoDBRecord, DynamoDBRecord];
     expect(jobOf(refused)).toBe(REFUSED_JOB);
-    const subscriber = await subscribeOn(peers.broker.url, "mam/#");
+    const subscriber = await subscribe(peers.broker.url, "mam/#");
     const log = memoryLog();
     try {
       const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: log.sink });

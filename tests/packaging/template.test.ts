@@ -9,13 +9,13 @@
  * `.serverless/` as it starts; `.build/` is rebuilt, as `npm run package` does).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DOCS_ASSETS } from "@mam/api";
 import { JOB_TABLE_DEFINITION } from "@mam/aws";
 import { parseConfig } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tempDirSync } from "../support/temp-dir.ts";
 import { zipEntries } from "./zip-entries.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
@@ -78,7 +78,7 @@ let template: Template;
 let output: string;
 
 beforeAll(() => {
-  outDir = mkdtempSync(join(tmpdir(), "mam-package-"));
+  outDir = tempDirSync("package").dir;
   ({ template, output } = runPackage(outDir, []));
 }, 300_000);
 
@@ -388,7 +388,7 @@ describe("deploy-time params", () => {
   let otherDir: string;
 
   beforeAll(() => {
-    otherDir = mkdtempSync(join(tmpdir(), "mam-package-"));
+    otherDir = tempDirSync("package").dir;
     other = runPackage(otherDir, [
       "--stage",
       "prod",
@@ -423,7 +423,7 @@ describe("deploy-time params", () => {
   });
 
   it("a signing-key parameter name that would make a broken ARN is refused before anything is packaged", () => {
-    const dir = mkdtempSync(join(tmpdir(), "mam-package-"));
+    const dir = tempDirSync("package").dir;
     try {
       expect(() => runPackage(dir, ["--param", "signingKeyParameter=no-leading-slash"])).toThrow(/hierarchical SSM name/);
     } finally {

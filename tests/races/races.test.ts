@@ -18,9 +18,8 @@
  * Lambdas), tree-shaken to the one store each needs, better-sqlite3 (native) kept
  * external, and the workers load plain JavaScript.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
@@ -31,6 +30,7 @@ import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ESM_REQUIRE_BANNER } from "../../scripts/lambda-bundle.mjs";
 import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
+import { tempDir } from "../support/temp-dir.ts";
 import type { FromWorker, RaceTarget, RaceWorkerData, ToWorker } from "./protocol.ts";
 
 const WORKERS = 32;
@@ -90,7 +90,7 @@ async function bundleRacers(outDir: string): Promise<Record<RaceTarget["backend"
 }
 
 beforeAll(async () => {
-  bundleDir = await mkdtemp(path.join(tmpdir(), "mam-races-"));
+  bundleDir = (await tempDir("races")).dir;
   racerBundles = await bundleRacers(bundleDir);
 }, 60_000);
 afterAll(async () => {
@@ -311,7 +311,7 @@ function raceSuite(name: string, open: () => Promise<Backend>): void {
 }
 
 raceSuite("SQLite (one WAL file, a connection per worker)", async () => {
-  const dir = await mkdtemp(path.join(tmpdir(), "mam-races-sqlite-"));
+  const dir = (await tempDir("races-sqlite")).dir;
   const dbFile = path.join(dir, "mam.db");
   // Opened first, here: the schema and WAL mode exist before 32 connections open the file.
   const embedded = openEmbeddedJobStore(dbFile);

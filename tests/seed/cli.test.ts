@@ -5,18 +5,19 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { runCli } from "@mam/cli";
 import { type JobRecord, randomIds, registerJob, STAGED_REPORT_NAME, verifyManifest } from "@mam/core";
-import { type EmbeddedBroker, FileReportStore, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
+import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
+import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
-import { mqttSubscribe, tickingClock } from "./harness.ts";
-import { sleep } from "./scenario.ts";
+import { barrier, subscribe } from "../support/subscriber.ts";
+import { tempDir } from "../support/temp-dir.ts";
+import { CLOCK_START } from "./harness.ts";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
@@ -30,7 +31,7 @@ interface Sandbox {
 let sandbox: Sandbox;
 
 beforeEach(async () => {
-  const root = await mkdtemp(path.join(tmpdir(), "mam-seed-cli-"));
+  const root = (await tempDir("seed-cli")).dir;
   const dataDir = path.join(root, "data");
   await mkdir(path.join(root, "claude-reports"), { recursive: true });
   await mkdir(dataDir, { recursive: true });
@@ -45,7 +46,7 @@ afterEach(async () => {
 async function registerIn(dataDir: string): Promise<string> {
   const { jobs, close } = openEmbeddedJobStore(path.join(dataDir, "mam.db"));
   try {
-    return (await registerJob({ jobs, clock: tickingClock(), ids: randomIds }, { prompt: "p", agent: "claude-code" })).job_id;
+    return (await registerJob({ jobs, clock: tickingClock(CLOCK_START), ids: randomIds }, { prompt: "p", agent: "claude-code" })).job_id;
   } finally {
     await close();
   }
@@ -122,9 +123,9 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
   }, 60_000);
 
   describe("with a live broker", () => {
+    const mqtt = { username: "mam-service", password: "seed-secret" };
     let broker: EmbeddedBroker;
     beforeEach(async () => {
-      const mqtt = { username: "mam-service", password: "seed-secret" };
       broker = await startEmbeddedBroker({ port: 0, publisherCredentials: mqtt });
       // the CLI publishes with the service's credentials from the data dir
       await writeFile(
@@ -140,7 +141,7 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
       const jobId = await registerIn(sandbox.dataDir);
       await writeFile(sandbox.reportPath, "done\n");
       const before = await inspect(sandbox.dataDir, jobId);
-      const sub = await mqttSubscribe(broker.url, "mam/#");
+      const sub = await subscribe(broker.url, "mam/#");
       try {
         const streams = captureIo();
         const code = await runCli(publishArgs(jobId, broker.url, "malformed"), streams);
@@ -152,13 +153,15 @@ describe("seed 2: the publish command [embedded --data-dir]", () => {
         });
         expect(verdict.reason).toContain("no completion manifest");
         expect(await inspect(sandbox.dataDir, jobId)).toEqual(before);
-        await sleep(300);
-        expect(sub.received).toEqual([]);
+        // a publish of the run above, had there been one, arrives before this marker
+        const marker = new MqttPublisher({ url: broker.url, ...mqtt });
+        const silenceEnds = await barrier(sub, marker, `mam/jobs/${jobId}/events`).finally(() => marker.close());
+        expect(sub.received.slice(0, silenceEnds)).toEqual([]);
 
         // the same call, well-formed, does publish over this wiring: the silence above was the CLI's
         const good = captureIo();
         expect(await runCli(publishArgs(jobId, broker.url, "git_push=deadbeef"), good), good.err.join("")).toBe(0);
-        const message = await sub.waitFor(() => true);
+        const message = await sub.waitFor((m) => sub.received.indexOf(m) > silenceEnds);
         expect(JSON.parse(message.payload)).toMatchObject({ event: "completed", job_id: jobId });
       } finally {
         await sub.close();

@@ -1,7 +1,5 @@
 /** Seed section 2: finalize — the agent declares, the reader re-derives. */
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import path from "node:path";
+import { rm } from "node:fs/promises";
 import {
   attemptReportLocation,
   type Deps,
@@ -15,6 +13,7 @@ import {
 } from "@mam/core";
 import { describe, expect, it } from "vitest";
 import { rejection } from "../support/rejection.ts";
+import { tempDir } from "../support/temp-dir.ts";
 import { describeBackends } from "./harness.ts";
 import { MANIFEST_FILE, utf8 } from "./scenario.ts";
 
@@ -157,7 +156,7 @@ describeBackends("seed 2: finalize", (backend) => {
     const b = backend();
     const deps = b.deps();
     const cwd = process.cwd();
-    const elsewhere = await mkdtemp(path.join(tmpdir(), "mam-seed-cwd-"));
+    const elsewhere = (await tempDir("seed-cwd")).dir;
     try {
       await report(deps);
       process.chdir(elsewhere);

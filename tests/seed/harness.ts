@@ -5,34 +5,22 @@
  * to its stores and broker and answers the questions below.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput, type S3Client } from "@aws-sdk/client-s3";
 import { DynamoJobStore, IotPublisher } from "@mam/aws";
-import { type Clock, type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
+import { type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
 import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
-import { connect, type MqttClient } from "mqtt";
 import { afterAll, afterEach, beforeEach, describe } from "vitest";
 import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
 import { startIotStandIn } from "../support/aws-peers.ts";
+import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
-
-export interface ReceivedMessage {
-  readonly topic: string;
-  readonly payload: string;
-}
-
-/** What a subscriber on the backend's broker receives, in arrival order. */
-export interface Subscription {
-  readonly received: readonly ReceivedMessage[];
-  /** Resolves with the first received message (past or future) that matches; rejects after `timeoutMs`. */
-  waitFor(match: (m: ReceivedMessage) => boolean, timeoutMs?: number): Promise<ReceivedMessage>;
-  close(): Promise<void>;
-}
+import { type Subscription, subscribe } from "../support/subscriber.ts";
+import { tempDir } from "../support/temp-dir.ts";
 
 export interface SeedBackend {
   readonly name: string;
@@ -75,53 +63,6 @@ export interface BackendEntry {
 
 /** Every fixed time in the seed suite comes from here; the scenario's timeline is 2026-11-20T10:00-10:07. */
 export const CLOCK_START = "2026-11-20T10:10:00.000Z";
-
-/** A deterministic clock: each reading is 1 ms after the previous one, so event logs keep their order. */
-export function tickingClock(start = CLOCK_START): Clock {
-  let t = Date.parse(start);
-  return { now: () => new Date(t++) };
-}
-
-/** A plain MQTT subscriber (anonymous: the embedded broker lets anyone subscribe). */
-export async function mqttSubscribe(url: string, topicFilter: string): Promise<Subscription> {
-  const client: MqttClient = await new Promise((resolve, reject) => {
-    const c = connect(url, { protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 5000, clean: true });
-    c.once("connect", () => resolve(c));
-    c.once("error", (e) => {
-      c.end(true);
-      reject(e);
-    });
-  });
-  const received: ReceivedMessage[] = [];
-  const waiters = new Set<() => void>();
-  client.on("message", (topic, payload) => {
-    received.push({ topic, payload: payload.toString("utf8") });
-    for (const w of [...waiters]) w();
-  });
-  client.on("error", () => undefined);
-  await client.subscribeAsync(topicFilter, { qos: 1 });
-  return {
-    received,
-    waitFor(match, timeoutMs = 5000) {
-      return new Promise((resolve, reject) => {
-        const check = (): void => {
-          const hit = received.find(match);
-          if (hit === undefined) return;
-          clearTimeout(timer);
-          waiters.delete(check);
-          resolve(hit);
-        };
-        const timer = setTimeout(() => {
-          waiters.delete(check);
-          reject(new Error(`no matching message on ${topicFilter} within ${timeoutMs} ms (received ${received.length})`));
-        }, timeoutMs);
-        waiters.add(check);
-        check();
-      });
-    },
-    close: () => client.endAsync(true),
-  };
-}
 
 /** Every row of every table of a SQLite file, read through a second, read-only connection (WAL content included). */
 export function sqliteDigest(file: string): string {
@@ -187,7 +128,7 @@ export function digestOf(objects: ReadonlyMap<string, string>): string {
 
 /** SQLite over a temp file, files under a temp dir, MQTT to an aedes broker on a free loopback port. */
 async function makeEmbedded(): Promise<SeedBackend> {
-  const dir = await mkdtemp(path.join(tmpdir(), "mam-seed-"));
+  const dir = (await tempDir("seed")).dir;
   const dbFile = path.join(dir, "mam.db");
   const reportRoot = path.join(dir, "reports-root");
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
@@ -200,7 +141,7 @@ async function makeEmbedded(): Promise<SeedBackend> {
   const extraBrokers: EmbeddedBroker[] = [];
   const extraPublishers: Publisher[] = [];
   const subscriptions: Subscription[] = [];
-  const clock = tickingClock();
+  const clock = tickingClock(CLOCK_START);
 
   // As `mam serve` composes its store: core's guard, the record cache, SQLite.
   const open = () => ({
@@ -244,7 +185,7 @@ async function makeEmbedded(): Promise<SeedBackend> {
     // The service's own tree is named in the store's namespace; the agent's own tree (the CLI) by its path.
     isAbsoluteAddress: (address) => /^mam-file:\/\/\/[^/]/.test(address) || path.isAbsolute(address),
     async subscribe(topicFilter) {
-      const sub = await mqttSubscribe(broker.url, topicFilter);
+      const sub = await subscribe(broker.url, topicFilter);
       subscriptions.push(sub);
       return sub;
     },
@@ -345,7 +286,7 @@ function sharedAwsPeers(): Promise<AwsPeers> {
 
 async function makeAws(): Promise<SeedBackend> {
   const peers = await sharedAwsPeers();
-  const clock = tickingClock();
+  const clock = tickingClock(CLOCK_START);
   let live = await peers.ports();
   const extra: { close(): Promise<void> }[] = [];
   const subscriptions: Subscription[] = [];
@@ -385,7 +326,7 @@ async function makeAws(): Promise<SeedBackend> {
     },
     isAbsoluteAddress: (address) => address.startsWith("s3://"),
     async subscribe(topicFilter) {
-      const sub = await mqttSubscribe(peers.broker.url, topicFilter);
+      const sub = await subscribe(peers.broker.url, topicFilter);
       subscriptions.push(sub);
       return sub;
     },

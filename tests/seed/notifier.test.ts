@@ -13,7 +13,8 @@ import {
   transitionJob,
 } from "@mam/core";
 import { expect, it } from "vitest";
-import { describeBackends, type Subscription } from "./harness.ts";
+import { barrier } from "../support/subscriber.ts";
+import { describeBackends } from "./harness.ts";
 
 /** The seed's register, claim, then `completed` with notify. */
 async function completedJob(deps: Deps): Promise<string> {
@@ -21,19 +22,6 @@ async function completedJob(deps: Deps): Promise<string> {
   const running = await transitionJob(deps, job.job_id, { action: "claim", expectedSeq: job.transition_seq }, OPERATOR);
   await transitionJob(deps, job.job_id, { action: "completed", expectedSeq: running.transition_seq, notify: true }, OPERATOR);
   return job.job_id;
-}
-
-/**
- * Publish a marker on `topic` through `publisher` and wait until the subscriber has
- * it. Messages on one topic from one publisher arrive in order, so once the marker is
- * in, anything published before it is in too: "nothing more arrived" is then a fact,
- * not a guess about a timeout.
- */
-async function barrier(sub: Subscription, publisher: Publisher, topic: string): Promise<number> {
-  const marker = `barrier-${Math.random().toString(36).slice(2)}`;
-  await publisher.publish(topic, marker);
-  await sub.waitFor((m) => m.payload === marker);
-  return sub.received.findIndex((m) => m.payload === marker);
 }
 
 const parse = (payload: string): NotificationPayload => JSON.parse(payload) as NotificationPayload;

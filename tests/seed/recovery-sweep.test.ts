@@ -19,8 +19,9 @@ import {
   transitionJob,
 } from "@mam/core";
 import { expect, it } from "vitest";
-import { TestClock } from "../api/harness.ts";
-import { CLOCK_START, describeBackends, type SeedBackend, type Subscription } from "./harness.ts";
+import { TestClock } from "../support/clock.ts";
+import type { Subscription } from "../support/subscriber.ts";
+import { CLOCK_START, describeBackends, type SeedBackend } from "./harness.ts";
 
 const MINUTE = 60_000;
 

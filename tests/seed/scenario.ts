@@ -62,8 +62,6 @@ export function loadScenario(name = "finalized_candidate"): ScenarioDoc {
 
 export const utf8 = (s: string): Uint8Array => new TextEncoder().encode(s);
 
-export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
 /** The execution anchor: one minute before the fixture's timeline starts (10:00:05). */
 export const ANCHOR_STARTED_AT = "2026-11-20T09:59:00Z";
 

@@ -12,16 +12,15 @@
  *   and `If-None-Match`.
  * - the IoT stand-in checks no SigV4 signature.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import http from "node:http";
 import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { createS3Client } from "@mam/aws";
 import { connect, type MqttClient } from "mqtt";
+import { tempDir } from "./temp-dir.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -95,7 +94,7 @@ export interface S3rverPeer {
 /** s3rver over a fresh temporary directory, silent, with one bucket created. */
 export async function startS3rver(bucket = "mam-reports"): Promise<S3rverPeer> {
   const S3rver = require("s3rver") as S3rverClass;
-  const directory = await mkdtemp(join(tmpdir(), "mam-s3rver-"));
+  const directory = (await tempDir("s3rver")).dir;
   const server = new S3rver({
     port: 0,
     address: "127.0.0.1",

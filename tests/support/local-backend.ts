@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, rm } from "node:fs/promises";
 import path from "node:path";
 import type { JobStore } from "@mam/core";
 import { FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import { deadPort } from "./dead-port.ts";
+import { tempDir } from "./temp-dir.ts";
 
 /**
  * The embedded backend for the API suites: SQLite in a temp dir, the file report
@@ -23,7 +23,7 @@ export interface LocalPorts {
 }
 
 export async function localPorts(opts: { publisher: "working" | "unreachable"; refusedTopics?: ReadonlySet<string> }): Promise<LocalPorts> {
-  const dir = await mkdtemp(path.join(tmpdir(), "mam-api-"));
+  const dir = (await tempDir("api")).dir;
   const dbFile = path.join(dir, "mam.db");
   const reportRoot = path.join(dir, "store");
   await mkdir(reportRoot, { recursive: true });

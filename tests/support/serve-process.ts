@@ -5,28 +5,37 @@ import { join } from "node:path";
 export interface ServeProcess {
   readonly child: ChildProcess;
   readonly url: string;
+  /** The embedded broker's address, when started with `{ broker: true }`. */
+  readonly mqttUrl: string;
   readonly stderr: () => string;
   readonly stdout: () => string;
   /** Resolves with the first stdout line `match` accepts, as soon as it is written; rejects if the process exits first. */
   line(match: (line: string) => boolean, timeoutMs?: number): Promise<string>;
-  /** SIGTERM, and the exit code. */
-  stop(): Promise<number | null>;
+  /** SIGTERM (or `signal`), and the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const MAM = join(ROOT, "packages/cli/bin/mam.js");
 
-function spawnServe(dataDir: string, env: Record<string, string>): ChildProcess {
+export interface ServeOptions {
+  /** The working directory (default: the repository root, as `npm start` runs it). */
+  readonly cwd?: string;
+  /** Also wait until it says where its embedded MQTT broker listens (`mqttUrl`). */
+  readonly broker?: boolean;
+}
+
+function spawnServe(dataDir: string, env: Record<string, string>, cwd = ROOT): ChildProcess {
   return spawn(process.execPath, [MAM, "serve"], {
-    cwd: ROOT,
+    cwd,
     env: { PATH: process.env.PATH ?? "", MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
 }
 
 /** Start `mam serve` on `dataDir` (free ports) and resolve once it says where it serves. */
-export async function startServeProcess(dataDir: string, env: Record<string, string> = {}): Promise<ServeProcess> {
-  const child = spawnServe(dataDir, env);
+export async function startServeProcess(dataDir: string, env: Record<string, string> = {}, opts: ServeOptions = {}): Promise<ServeProcess> {
+  const child = spawnServe(dataDir, env, opts.cwd);
   let err = "";
   let out = "";
   const waiters = new Set<() => void>();
@@ -38,13 +47,14 @@ export async function startServeProcess(dataDir: string, env: Record<string, str
     err += String(d);
   });
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const url = await new Promise<string>((resolve, reject) => {
+  const { url, mqttUrl } = await new Promise<{ url: string; mqttUrl: string }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`mam serve did not start: ${err}`)), 20_000);
     child.stderr?.on("data", () => {
       const found = /serving on (http:\/\/\S+)/.exec(err)?.[1];
-      if (found) {
+      const broker = /MQTT broker: (mqtt:\/\/\S+)/.exec(err)?.[1];
+      if (found && (broker || !opts.broker)) {
         clearTimeout(timer);
-        resolve(found);
+        resolve({ url: found, mqttUrl: broker ?? "" });
       }
     });
     void exited.then((code) => reject(new Error(`mam serve exited with ${code}: ${err}`)));
@@ -52,6 +62,7 @@ export async function startServeProcess(dataDir: string, env: Record<string, str
   return {
     child,
     url,
+    mqttUrl,
     stderr: () => err,
     stdout: () => out,
     line(match, timeoutMs = 10_000) {
@@ -78,8 +89,8 @@ export async function startServeProcess(dataDir: string, env: Record<string, str
         check();
       });
     },
-    async stop() {
-      if (child.exitCode === null) child.kill("SIGTERM");
+    async stop(signal = "SIGTERM") {
+      if (child.exitCode === null) child.kill(signal);
       return exited;
     },
   };

@@ -7,22 +7,7 @@
 import { type JobRecord, type JobStore, MemoryJobStore } from "@mam/core";
 import { CachedJobStore } from "@mam/local";
 import { beforeEach, describe, expect, it } from "vitest";
-
-const AT = "2025-01-15T12:00:00.000Z";
-const job = (id: string): JobRecord => ({
-  job_id: id,
-  prompt: "p",
-  agent: "claude",
-  role: "Worker",
-  status: "pending",
-  iteration: 0,
-  transition_seq: 0,
-  evidence_seq: 0,
-  expected_artifacts: [],
-  auto_complete: false,
-  created_at: AT,
-  updated_at: AT,
-});
+import { jobRecord as job } from "../support/records.ts";
 
 /** The memory store, counting the reads that reach it, and holding a read when told to. */
 class CountingStore extends MemoryJobStore {

@@ -27,6 +27,7 @@ import {
   transitionJob,
 } from "@mam/core";
 import { beforeEach, describe, expect, it } from "vitest";
+import { tickingClock } from "../support/clock.ts";
 import { rejection } from "../support/rejection.ts";
 
 type Bundle = Pick<Deps, "jobs" | "clock" | "ids" | "flags">;
@@ -50,8 +51,7 @@ let store: JobStore;
 let deps: Bundle;
 
 function bundle(flags: Flags): Bundle {
-  let t = Date.parse("2026-11-20T12:00:00.000Z");
-  return { jobs: store, clock: { now: () => new Date(t++) }, ids: randomIds, flags };
+  return { jobs: store, clock: tickingClock("2026-11-20T12:00:00.000Z"), ids: randomIds, flags };
 }
 
 beforeEach(() => {

@@ -1,9 +1,10 @@
 /** finalizeReport's input errors are the closed set's, never a raw validation exception. */
 import { finalizeReport, isMamError, MemoryReportStore, REPORT_NAME, STAGED_REPORT_NAME } from "@mam/core";
 import { beforeEach, describe, expect, it } from "vitest";
+import { TestClock } from "../support/clock.ts";
 import { rejection } from "../support/rejection.ts";
 
-const clock = { now: () => new Date("2026-11-20T12:00:00Z") };
+const clock = new TestClock("2026-11-20T12:00:00Z");
 const LOCATION = "reports/job1/1";
 let reports: MemoryReportStore;
 

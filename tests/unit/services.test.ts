@@ -20,6 +20,7 @@ import {
   verifyManifest,
 } from "@mam/core";
 import { beforeEach, describe, expect, it } from "vitest";
+import { tickingClock } from "../support/clock.ts";
 import { rejection } from "../support/rejection.ts";
 
 const LOCATION = "reports/agent-tree/1";
@@ -34,12 +35,11 @@ beforeEach(async () => {
       published.push(topic);
     },
   };
-  let t = Date.parse("2026-11-20T12:00:00.000Z");
   deps = {
     jobs,
     reports: new MemoryReportStore(),
     publisher,
-    clock: { now: () => new Date(t++) },
+    clock: tickingClock("2026-11-20T12:00:00.000Z"),
     ids: randomIds,
     flags: parseFlags({}),
   };

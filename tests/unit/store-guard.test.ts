@@ -14,27 +14,10 @@ import {
   type NotificationIntent,
 } from "@mam/core";
 import { beforeEach, describe, expect, it } from "vitest";
+import { jobRecord as job } from "../support/records.ts";
 import { rejection } from "../support/rejection.ts";
 
 const AT = "2025-01-15T12:00:00.000Z";
-
-function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
-  return {
-    job_id: id,
-    prompt: "p",
-    agent: "claude",
-    role: "Worker",
-    status: "pending",
-    iteration: 0,
-    transition_seq: 0,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
-    created_at: AT,
-    updated_at: AT,
-    ...over,
-  };
-}
 
 const intent: NotificationIntent = { id: "i-1", event: "completed", seq: 1, created_at: AT };
 
