@@ -143,6 +143,16 @@ function slowUpload(deps: Deps, ready: ReadyJob, first: string, last: string): {
   return { done: stageAttemptReport(deps, ready.jobId, ready.attemptId, body()), finish };
 }
 
+/** A job ready for the gate on v1 (expecting `git_push`), with v2 staged, behind holds. */
+async function readyWithV2Staged(backend: SeedBackend): Promise<{ deps: Deps; holds: Holds; r: ReadyJob }> {
+  const { deps, holds } = heldDeps(backend);
+  const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
+  await stage(deps, r, "v2\n");
+  return { deps, holds, r };
+}
+
+const finalizeV2 = (deps: Deps, r: ReadyJob) => finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+
 const hits: Record<string, number> = {};
 const hit = (backend: string, name: string) => {
   const key = `${backend}: ${name}`;
@@ -167,7 +177,7 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
         const gate = evaluateJob(deps, r.jobId, r.scenario);
         await held.reached;
         await stage(deps, r, "v2\n");
-        await finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        await finalizeV2(deps, r);
         held.release();
         const lost = await gate;
         expect(lost.committed).toBe(false);
@@ -186,11 +196,9 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
     "a finalize of v2 prepared, then the gate completes on v1 before the finalize commits: the finalize is refused and nothing live changes",
     async () => {
       for (const _ of trials) {
-        const { deps, holds } = heldDeps(backend());
-        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-        await stage(deps, r, "v2\n");
+        const { deps, holds, r } = await readyWithV2Staged(backend());
         const held = holds.hold("recordEvidence", isFinalizeCommit);
-        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        const finalize = finalizeV2(deps, r);
         await held.reached;
         const gate = await evaluateJob(deps, r.jobId, r.scenario);
         expect(gate.committed, gate.reason).toBe(true);
@@ -210,11 +218,9 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
     "a finalize of v2 committed but not yet written live when the gate verifies: the gate refuses, and completes on v2 once it is",
     async () => {
       for (const _ of trials) {
-        const { deps, holds } = heldDeps(backend());
-        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-        await stage(deps, r, "v2\n");
+        const { deps, holds, r } = await readyWithV2Staged(backend());
         const held = holds.hold("put", isLiveReportWrite);
-        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        const finalize = finalizeV2(deps, r);
         await held.reached;
         const gate = await evaluateJob(deps, r.jobId, r.scenario);
         expect(gate.committed).toBe(false);
@@ -234,12 +240,10 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
     "an upload lands while a finalize pins v2: the live report is the pinned v2, and v3 stays staged for the next finalize",
     async () => {
       for (const _ of trials) {
-        const { deps, holds } = heldDeps(backend());
-        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-        await stage(deps, r, "v2\n");
+        const { deps, holds, r } = await readyWithV2Staged(backend());
         // held once v2 is pinned, before the finalize commits and writes the live names
         const held = holds.hold("recordEvidence", isFinalizeCommit);
-        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        const finalize = finalizeV2(deps, r);
         await held.reached;
         await stage(deps, r, "v3, staged while v2 was being pinned\n");
         held.release();
@@ -262,9 +266,7 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
     "an agent's completion with finalize, racing its own upload, completes on v2 and leaves the live report v2",
     async () => {
       for (const _ of trials) {
-        const { deps, holds } = heldDeps(backend());
-        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-        await stage(deps, r, "v2\n");
+        const { deps, holds, r } = await readyWithV2Staged(backend());
         // held once v2 is pinned, before the completion commits and writes the live names
         const held = holds.hold("transition", (args) => (args[2] as { set?: { status?: string } }).set?.status === "completed");
         const agent = { kind: "agent", jobId: r.jobId, attemptId: r.attemptId } as const;
@@ -289,11 +291,9 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
     "an upload lands between a finalize's hash and its pinned copy: the finalize is refused (report.changed) and writes nothing",
     async () => {
       for (const _ of trials) {
-        const { deps, holds } = heldDeps(backend());
-        const r = await readyJob(deps, { artifacts: ["git_push"], body: "v1\n" });
-        await stage(deps, r, "v2\n");
+        const { deps, holds, r } = await readyWithV2Staged(backend());
         const held = holds.hold("copyOnce");
-        const finalize = finalizeAttemptReport(deps, r.jobId, r.attemptId, [{ kind: "git_push", reference: "v2" }]);
+        const finalize = finalizeV2(deps, r);
         await held.reached;
         await stage(deps, r, "v3, staged after v2 was hashed\n");
         const before = await deps.jobs.get(r.jobId);

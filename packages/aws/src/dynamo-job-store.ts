@@ -273,24 +273,22 @@ export class DynamoJobStore implements JobStore {
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    const keys = owedKeys(intent, jobId);
-    try {
-      await this.#doc.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
-          ConditionExpression: "attribute_exists(pk)",
-          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at },
-        }),
-      );
-    } catch (err) {
-      if (isConditionalFailure(err)) throw notFound(jobId);
-      throw storeFailure(err, `replace the notification of job ${jobId}`);
-    }
+    if (!(await this.#writeIntent(jobId, intent, "replace", "attribute_exists(pk)"))) throw notFound(jobId);
   }
 
   async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+    // Only the intent the sweep (or the operator) read: a newer one, or none, is left alone.
+    return this.#writeIntent(jobId, intent, "revise", "pending_notification.id = :id", { ":id": intent.id });
+  }
+
+  /** Bookkeeping: write `intent` as the owed notification, and its place in the owed index, if `condition` holds. */
+  async #writeIntent(
+    jobId: string,
+    intent: NotificationIntent,
+    what: string,
+    condition: string,
+    values: Record<string, unknown> = {},
+  ): Promise<boolean> {
     const keys = owedKeys(intent, jobId);
     try {
       await this.#doc.send(
@@ -298,15 +296,14 @@ export class DynamoJobStore implements JobStore {
           TableName: this.tableName,
           Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
-          // Only the intent the sweep (or the operator) read: a newer one, or none, is left alone.
-          ConditionExpression: "pending_notification.id = :id",
-          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at, ":id": intent.id },
+          ConditionExpression: condition,
+          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at, ...values },
         }),
       );
       return true;
     } catch (err) {
       if (isConditionalFailure(err)) return false;
-      throw storeFailure(err, `revise the notification of job ${jobId}`);
+      throw storeFailure(err, `${what} the notification of job ${jobId}`);
     }
   }
 
