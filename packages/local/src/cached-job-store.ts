@@ -1,15 +1,4 @@
-import type {
-  DispatchRecord,
-  EventLogEntry,
-  EvidenceChange,
-  JobChange,
-  JobRecord,
-  JobStore,
-  NotificationIntent,
-  OwedQuery,
-  Page,
-  Status,
-} from "@mam/core";
+import { type EvidenceChange, ForwardingJobStore, type JobChange, type JobRecord, type JobStore, type NotificationIntent } from "@mam/core";
 
 export interface CachedJobStoreOptions {
   /**
@@ -46,8 +35,7 @@ export interface CachedJobStoreOptions {
  *
  * A kept record is frozen: every caller shares it, so none can change it for another.
  */
-export class CachedJobStore implements JobStore {
-  readonly #inner: JobStore;
+export class CachedJobStore extends ForwardingJobStore {
   readonly #version: () => unknown;
   readonly #capacity: number;
   readonly #records = new Map<string, JobRecord>();
@@ -55,12 +43,12 @@ export class CachedJobStore implements JobStore {
   #generation = 0;
 
   constructor(inner: JobStore, options: CachedJobStoreOptions) {
-    this.#inner = inner;
+    super(inner);
     this.#version = options.version;
     this.#capacity = options.capacity ?? 1024;
   }
 
-  async get(jobId: string): Promise<JobRecord | undefined> {
+  override async get(jobId: string): Promise<JobRecord | undefined> {
     const version = this.#version();
     if (version !== this.#seenVersion) {
       this.#records.clear();
@@ -71,7 +59,7 @@ export class CachedJobStore implements JobStore {
     // Read after the version was taken: a commit landing in between makes the record
     // newer than the version, and the next look clears it.
     const generation = this.#generation;
-    const record = await this.#inner.get(jobId);
+    const record = await this.inner.get(jobId);
     if (record === undefined || generation !== this.#generation || version !== this.#seenVersion) return record;
     if (this.#records.size >= this.#capacity) this.#records.delete(this.#records.keys().next().value as string);
     const frozen = deepFreeze(record);
@@ -94,46 +82,26 @@ export class CachedJobStore implements JobStore {
     this.#generation += 1;
   }
 
-  create(record: JobRecord): Promise<void> {
-    return this.#write(() => this.#inner.create(record));
+  override create(record: JobRecord): Promise<void> {
+    return this.#write(() => this.inner.create(record));
   }
-  transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
-    return this.#write(() => this.#inner.transition(jobId, expectedSeq, change));
+  override transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    return this.#write(() => this.inner.transition(jobId, expectedSeq, change));
   }
-  recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#write(() => this.#inner.recordEvidence(jobId, change));
+  override recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
+    return this.#write(() => this.inner.recordEvidence(jobId, change));
   }
-  replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    return this.#write(() => this.#inner.replaceNotification(jobId, intent));
+  override replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+    return this.#write(() => this.inner.replaceNotification(jobId, intent));
   }
-  reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
-    return this.#write(() => this.#inner.reviseNotification(jobId, intent));
+  override reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+    return this.#write(() => this.inner.reviseNotification(jobId, intent));
   }
-  settleNotification(jobId: string, intentId: string): Promise<boolean> {
-    return this.#write(() => this.#inner.settleNotification(jobId, intentId));
+  override settleNotification(jobId: string, intentId: string): Promise<boolean> {
+    return this.#write(() => this.inner.settleNotification(jobId, intentId));
   }
-  list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    return this.#inner.list(query);
-  }
-  listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]> {
-    return this.#inner.listOwed(limit, query);
-  }
-  listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    return this.#inner.listQuarantined(query);
-  }
-  // Dispatches and the event log are not job records: writing them leaves the cache as it is.
-  recordDispatch(dispatch: DispatchRecord): Promise<void> {
-    return this.#inner.recordDispatch(dispatch);
-  }
-  getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
-    return this.#inner.getDispatch(jobId, attemptId);
-  }
-  appendEvent(entry: EventLogEntry): Promise<void> {
-    return this.#inner.appendEvent(entry);
-  }
-  listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
-    return this.#inner.listEvents(jobId, query);
-  }
+  // Reads other than `get`, dispatches and the event log pass through: dispatches and
+  // log lines are not job records, so writing them leaves the cache as it is.
 }
 
 function deepFreeze<T>(value: T): T {

@@ -1,15 +1,4 @@
-import type {
-  DispatchRecord,
-  EventLogEntry,
-  EvidenceChange,
-  JobChange,
-  JobRecord,
-  JobStore,
-  NotificationIntent,
-  OwedQuery,
-  Page,
-  Status,
-} from "@mam/core";
+import { ForwardingJobStore, type JobChange, type JobRecord, type JobStore, type NotificationIntent } from "@mam/core";
 
 /**
  * The embedded stand-in for DynamoDB Streams: a JobStore decorator that sees every
@@ -21,12 +10,11 @@ import type {
  *   transition() --commit--> record owes intent --> onOwed(record) --> flush --> settle
  *                                      \--(missed)--> sweep timer --> flush --> settle
  */
-export class ChangeRelay implements JobStore {
-  readonly #inner: JobStore;
+export class ChangeRelay extends ForwardingJobStore {
   readonly #onOwed: (record: JobRecord) => void;
 
   constructor(inner: JobStore, onOwed: (record: JobRecord) => void) {
-    this.#inner = inner;
+    super(inner);
     this.#onOwed = onOwed;
   }
 
@@ -34,59 +22,20 @@ export class ChangeRelay implements JobStore {
     if (record?.pending_notification) this.#onOwed(record);
   }
 
-  async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
-    const record = await this.#inner.transition(jobId, expectedSeq, change);
+  override async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
+    const record = await this.inner.transition(jobId, expectedSeq, change);
     this.#observe(record);
     return record;
   }
 
-  recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#inner.recordEvidence(jobId, change);
+  override async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+    await this.inner.replaceNotification(jobId, intent);
+    this.#observe(await this.inner.get(jobId));
   }
 
-  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    await this.#inner.replaceNotification(jobId, intent);
-    this.#observe(await this.#inner.get(jobId));
-  }
-
-  create(record: JobRecord): Promise<void> {
-    return this.#inner.create(record);
-  }
-  get(jobId: string): Promise<JobRecord | undefined> {
-    return this.#inner.get(jobId);
-  }
-  /**
-   * Not observed: a revision keeps the intent it marks (a failure recorded, a backoff,
-   * a quarantine, a release), and handing it to `onOwed` would re-send at once what
-   * the sweep just decided to wait for. The sweep picks it up when it is due.
-   */
-  reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
-    return this.#inner.reviseNotification(jobId, intent);
-  }
-  settleNotification(jobId: string, intentId: string): Promise<boolean> {
-    return this.#inner.settleNotification(jobId, intentId);
-  }
-  list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    return this.#inner.list(query);
-  }
-  listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]> {
-    return this.#inner.listOwed(limit, query);
-  }
-  listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    return this.#inner.listQuarantined(query);
-  }
-  recordDispatch(dispatch: DispatchRecord): Promise<void> {
-    return this.#inner.recordDispatch(dispatch);
-  }
-  getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
-    return this.#inner.getDispatch(jobId, attemptId);
-  }
-  appendEvent(entry: EventLogEntry): Promise<void> {
-    return this.#inner.appendEvent(entry);
-  }
-  listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
-    return this.#inner.listEvents(jobId, query);
-  }
+  // Not observed: `reviseNotification` keeps the intent it marks (a failure recorded, a
+  // backoff, a quarantine, a release), and handing it to `onOwed` would re-send at once
+  // what the sweep just decided to wait for. The sweep picks it up when it is due.
 }
 
 /**
