@@ -264,9 +264,19 @@ describe("notify", () => {
     expect(progressed.pending_notification).toMatchObject({ event: "progress", seq: progressed.transition_seq });
 
     const other = await jobIn("running");
-    const quiet = await step(deps, other, { action: "completed", notify: false });
+    const quiet = await step(deps, other, { action: "completed", notify: false, reason: "superseded by a rerun" });
     expect(quiet.status).toBe("completed");
     expect(quiet.pending_notification).toBeUndefined();
+  });
+
+  it("an operator suppresses a terminal notification only with a stated reason; without one nothing is written", async () => {
+    for (const reason of [undefined, " "]) {
+      const running = await jobIn("running");
+      await expect(
+        step(deps, running, { action: "cancel", notify: false, ...(reason === undefined ? {} : { reason }) }),
+      ).rejects.toMatchObject({ code: "input.invalid", issues: [{ path: "reason" }] });
+      expect(await store.get(running.job_id)).toEqual(running);
+    }
   });
 });
 

@@ -71,9 +71,19 @@ describe("publishAgentEvent with --finalize", () => {
       OPERATOR,
     );
     expect(result.record.status).toBe("completed");
-    expect(result.flush.outcome).toBe("sent");
+    expect(result.flush?.outcome).toBe("sent");
     expect(published).toEqual([`mam/jobs/${job.job_id}/events`, "mam/events"]);
     expect((await verifyManifest(deps.reports, { location: LOCATION, jobId: job.job_id, expectedArtifacts: ["git_push"] })).ok).toBe(true);
     expect((await jobs.listEvents(job.job_id, { limit: 10 })).items.map((e) => e.event)).toEqual(["publish_event", "published"]);
+  });
+
+  it("with another publish path (inline: false) it commits and logs, publishes nothing, and leaves the intent owed for that path", async () => {
+    const job = await registerJob(deps, { prompt: "p", agent: "claude-code" });
+    const result = await publishAgentEvent(deps, job.job_id, { event: "started" }, OPERATOR, { inline: false });
+    expect(result.record.status).toBe("running");
+    expect(result.flush).toBeUndefined();
+    expect(published).toEqual([]);
+    expect((await jobs.get(job.job_id))?.pending_notification?.id).toBe(result.record.pending_notification?.id);
+    expect((await jobs.listEvents(job.job_id, { limit: 10 })).items.map((e) => e.event)).toEqual(["publish_event"]);
   });
 });

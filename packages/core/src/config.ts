@@ -72,6 +72,7 @@ export const EnvSchema = z.object({
   MAM_SWEEP_INTERVAL_SECONDS: int("MAM_SWEEP_INTERVAL_SECONDS", 30, 1, 86_400),
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
+  MAM_SWEEP_GRACE_SECONDS: int("MAM_SWEEP_GRACE_SECONDS", 5, 0, 3_600),
   MAM_PUBLISH_TIMEOUT_MS: int("MAM_PUBLISH_TIMEOUT_MS", 5000, 100, 120_000),
   MAM_TABLE_NAME: z.string().min(3).optional(),
   MAM_BUCKET_NAME: z.string().min(3).optional(),
@@ -131,6 +132,12 @@ export interface Config {
   readonly sweepIntervalSeconds: number;
   /** When an owed intent that keeps failing is retried, and when it is quarantined. */
   readonly sweep: SweepPolicy;
+  /**
+   * The sweep takes only intents due at least this long ago (created, or their
+   * `retry_at` after a failure), so it never races the path that publishes each
+   * commit (the change relay, the stream publisher).
+   */
+  readonly sweepGraceSeconds: number;
   readonly publishTimeoutMs: number;
   /** CLI API mode. */
   readonly apiUrl: string | undefined;
@@ -180,6 +187,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     reportBodyLimit: e.MAM_REPORT_BODY_LIMIT,
     sweepIntervalSeconds: e.MAM_SWEEP_INTERVAL_SECONDS,
     sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
+    sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
     apiUrl: e.MAM_API_URL,
     token: e.MAM_TOKEN,

@@ -178,6 +178,14 @@ export async function transitionJob(
     }
   }
 
+  // Subscribers hear how every job ended unless an operator says, in words, why not:
+  // a silent terminal transition without a stated reason is refused, nothing written.
+  if (terminal && input.notify === false && (input.reason === undefined || input.reason.trim() === "")) {
+    throw new MamError("input.invalid", `suppressing the notification of ${input.action} needs a stated reason`, {
+      issues: [{ path: "reason", message: "required with notify: false on a terminal transition" }],
+    });
+  }
+
   let expectedSeq: number | null;
   let nextSeq: number;
   let current: JobRecord | undefined;

@@ -173,6 +173,18 @@ export interface RecoverOptions {
   readonly limit?: number;
   readonly policy?: SweepPolicy;
   /**
+   * Take only intents due at least this long ago (default 0: everything due now). Every
+   * composition root passes MAM_SWEEP_GRACE_SECONDS, so the sweep leaves a fresh
+   * intent to the path that publishes each commit (the change relay, the stream
+   * publisher, the command itself) instead of racing it into a duplicate. Measured on
+   * the owed index's own key — `created_at`, or `retry_at` once a failure was recorded
+   * — by the deps' clock, and asked of the index (`dueBy`), never filtered after reading.
+   *
+   *   commit ──relay/stream publishes──> settled
+   *     |<──────── grace ────────>| sweep may take it from here
+   */
+  readonly graceMs?: number;
+  /**
    * Receives one entry per intent quarantined and per unexpected error (whose message
    * stays in the log: the answer and the record say only `internal`); the composition
    * root writes each as a log line.
@@ -205,7 +217,10 @@ const NOBODYS_FAULT: ReadonlySet<ErrorCode> = new Set(["publish.unreachable", "s
 export async function recoverNotifications(deps: NotifierDeps, opts: RecoverOptions = {}): Promise<RecoveryResult> {
   const policy = opts.policy ?? DEFAULT_SWEEP_POLICY;
   const now = deps.clock.now();
-  const owed = await deps.jobs.listOwed(opts.limit ?? 1000, { dueBy: now.toISOString() });
+  const graceMs = opts.graceMs ?? 0;
+  if (!Number.isInteger(graceMs) || graceMs < 0)
+    throw new MamError("internal", `the sweep's grace must be whole milliseconds >= 0, not ${graceMs}`);
+  const owed = await deps.jobs.listOwed(opts.limit ?? 1000, { dueBy: new Date(now.getTime() - graceMs).toISOString() });
   const results: IntentOutcome[] = [];
   let stopped = false;
   for (const record of owed) {

@@ -236,21 +236,43 @@ export interface PublishEventInput {
   readonly data?: Record<string, import("zod").z.core.util.JSONType> | undefined;
 }
 
+/**
+ * Who publishes what the commit owes. Each committed intent is published by exactly
+ * one path per process, and the composition root is the one that knows which:
+ * - `inline: true` (the default): this call publishes and settles after its commit.
+ *   The `mam` command in `--data-dir` mode, which has no relay, runs this way.
+ * - `inline: false`: another path of the same process publishes every commit — the
+ *   change relay in `mam serve`, the stream publisher on AWS — and this call only
+ *   commits. Publishing here too would send every intent twice.
+ * Either way the recovery sweep, after its grace period, sends what was missed.
+ */
+export interface PublishOptions {
+  readonly inline?: boolean;
+}
+
 export interface PublishEventResult {
   readonly record: JobRecord;
   readonly finalized?: Finalized;
-  readonly flush: FlushResult;
+  /** The inline publish's outcome; absent when another path publishes (`inline: false`). */
+  readonly flush?: FlushResult;
   /** What went wrong after the commit (the commit stands; nothing here undoes it). */
   readonly warnings: readonly string[];
 }
 
 /**
  * An explicit report from the agent: finalize first (when asked), commit the
- * transition with its intent, record the attempt in the job's event log, publish,
- * settle. Bad input is refused before anything is finalized or committed; a
- * broker that cannot be reached leaves the commit in place and the intent owed.
+ * transition with its intent, record the attempt in the job's event log, and — when
+ * this process publishes inline (`opts.inline`, the default) — publish and settle.
+ * Bad input is refused before anything is finalized or committed; a broker that
+ * cannot be reached leaves the commit in place and the intent owed.
  */
-export async function publishAgentEvent(deps: Deps, jobId: string, input: PublishEventInput, actor: Actor): Promise<PublishEventResult> {
+export async function publishAgentEvent(
+  deps: Deps,
+  jobId: string,
+  input: PublishEventInput,
+  actor: Actor,
+  opts: PublishOptions = {},
+): Promise<PublishEventResult> {
   if (input.finalize) validateSideEffects(input.finalize.sideEffects);
   const job = await getJob(deps, jobId);
   const action = EVENT_ACTIONS[input.event];
@@ -312,17 +334,20 @@ export async function publishAgentEvent(deps: Deps, jobId: string, input: Publis
   } catch (e) {
     warnings.push(`the transition committed, but its event log line was not written: ${messageOf(e)}`);
   }
-  let flush: FlushResult;
+  const flush = (opts.inline ?? true) ? await flushInline(deps, jobId, record) : undefined;
+  const finalized = prepared === undefined ? undefined : { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+  return { record, ...(finalized ? { finalized } : {}), ...(flush === undefined ? {} : { flush }), warnings };
+}
+
+/** Publish and settle right after the commit; whatever fails leaves the intent owed in the store, for the sweep. */
+async function flushInline(deps: Deps, jobId: string, record: JobRecord): Promise<FlushResult> {
   try {
-    flush = await flushNotification(deps, jobId);
+    return await flushNotification(deps, jobId);
   } catch (e) {
-    // The intent stays owed in the store; the sweep sends it.
     const intent = record.pending_notification;
     const error = isMamError(e) ? e : new MamError("internal", messageOf(e));
-    flush = intent === undefined ? { outcome: "nothing_owed" } : { outcome: "failed", intent, error };
+    return intent === undefined ? { outcome: "nothing_owed" } : { outcome: "failed", intent, error };
   }
-  const finalized = prepared === undefined ? undefined : { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
-  return { record, ...(finalized ? { finalized } : {}), flush, warnings };
 }
 
 const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));
