@@ -225,6 +225,9 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promi
     reportBodyLimit: config.reportBodyLimit,
     log: overrides.log ?? stdoutLines,
     sweep: config.sweep,
+    sweepGraceSeconds: config.sweepGraceSeconds,
+    // One publish path per process: the stream publisher publishes every commit.
+    publishInline: false,
   });
 }
 
@@ -318,11 +321,12 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
   const log = overrides.log ?? stdoutLines;
   const config = once(async () => {
     const parsed = parseConfig(env);
-    return { policy: parsed.sweep, deps: notifierDeps(parsed, overrides) };
+    return { policy: parsed.sweep, graceMs: parsed.sweepGraceSeconds * 1000, deps: notifierDeps(parsed, overrides) };
   });
   return async () => {
-    const { policy, deps } = await config();
-    const result = await recoverNotifications(deps, { policy, log: (entry) => logJson(log, entry) });
+    const { policy, graceMs, deps } = await config();
+    // Fresh intents are the stream publisher's: the sweep takes only what it missed.
+    const result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
     const counts: SweepCounts = {
       owed: result.owed,
       sent: result.sent,

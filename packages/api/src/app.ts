@@ -33,6 +33,18 @@ export interface AppOptions {
   readonly log?: (line: string) => void;
   /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
   readonly sweep?: SweepPolicy;
+  /**
+   * `POST /v1/recovery-sweeps` takes only intents due at least this long ago
+   * (MAM_SWEEP_GRACE_SECONDS; 0 when absent); a request may ask for another grace.
+   */
+  readonly sweepGraceSeconds?: number;
+  /**
+   * Whether `POST /v1/jobs/{job_id}/events` publishes the intent it committed itself
+   * (true when absent). A root whose process has another path publishing every
+   * commit — `mam serve`'s change relay, the stream publisher on AWS — says false,
+   * and the answer then carries no `published`: the request does not know.
+   */
+  readonly publishInline?: boolean;
 }
 
 /**
@@ -51,6 +63,8 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     reportLimit: opts.reportBodyLimit ?? DEFAULT_REPORT_BODY_LIMIT,
     log: opts.log ?? ((line: string) => console.log(line)),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
+    sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
+    publishInline: opts.publishInline ?? true,
   };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 

@@ -23,4 +23,8 @@ export interface Services {
   readonly reportLimit: number;
   readonly log: (line: string) => void;
   readonly sweep?: SweepPolicy;
+  /** The sweep's grace period (MAM_SWEEP_GRACE_SECONDS). */
+  readonly sweepGraceSeconds: number;
+  /** Whether a request that commits an intent publishes it itself (false: another path of this process does). */
+  readonly publishInline: boolean;
 }

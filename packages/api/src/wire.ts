@@ -177,7 +177,19 @@ export const EvaluationRequestSchema = z
   })
   .openapi("EvaluationRequest");
 
-export const RecoverySweepRequestSchema = z.strictObject({}).openapi("RecoverySweepRequest", { description: "Nothing yet: `{}`." });
+export const RecoverySweepRequestSchema = z
+  .strictObject({
+    grace_seconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(3600)
+      .optional()
+      .describe(
+        "Take only intents due at least this many seconds ago. Absent: the service's grace period (MAM_SWEEP_GRACE_SECONDS), which leaves a fresh intent to the path that publishes each commit; 0 sends everything due now, at the risk of a duplicate (subscribers drop duplicates by `data.notification_intent.id`).",
+      ),
+  })
+  .openapi("RecoverySweepRequest");
 
 export const NotificationReleaseRequestSchema = z
   .strictObject({
@@ -258,7 +270,12 @@ export type GateResponse = z.infer<typeof GateResponseSchema>;
 export const PublishEventResponseSchema = z
   .strictObject({
     record: JobRecord,
-    published: z.boolean().describe("false: the commit stands and the notification stays owed for the recovery sweep"),
+    published: z
+      .boolean()
+      .optional()
+      .describe(
+        "Present only where the request published the notification itself. false: the commit stands and the notification stays owed for the recovery sweep. Absent: another path of the service publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), so the request does not know; the notification is owed until that path or the sweep delivers it.",
+      ),
     finalized: FinalizedSchema.optional(),
     publish_error: z.strictObject({ code: z.string(), message: z.string() }).optional(),
     warnings: z.array(z.string()).optional().describe("what went wrong after the commit; the commit stands"),

@@ -64,7 +64,8 @@ const BOTH_MODES = {
 } as const satisfies Options;
 
 const EXIT_TEXT = `Exit codes: 0 done; 1 bad input or a refusal (nothing finalized, committed or published);
-2 the broker or the service could not be reached (what was committed stays; the notification stays owed).`;
+2 the service (--api) or, with --data-dir, the broker could not be reached (what was committed stays; the
+notification stays owed).`;
 
 const MODES_TEXT = `Modes: --api URL (or MAM_API_URL) calls the service, with --token TOKEN (or MAM_TOKEN);
 --data-dir DIR (or MAM_DATA_DIR, or ./.mam where mam serve made it) works on an embedded
@@ -144,7 +145,10 @@ report-final.md.tmp) the report is finalized before anything is committed: where
 lies with --data-dir, on the service (uploaded first) with --api; every --side-effect
 must be kind=reference. The transition is committed with its notification intent,
 the attempt is recorded in the job's event log, and the intent is published and
-settled. A publish that fails after the commit exits 2, naming the error.
+settled. With --data-dir the command publishes itself, and a publish that fails
+after the commit exits 2, naming the error. With --api the service publishes (its
+relay or stream publisher) and the command exits 2 only when the service cannot be
+reached; --json then carries no "published" unless the service published inline.
 
 --json prints the API's answer: {record, published, finalized?, publish_error?, warnings?}.`,
     modes: "both",
@@ -178,14 +182,19 @@ settled. A publish that fails after the commit exits 2, naming the error.
       });
       const seq = answer.record.transition_seq;
       for (const w of answer.warnings ?? []) ctx.say(`warning: ${w}`);
-      if (!answer.published) {
+      if (answer.published === false) {
         ctx.say(`${event} committed (seq ${seq}) but not published: ${answer.publish_error?.message ?? "the service did not say why"}`);
         ctx.say("the notification stays owed; the recovery sweep will send it");
         ctx.out("", answer);
-        return EXIT_UNREACHABLE;
+        // In --data-dir mode this command is the one that publishes: a broker it could
+        // not reach is its failure (B-40). In API mode the service took the commit and
+        // owes the notification; only a service that cannot be reached exits 2.
+        return ctx.backend().mode === "embedded" ? EXIT_UNREACHABLE : EXIT_OK;
       }
       const finalized = answer.finalized === undefined ? "" : `finalized ${answer.finalized.manifest.report_location}; `;
-      ctx.out(`${finalized}${event} committed (seq ${seq}) and published`, answer);
+      // No `published`: the service publishes every commit on another path (its relay or stream publisher).
+      const outcome = answer.published === true ? "published" : "the service publishes it";
+      ctx.out(`${finalized}${event} committed (seq ${seq}); ${outcome}`, answer);
       return EXIT_OK;
     },
   },

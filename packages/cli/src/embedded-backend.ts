@@ -54,15 +54,18 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
                 }),
           },
           OPERATOR,
+          { inline: true },
         );
         // The same answer the API builds for POST /v1/jobs/{job_id}/events.
+        // This command is the one publish path of its process (no relay here): inline.
+        const flush = r.flush;
         const answer: PublishEventAnswer = {
           record: onTheWire(r.record),
-          published: r.flush.outcome !== "failed",
+          ...(flush === undefined ? {} : { published: flush.outcome !== "failed" }),
           ...(r.finalized === undefined
             ? {}
             : { finalized: { manifest: onTheWire(r.finalized.manifest), manifest_sha256: r.finalized.manifestSha256 } }),
-          ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
+          ...(flush?.outcome === "failed" ? { publish_error: { code: flush.error.code, message: flush.error.message } } : {}),
           ...(r.warnings.length > 0 ? { warnings: [...r.warnings] } : {}),
         };
         return answer;

@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { serve as serveHttp } from "@hono/node-server";
 import { createApp, createTokenService, type TokenService } from "@mam/api";
 import {
+  type Clock,
   type Config,
   type Deps,
   flushNotification,
@@ -76,8 +77,20 @@ export interface RunningService {
   readonly mqttUrl: string;
   readonly credentialsPath: string;
   readonly operatorToken: string;
+  /**
+   * The service's ports as its routes use them (the job store behind the change
+   * relay): for embedding the service in-process, as bench/notify and the
+   * publish-count test do, through the same service functions the API calls.
+   */
+  readonly deps: Deps;
   /** Stop accepting, drain the relay, close everything. Nothing owed is lost: intents are durable. */
   stop(): Promise<void>;
+}
+
+/** What an in-process embedding may swap; each has the real default. */
+export interface ServiceOverrides {
+  /** The clock of the stores, the intents and the sweep's grace (tests: tests/support/clock.ts). */
+  readonly clock?: Clock;
 }
 
 /**
@@ -89,7 +102,9 @@ export interface RunningService {
 export async function startService(
   config: Config,
   log: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
+  overrides: ServiceOverrides = {},
 ): Promise<RunningService> {
+  const clock = overrides.clock ?? systemClock;
   const paths = dataDirPaths(config.dataDir);
   // 0700 before anything is kept in it (refused when it cannot be), and whatever an
   // older version left readable by others tightened: prompts and reports are private.
@@ -156,7 +171,7 @@ export async function startService(
       }
     });
   });
-  deps = { jobs, reports: store.reports, publisher, clock: systemClock, ids: randomIds, flags: config.flags };
+  deps = { jobs, reports: store.reports, publisher, clock, ids: randomIds, flags: config.flags };
 
   const tokens = withStaticOperator(
     createTokenService({
@@ -173,12 +188,18 @@ export async function startService(
     reportBodyLimit: config.reportBodyLimit,
     log,
     sweep: config.sweep,
+    sweepGraceSeconds: config.sweepGraceSeconds,
+    // One publish path per process: the relay publishes every commit, so a request
+    // that commits does not publish too (it answers without `published`).
+    publishInline: false,
   });
 
   const sweep = async () => {
     try {
       const r = await recoverNotifications(deps, {
         policy: config.sweep,
+        // Fresh intents are the relay's: the sweep takes only what it missed.
+        graceMs: config.sweepGraceSeconds * 1000,
         log: (entry) => log(JSON.stringify({ msg: entry.event, ...entry })),
       });
       if (r.owed > 0) {
@@ -209,6 +230,7 @@ export async function startService(
     mqttUrl,
     credentialsPath: paths.credentials,
     operatorToken: config.operatorToken ?? credentials.operator_token,
+    deps,
     stop() {
       stopping ??= (async () => {
         clearInterval(timer);

@@ -182,7 +182,7 @@ export interface paths {
     put?: never;
     /**
      * Publish an agent event (finalize first when asked, commit, log, publish, settle)
-     * @description A failed publish after the commit is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep.
+     * @description The answer comes as soon as the commit stands. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.
      */
     post: operations["publishEvent"];
     delete?: never;
@@ -202,7 +202,7 @@ export interface paths {
     put?: never;
     /**
      * Re-send every owed notification that is due
-     * @description The body may be absent or `{}`. Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).
+     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).
      */
     post: operations["runRecoverySweep"];
     delete?: never;
@@ -623,8 +623,8 @@ export interface components {
     };
     PublishEventResponse: {
       record: components["schemas"]["JobRecord"];
-      /** @description false: the commit stands and the notification stays owed for the recovery sweep */
-      published: boolean;
+      /** @description Present only where the request published the notification itself. false: the commit stands and the notification stays owed for the recovery sweep. Absent: another path of the service publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), so the request does not know; the notification is owed until that path or the sweep delivers it. */
+      published?: boolean;
       finalized?: components["schemas"]["Finalized"];
       publish_error?: {
         code: string;
@@ -702,8 +702,10 @@ export interface components {
        */
       retry_at?: string;
     };
-    /** @description Nothing yet: `{}`. */
-    RecoverySweepRequest: Record<string, never>;
+    RecoverySweepRequest: {
+      /** @description Take only intents due at least this many seconds ago. Absent: the service's grace period (MAM_SWEEP_GRACE_SECONDS), which leaves a fresh intent to the path that publishes each commit; 0 sends everything due now, at the risk of a duplicate (subscribers drop duplicates by `data.notification_intent.id`). */
+      grace_seconds?: number;
+    };
     NotificationReleaseResult: {
       /** @description true: the owed notification's failures, backoff and quarantine were cleared; the next sweep tries it */
       released: boolean;

@@ -52,7 +52,7 @@ export const publishEvent = defineRoute(
     tags: ["events"],
     summary: "Publish an agent event (finalize first when asked, commit, log, publish, settle)",
     description:
-      "A failed publish after the commit is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep.",
+      "The answer comes as soon as the commit stands. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.",
     request: {
       params: JobPathSchema,
       body: jsonRequest(PublishEventRequest, {
@@ -92,7 +92,7 @@ export const listEvents = defineRoute(
   [404],
 );
 
-export function eventRoutes(app: RouteOpener, { deps }: Services): void {
+export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services): void {
   app(evaluateJob, async (c) => {
     const r = await evaluate(deps, c.req.valid("param").job_id, c.req.valid("json").scenario);
     return c.json(
@@ -132,22 +132,25 @@ export function eventRoutes(app: RouteOpener, { deps }: Services): void {
           data: body.data,
         },
         actorOf(principal),
+        { inline: publishInline },
       ),
     );
     // A publish that fails after the commit is not an error of this request: the
     // transition and its intent are committed, and the intent stays owed until the
     // recovery sweep (or the change relay) delivers it. Answering 5xx would invite
     // the agent to retry a transition that already happened, so the answer is a 200
-    // that says so (`published: false` and why). `nothing_owed` means a peer (the
-    // change relay) already sent and settled it: published.
+    // that says so (`published: false` and why). Where another path publishes every
+    // commit (the relay, the stream publisher), the request does not know, and says
+    // nothing: no `published` at all.
+    const flush = r.flush;
     return c.json(
       {
         record: r.record,
-        published: r.flush.outcome !== "failed",
+        ...(flush === undefined ? {} : { published: flush.outcome !== "failed" }),
         ...(r.finalized === undefined
           ? {}
           : { finalized: { manifest: r.finalized.manifest, manifest_sha256: r.finalized.manifestSha256 } }),
-        ...(r.flush.outcome === "failed" ? { publish_error: { code: r.flush.error.code, message: r.flush.error.message } } : {}),
+        ...(flush?.outcome === "failed" ? { publish_error: { code: flush.error.code, message: flush.error.message } } : {}),
         ...(r.warnings.length > 0 ? { warnings: [...r.warnings] } : {}),
       },
       200,

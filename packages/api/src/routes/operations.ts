@@ -21,11 +21,14 @@ export const runRecoverySweep = defineRoute(operator("ops"), {
   tags: ["operations"],
   summary: "Re-send every owed notification that is due",
   description:
-    "The body may be absent or `{}`. Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).",
+    "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).",
   request: {
     body: jsonRequest(
       RecoverySweepRequestSchema,
-      { empty: { summary: "No options", value: {} } },
+      {
+        empty: { summary: "No options: the service's grace period", value: {} },
+        now: { summary: "Everything due now, fresh intents included", value: { grace_seconds: 0 } },
+      },
       { required: false, description: OPTIONAL_BODY },
     ),
   },
@@ -85,11 +88,13 @@ export const releaseNotification = defineRoute(
   [404],
 );
 
-export function operationRoutes(app: RouteOpener, { deps, log, sweep }: Services): void {
+export function operationRoutes(app: RouteOpener, { deps, log, sweep, sweepGraceSeconds }: Services): void {
   app(runRecoverySweep, async (c) => {
     const requestId = c.get("requestId");
+    const body = c.req.valid("json");
     const r = await recoverNotifications(deps, {
       ...(sweep === undefined ? {} : { policy: sweep }),
+      graceMs: (body.grace_seconds ?? sweepGraceSeconds) * 1000,
       log: (entry) => log(JSON.stringify({ msg: entry.event, request_id: requestId, ...entry })),
     });
     return c.json(
