@@ -19,7 +19,7 @@
  * sends it exactly once.
  */
 import { randomUUID } from "node:crypto";
-import { createTokenService } from "@mam/api";
+import { type AppEnv, createTokenService } from "@mam/api";
 import { createJobTable } from "@mam/aws";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -53,7 +53,7 @@ async function awsEnv(): Promise<Record<string, string>> {
   });
 }
 
-async function call(app: Hono, token: string, method: string, path: string, body?: unknown) {
+async function call(app: Hono<AppEnv>, token: string, method: string, path: string, body?: unknown) {
   const res = await app.request(path, {
     method,
     headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
