@@ -13,10 +13,12 @@
  * The third (the stream publisher on AWS) is in tests/engine/publish-count.test.ts.
  *
  * How a count is made without waiting on time: run a sweep (it must find nothing
- * fresh: the grace period leaves fresh intents to the relay), then commit a
- * sentinel, wait until the sentinel's message has arrived — the relay publishes in
- * commit order on one connection, so everything committed before it has arrived
- * too — and only then count.
+ * fresh: the grace period leaves fresh intents to the relay), wait until the relay
+ * has handled every commit so far (`relayed()`: each publish acknowledged by the
+ * broker, an event), then commit a sentinel and wait until its message has arrived.
+ * The broker had taken every earlier publish before the sentinel's was sent, and it
+ * delivers to a subscriber in the order it took them, so once the sentinel is in,
+ * everything before it is in too: only then count.
  */
 import { randomUUID } from "node:crypto";
 import { readFile, rm, writeFile } from "node:fs/promises";
@@ -190,6 +192,7 @@ describe("publish count: one message per topic per intent (B-13, B-40 unchanged)
     expect(sweep.status).toBe(200);
     // Everything owed is fresh (younger than the grace): the relay's, not the sweep's.
     expect(sweep.body).toMatchObject({ sent: 0, failed: 0 });
+    await service.relayed();
     const sentinel = await register();
     const record = await transition("sentinel claim", sentinel, 0, "claim", { notify: true }, true);
     const id = record.pending_notification?.id;

@@ -20,10 +20,10 @@ import {
   type Credentials,
   dataDirPaths,
   type EmbeddedBroker,
+  JobFlushQueue,
   MqttPublisher,
   openDataDir,
   readCredentials,
-  SerialQueue,
   secureDataDir,
   startEmbeddedBroker,
 } from "@mam/local";
@@ -83,6 +83,8 @@ export interface RunningService {
    * publish-count test do, through the same service functions the API calls.
    */
   readonly deps: Deps;
+  /** Resolves once the change relay has handled every commit it saw so far (each flush done: sent and settled, or failed). */
+  relayed(): Promise<void>;
   /** Stop accepting, drain the relay, close everything. Nothing owed is lost: intents are durable. */
   stop(): Promise<void>;
 }
@@ -148,7 +150,7 @@ export async function startService(
   });
 
   const store = openDataDir(paths.root, { allowAbsolute: false });
-  const queue = new SerialQueue();
+  const queue = new JobFlushQueue();
   const relayLog = (jobId: string, outcome: string, detail?: string) =>
     log(
       JSON.stringify({
@@ -162,7 +164,7 @@ export async function startService(
   // The relay's deps publish through the same stores; its own settles are bookkeeping and owe nothing.
   let deps: Deps;
   const jobs = new ChangeRelay(store.jobs, (record) => {
-    queue.push(async () => {
+    queue.push(record.job_id, async () => {
       try {
         const r = await flushNotification(deps, record.job_id);
         relayLog(record.job_id, r.outcome, r.outcome === "failed" ? r.error.message : undefined);
@@ -231,6 +233,7 @@ export async function startService(
     credentialsPath: paths.credentials,
     operatorToken: config.operatorToken ?? credentials.operator_token,
     deps,
+    relayed: () => queue.idle(),
     stop() {
       stopping ??= (async () => {
         clearInterval(timer);

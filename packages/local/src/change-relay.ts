@@ -39,20 +39,61 @@ export class ChangeRelay extends ForwardingJobStore {
 }
 
 /**
- * Runs flushes one at a time, in commit order, so the relay never has two sends
- * of the same job in flight; `drain()` waits for what is queued (shutdown).
+ * Runs the relay's flushes: one at a time per job, in commit order (never two sends
+ * of one job in flight, so a job's intents go out in the order they were committed),
+ * and up to `maxInFlight` jobs at once, so one slow acknowledgement does not hold up
+ * every other job's notification. Order across jobs is not kept: it never was a
+ * promise (a subscriber drops duplicates and reads each job's `seq`).
+ *
+ *   job a:  flush a1 ──> flush a2 ──> ...        (serial)
+ *   job b:  flush b1 ──> ...                     (beside a, up to maxInFlight jobs)
+ *
+ * `idle()` resolves once everything pushed so far has run; `drain()` refuses new
+ * work and waits for what is queued (shutdown).
  */
-export class SerialQueue {
-  #tail: Promise<void> = Promise.resolve();
+export class JobFlushQueue {
+  readonly #tails = new Map<string, Promise<void>>();
+  readonly #pending = new Set<Promise<void>>();
+  readonly #slots: (() => void)[] = [];
+  readonly #maxInFlight: number;
+  #running = 0;
   #closed = false;
 
-  push(task: () => Promise<void>): void {
+  constructor(maxInFlight = 32) {
+    if (!Number.isInteger(maxInFlight) || maxInFlight < 1)
+      throw new RangeError(`maxInFlight must be a positive integer, not ${maxInFlight}`);
+    this.#maxInFlight = maxInFlight;
+  }
+
+  push(jobId: string, task: () => Promise<void>): void {
     if (this.#closed) return;
-    this.#tail = this.#tail.then(task).catch(() => undefined);
+    const run = (this.#tails.get(jobId) ?? Promise.resolve()).then(() => this.#inSlot(task)).catch(() => undefined);
+    this.#tails.set(jobId, run);
+    this.#pending.add(run);
+    void run.then(() => {
+      this.#pending.delete(run);
+      if (this.#tails.get(jobId) === run) this.#tails.delete(jobId);
+    });
+  }
+
+  async #inSlot(task: () => Promise<void>): Promise<void> {
+    if (this.#running >= this.#maxInFlight) await new Promise<void>((resolve) => this.#slots.push(resolve));
+    this.#running++;
+    try {
+      await task();
+    } finally {
+      this.#running--;
+      this.#slots.shift()?.();
+    }
+  }
+
+  /** Resolves once every flush pushed before (or while) waiting has run. */
+  async idle(): Promise<void> {
+    while (this.#pending.size > 0) await Promise.all([...this.#pending]);
   }
 
   async drain(): Promise<void> {
     this.#closed = true;
-    await this.#tail;
+    await this.idle();
   }
 }

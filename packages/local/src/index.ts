@@ -1,5 +1,5 @@
 export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.ts";
-export { ChangeRelay, SerialQueue } from "./change-relay.ts";
+export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type Credentials, dataDirPaths, openDataDir, openEmbeddedJobStore, readCredentials, secureDataDir } from "./data-dir.ts";
 export { DEFAULT_MAX_PACKET_BYTES, type EmbeddedBroker, type EmbeddedBrokerOptions, startEmbeddedBroker } from "./embedded-broker.ts";
 export { FILE_STORE_SCHEME, FileReportStore, type FileReportStoreOptions } from "./file-report-store.ts";
