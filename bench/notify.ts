@@ -229,11 +229,11 @@ try {
       `mam ${grouped(mamRate)}/s, raw ${grouped(rawRate)}/s`,
   );
   if (p99Ratio > P99_GOAL || rateRatio < RATE_GOAL) {
-    const timed = writes + sequential.get + sequential.publish;
     console.log(
-      `where the time goes (one at a time): store writes ${fixed((100 * writes) / mamWall)}%, the relay's read ${fixed((100 * sequential.get) / mamWall)}%, ` +
-        `the two acknowledged publishes ${fixed((100 * sequential.publish) / mamWall)}%, the rest (the engine, the relay's queue, ` +
-        `the event loop) ${fixed((100 * (mamWall - timed)) / mamWall)}%. Raw mqtt.js does only the two publishes; mam also commits, ` +
+      `where the time goes (one at a time, as shares of mam's wall time; they overlap, since the relay logs and settles an ` +
+        `intent after its subscriber has it, while the next commit runs): store writes ${fixed((100 * writes) / mamWall)}%, ` +
+        `the relay's read ${fixed((100 * sequential.get) / mamWall)}%, the two acknowledged publishes ` +
+        `${fixed((100 * sequential.publish) / mamWall)}%. Raw mqtt.js does only the two publishes; mam also commits, ` +
         "reads the record back, logs the publish and settles it — three SQLite transactions per intent. What would buy it back: " +
         "writing the published log line and the settle in one transaction (one write fewer per intent), flushing from the record the " +
         "commit returned instead of reading it again, and sending an intent's two topics concurrently (the settle still waits for both).",
