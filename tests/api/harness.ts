@@ -71,6 +71,9 @@ export interface HarnessOptions {
   readonly reportBodyLimit?: number;
   readonly failJobStore?: readonly (keyof JobStore)[];
   readonly sweep?: SweepPolicy;
+  /** As a root with another publish path (the relay, the stream publisher) composes the app. */
+  readonly publishInline?: boolean;
+  readonly sweepGraceSeconds?: number;
 }
 
 export interface Req {
@@ -111,6 +114,8 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     ...(opts.jsonBodyLimit === undefined ? {} : { jsonBodyLimit: opts.jsonBodyLimit }),
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
+    ...(opts.publishInline === undefined ? {} : { publishInline: opts.publishInline }),
+    ...(opts.sweepGraceSeconds === undefined ? {} : { sweepGraceSeconds: opts.sweepGraceSeconds }),
   };
   const app = createApp(appOpts) as unknown as Hono;
   const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);

@@ -431,6 +431,27 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(JSON.stringify(errors)).toContain("disk on fire");
       });
 
+      it("where another path publishes each commit, POST /events answers without published and publishes nothing; the sweep waits out its grace", async () => {
+        const h = await harness({ publishInline: false, sweepGraceSeconds: 5 });
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const res = await h.call("POST", `/v1/jobs/${job.job_id}/events`, { token: agent, json: { event: "started" } });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body).not.toHaveProperty("published");
+        expect(res.body).not.toHaveProperty("publish_error");
+        const intent = res.body.record.pending_notification;
+        const log = await h.call("GET", `/v1/jobs/${job.job_id}/events`, { token: h.operator });
+        expect(log.body.items.map((e: { event: string }) => e.event)).toEqual(["publish_event"]);
+        // Fresh: the other path's. Past the grace: the sweep's, once.
+        expect((await h.call("POST", "/v1/recovery-sweeps", { token: h.operator })).body).toMatchObject({ owed: 0, sent: 0 });
+        h.clock.advance(5_000);
+        const sweep = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator, json: {} });
+        expect(sweep.body).toMatchObject({ owed: 1, sent: 1, results: [{ job_id: job.job_id, intent_id: intent.id, outcome: "sent" }] });
+        const bad = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator, json: { grace_seconds: 3601 } });
+        expect(bad.status).toBe(400);
+        expect(bad.body.errors).toEqual([expect.objectContaining({ path: "body.grace_seconds" })]);
+      });
+
       it("a publish that fails after the commit is a 200 with published: false; the intent stays owed", async () => {
         const h = await harness({ publisher: "unreachable" });
         const job = await register(h);
