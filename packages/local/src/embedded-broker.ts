@@ -1,7 +1,16 @@
 import { createHash, timingSafeEqual } from "node:crypto";
+import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
 import net from "node:net";
 import { Duplex } from "node:stream";
 import { Aedes, type AuthenticateError, type Client } from "aedes";
+import { Level } from "level";
+
+/** aedes-persistence-level ships no types: it takes an open `level` database and returns an aedes persistence. */
+const levelPersistence = createRequire(import.meta.url)("aedes-persistence-level") as (db: Level<string, Buffer>) => object;
+
+/** The broker's sessions folder, like everything under the data dir, is for this user alone. */
+const SESSIONS_DIR_MODE = 0o700;
 
 export interface EmbeddedBrokerOptions {
   /** 0 picks a free port. */
@@ -28,13 +37,22 @@ export interface EmbeddedBrokerOptions {
   readonly maxPacketBytes?: number;
   /** Refuse a publish to these topics whoever sends it (tests that need a refusing broker). */
   readonly refusePublish?: (topic: string) => boolean;
+  /**
+   * A directory (created 0700 if absent) where the broker keeps its sessions on disk
+   * (aedes-persistence-level, a LevelDB database): the subscriptions of clients that
+   * connected with `clean: false` and the QoS 1 messages queued for them while they
+   * were away, so both outlive a restart of the process. Without it, sessions live in
+   * memory and die with the process. Only one process may hold the directory at a
+   * time (LevelDB's lock; the OS releases it when the holder dies, even by SIGKILL).
+   */
+  readonly sessionsDir?: string;
 }
 
 export interface EmbeddedBroker {
   /** `mqtt://host:port`. */
   readonly url: string;
   readonly port: number;
-  /** Closes the listener, every client connection and the broker. */
+  /** Closes the listener, every client connection, the broker and its sessions database. */
   close(): Promise<void>;
 }
 
@@ -66,6 +84,11 @@ const BAD_USERNAME_OR_PASSWORD = 4;
  *
  * Over MQTT 3.1.1 a broker refuses a publish by closing the connection; a refused
  * subscription is granted 0x80.
+ *
+ * With `sessionsDir`, the returned promise resolves only once the sessions kept
+ * there are loaded (aedes awaits its persistence's `setup` before it accepts a
+ * client, and the listener opens after that): a caller that publishes after it
+ * resolves reaches every persistent session, the ones of clients still away included.
  */
 export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promise<EmbeddedBroker> {
   const host = options.host ?? "127.0.0.1";
@@ -76,42 +99,59 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const refuseConnect = (done: (error: AuthenticateError | null, success: boolean | null) => void, code: number, message: string) =>
     done(Object.assign(new Error(message), { returnCode: code }) as AuthenticateError, false);
 
-  const broker = await Aedes.createBroker({
-    authenticate(client, username, password, done) {
-      const anonymous = (username === undefined || username === "") && password === undefined;
-      const isPublisher =
-        !anonymous &&
-        credentials !== undefined &&
-        username === credentials.username &&
-        password !== undefined &&
-        sameSecret(password, credentials.password);
-      if (!anonymous && !isPublisher) return refuseConnect(done, BAD_USERNAME_OR_PASSWORD, "bad user name or password");
-      // aedes closes a connected client when another connects with its id (after this
-      // hook accepts it), so the check must be here, before that can happen.
-      if (options.serviceClientId !== undefined && client.id === options.serviceClientId && !isPublisher) {
-        return refuseConnect(done, IDENTIFIER_REJECTED, "this client id is reserved for the service");
-      }
-      if (isPublisher) publishers.add(client);
-      done(null, true);
-    },
-    authorizePublish(client, packet, done) {
-      const topic = packet.topic;
-      if (topic.startsWith(SYS_PREFIX)) return done(new Error("$SYS topics are reserved"));
-      if (packet.retain) return done(new Error("retained messages are refused"));
-      if (options.refusePublish?.(topic)) return done(new Error(`publishing to ${topic} is refused`));
-      const inServiceSpace = topic === "mam" || topic.startsWith(SERVICE_PREFIX);
-      if (inServiceSpace && (client === null || !publishers.has(client))) {
-        return done(new Error(`only the service may publish under ${SERVICE_PREFIX}`));
-      }
-      done(null);
-    },
-    authorizeSubscribe(client, subscription, done) {
-      // `#` and `+/...` never match `$SYS` topics (aedes follows MQTT-4.7.2-1), so
-      // refusing the filters that name it closes it.
-      if (subscription.topic.startsWith(SYS_PREFIX) && !publishers.has(client)) return done(null, null);
-      done(null, subscription);
-    },
-  });
+  let sessions: Level<string, Buffer> | undefined;
+  if (options.sessionsDir !== undefined) {
+    mkdirSync(options.sessionsDir, { recursive: true, mode: SESSIONS_DIR_MODE });
+    sessions = new Level<string, Buffer>(options.sessionsDir);
+    await sessions.open();
+  }
+  const closeSessions = async () => {
+    await sessions?.close();
+  };
+
+  let broker: Aedes;
+  try {
+    broker = await Aedes.createBroker({
+      ...(sessions === undefined ? {} : { persistence: levelPersistence(sessions) }),
+      authenticate(client, username, password, done) {
+        const anonymous = (username === undefined || username === "") && password === undefined;
+        const isPublisher =
+          !anonymous &&
+          credentials !== undefined &&
+          username === credentials.username &&
+          password !== undefined &&
+          sameSecret(password, credentials.password);
+        if (!anonymous && !isPublisher) return refuseConnect(done, BAD_USERNAME_OR_PASSWORD, "bad user name or password");
+        // aedes closes a connected client when another connects with its id (after this
+        // hook accepts it), so the check must be here, before that can happen.
+        if (options.serviceClientId !== undefined && client.id === options.serviceClientId && !isPublisher) {
+          return refuseConnect(done, IDENTIFIER_REJECTED, "this client id is reserved for the service");
+        }
+        if (isPublisher) publishers.add(client);
+        done(null, true);
+      },
+      authorizePublish(client, packet, done) {
+        const topic = packet.topic;
+        if (topic.startsWith(SYS_PREFIX)) return done(new Error("$SYS topics are reserved"));
+        if (packet.retain) return done(new Error("retained messages are refused"));
+        if (options.refusePublish?.(topic)) return done(new Error(`publishing to ${topic} is refused`));
+        const inServiceSpace = topic === "mam" || topic.startsWith(SERVICE_PREFIX);
+        if (inServiceSpace && (client === null || !publishers.has(client))) {
+          return done(new Error(`only the service may publish under ${SERVICE_PREFIX}`));
+        }
+        done(null);
+      },
+      authorizeSubscribe(client, subscription, done) {
+        // `#` and `+/...` never match `$SYS` topics (aedes follows MQTT-4.7.2-1), so
+        // refusing the filters that name it closes it.
+        if (subscription.topic.startsWith(SYS_PREFIX) && !publishers.has(client)) return done(null, null);
+        done(null, subscription);
+      },
+    });
+  } catch (e) {
+    await closeSessions();
+    throw e;
+  }
 
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
@@ -129,6 +169,7 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
     });
   } catch (e) {
     await new Promise<void>((resolve) => broker.close(() => resolve()));
+    await closeSessions();
     throw e;
   }
   const address = server.address();
@@ -146,6 +187,8 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
         // Connections that never completed an MQTT CONNECT are not aedes clients.
         for (const socket of sockets) socket.destroy();
         await serverClosed;
+        // aedes does not close its persistence; what was queued is on disk already.
+        await closeSessions();
       })();
       return closing;
     },
