@@ -134,6 +134,41 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     expect((await stat(dataDirPaths(dir).broker)).mode & 0o777).toBe(0o700);
   }, 90_000);
 
+  it("a connected clean: false subscriber gets every message live while four publishers publish at once (none held back until its next reconnection)", async () => {
+    const dir = (await tempDir("sessions-live")).dir;
+    const publisherCredentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+    const broker = await startEmbeddedBroker({ port: 0, publisherCredentials, sessionsDir: dataDirPaths(dir).broker });
+    cleanup.push(() => broker.close());
+    const sub = await subscribe(broker.url, FILTER, { clientId: "live-session", clean: false });
+    cleanup.push(() => sub.close());
+    const publishers = await Promise.all(
+      [0, 1, 2, 3].map(async (w) => {
+        const c = await connectAsync(broker.url, {
+          protocolVersion: 4,
+          reconnectPeriod: 0,
+          clientId: `publisher-${w}`,
+          ...publisherCredentials,
+        });
+        c.on("error", () => undefined);
+        cleanup.push(() => c.endAsync(true));
+        return c;
+      }),
+    );
+    const PER_PUBLISHER = 500;
+    await Promise.all(
+      publishers.map(async (c, w) => {
+        for (let i = 0; i < PER_PUBLISHER; i++) await c.publishAsync(`mam/jobs/${w}/events`, `${w}-${i}`, { qos: 1 });
+      }),
+    );
+    // Every publish above was acknowledged before the marker was sent: it arrives after them.
+    const marker = new MqttPublisher({ url: broker.url, clientId: "test-barrier", ...publisherCredentials });
+    cleanup.push(() => marker.close());
+    const at = await barrier(sub, marker, "mam/jobs/barrier/events");
+    const got = new Set(sub.received.slice(0, at).map((m) => m.payload));
+    const missing = publishers.flatMap((_, w) => Array.from({ length: PER_PUBLISHER }, (_, i) => `${w}-${i}`)).filter((p) => !got.has(p));
+    expect(missing).toEqual([]);
+  });
+
   it("a retained publish is refused on the persistent broker too, and nothing retained is kept on disk to come back after a restart", async () => {
     const dir = (await tempDir("sessions-retained")).dir;
     const sessionsDir = dataDirPaths(dir).broker;
