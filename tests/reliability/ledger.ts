@@ -127,8 +127,8 @@ export interface WriterOptions {
   readonly writers: number;
   readonly random: () => number;
   readonly ledger: Ledger;
-  /** Every answer the service gave (status), for the tests that judge them. */
-  readonly onAnswer?: (status: number, commits: number) => void;
+  /** Every answer the service gave to a commit, with how many commits were done before it. */
+  readonly onAnswer?: (answer: Answer, commits: number) => void;
   /**
    * A request without an answer (the service died under it): resolve it from the
    * record. Without this, such a request is a failure (the service should have answered).
@@ -164,7 +164,7 @@ export async function runWriters(o: WriterOptions): Promise<void> {
         o.ledger.unanswered++;
       }
       if (answer !== undefined) {
-        o.onAnswer?.(answer.status, commits);
+        o.onAnswer?.(answer, commits);
         if (answer.status !== 200) throw new Error(`${event} on ${jobId}: ${answer.status} ${JSON.stringify(answer.body)}`);
         const intent = answer.body.record.pending_notification;
         o.ledger.add({ id: String(intent.id), jobId, seq: Number(intent.seq) });

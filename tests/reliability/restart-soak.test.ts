@@ -91,7 +91,7 @@ describe("reliability: mam serve killed three times under load, a persistent-ses
       random,
       ledger,
       resolveUnanswered: true,
-      onAnswer: (_status, commits) => {
+      onAnswer: (_answer, commits) => {
         if (kills < KILLS && commits + 1 >= (killPoints[kills] as number)) killAndRestart();
       },
     });
