@@ -169,6 +169,49 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     expect(missing).toEqual([]);
   });
 
+  it("a persistent session's queue is bounded (maxQueuedPerSession): beyond it nothing more is queued, the count survives a restart, and a drained session queues again", async () => {
+    const dir = (await tempDir("sessions-bound")).dir;
+    const sessionsDir = dataDirPaths(dir).broker;
+    const publisherCredentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
+    const full: string[] = [];
+    const start = () =>
+      startEmbeddedBroker({
+        port: 0,
+        publisherCredentials,
+        sessionsDir,
+        maxQueuedPerSession: 5,
+        onSessionQueueFull: (id) => full.push(id),
+      });
+    const publishAll = async (url: string, from: number, to: number) => {
+      const publisher = new MqttPublisher({ url, clientId: "bound-publisher", ...publisherCredentials });
+      for (let i = from; i < to; i++) await publisher.publish("mam/jobs/j/events", `m${i}`);
+      await publisher.close();
+    };
+
+    let broker = await start();
+    const first = await subscribe(broker.url, FILTER, { clientId: "away-long", clean: false });
+    await first.close();
+    await publishAll(broker.url, 0, 8);
+    expect(full).toEqual(["away-long"]);
+    await broker.close();
+    // Restarted on the same disk: the five still queued count, so two more are not queued either.
+    broker = await start();
+    cleanup.push(() => broker.close());
+    await publishAll(broker.url, 8, 10);
+    expect(full).toEqual(["away-long", "away-long"]);
+
+    const back = await subscribe(broker.url, FILTER, { clientId: "away-long", clean: false, subscribe: false });
+    cleanup.push(() => back.close());
+    expect(back.sessionPresent()).toBe(true);
+    // Drained, it is queued for again: this one arrives, after the five kept and nothing else.
+    const marker = new MqttPublisher({ url: broker.url, clientId: "test-barrier", ...publisherCredentials });
+    cleanup.push(() => marker.close());
+    await back.waitFor((m) => m.payload === "m4");
+    await publishAll(broker.url, 10, 11);
+    const at = await barrier(back, marker, "mam/jobs/barrier/events");
+    expect(back.received.slice(0, at).map((m) => m.payload)).toEqual(["m0", "m1", "m2", "m3", "m4", "m10"]);
+  });
+
   it("a retained publish is refused on the persistent broker too, and nothing retained is kept on disk to come back after a restart", async () => {
     const dir = (await tempDir("sessions-retained")).dir;
     const sessionsDir = dataDirPaths(dir).broker;

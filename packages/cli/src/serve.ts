@@ -112,6 +112,15 @@ export async function startService(
       maxPacketBytes: config.mqttMaxPacketBytes,
       // Persistent sessions (`clean: false`) and their QoS 1 queues outlive a restart.
       sessionsDir: paths.broker,
+      onSessionQueueFull: (clientId) =>
+        log(
+          JSON.stringify({
+            level: "warn",
+            msg: "mqtt session queue full",
+            client_id: clientId,
+            detail: "new messages are not queued for it until it reconnects and drains; it can catch up from the feed",
+          }),
+        ),
     });
     mqttUrl = broker.url;
   } else {

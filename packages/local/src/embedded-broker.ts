@@ -7,37 +7,92 @@ import { Aedes, type AuthenticateError, type Client } from "aedes";
 import { Level } from "level";
 
 /** aedes-persistence-level ships no types: it takes an open `level` database and returns an aedes persistence. */
-const levelPersistence = createRequire(import.meta.url)("aedes-persistence-level") as (db: Level<string, Buffer>) => EnqueuingPersistence;
+const levelPersistence = createRequire(import.meta.url)("aedes-persistence-level") as (db: Level<string, Buffer>) => QueueingPersistence;
 
-/** The one method of an aedes persistence that `inOrder` wraps. */
-interface EnqueuingPersistence {
-  outgoingEnqueueCombi(subs: unknown[], packet: unknown): Promise<unknown>;
+/** What of an aedes persistence `sessionQueues` wraps (aedes-persistence 11's interface, promise style). */
+interface QueueingPersistence {
+  outgoingEnqueue(sub: QueuedFor, packet: unknown): Promise<unknown>;
+  outgoingEnqueueCombi(subs: QueuedFor[], packet: unknown): Promise<unknown>;
+  outgoingClearMessageId(client: { readonly id: string }, packet: unknown): Promise<unknown>;
+}
+interface QueuedFor {
+  readonly clientId: string;
 }
 
+/** Where aedes-persistence-level keeps a session's queued messages: `outgoing:<encoded client id>:<broker id>:<counter>`. */
+const OUTGOING_PREFIX = "outgoing:";
+
 /**
- * aedes delivers a QoS 1 message to a connected client only if its broker counter is
- * higher than the last one that client was sent (its duplicate check, in
- * lib/client.js), and it hands a message to the connected clients once the
- * persistence has queued it for the persistent sessions. The memory persistence
- * finishes those writes in the order they were asked; LevelDB's take as long as
- * each takes, so under concurrent publishes a message could finish queuing after a
- * later one: aedes then took it for a duplicate and did not send it to a connected
- * `clean: false` subscriber, which got it only at its next reconnection (the restart
- * soak saw 4 of 2,000 held back that way; 10 to 60 of 2,000 with four publishers
- * and no service). Here each queuing write still starts at once, but completes only
- * after every earlier one has: messages reach aedes's delivery in counter order.
+ * The persistence as the broker uses it, with two rules of ours around its queue:
+ *
+ * - **A bound per session.** aedes queues every QoS 1 message for every persistent
+ *   session with no limit, so a `clean: false` subscriber that never returns would
+ *   grow the disk for ever. A session holds at most `maxQueued` messages not yet
+ *   acknowledged by its client; beyond that, new messages are not queued for it
+ *   (as Mosquitto's `max_queued_messages` does) and `onQueueFull` is told, once per
+ *   time the session fills. The counts are read from disk at start and follow each
+ *   queue write and each acknowledgement.
+ * - **In order.** aedes delivers a QoS 1 message to a connected client only if its
+ *   broker counter is higher than the last one that client was sent (its duplicate
+ *   check, in lib/client.js), and hands a message to the connected clients once the
+ *   persistence has queued it. The memory persistence finishes those writes in the
+ *   order they were asked; LevelDB's take as long as each takes, so under concurrent
+ *   publishes a message could finish queuing after a later one: aedes then took it
+ *   for a duplicate and did not send it to a connected `clean: false` subscriber,
+ *   which got it only at its next reconnection (the restart soak saw 4 of 2,000 held
+ *   back that way; 10 to 60 of 2,000 with four publishers and no service). Here each
+ *   queuing write still starts at once, but completes only after every earlier one.
  */
-function inOrder<P extends EnqueuingPersistence>(persistence: P): P {
+async function sessionQueues<P extends QueueingPersistence>(
+  persistence: P,
+  db: Level<string, Buffer>,
+  maxQueued: number,
+  onQueueFull: ((clientId: string) => void) | undefined,
+): Promise<P> {
+  const queued = new Map<string, number>();
+  for await (const key of db.keys({ gte: OUTGOING_PREFIX, lt: "outgoing;" })) {
+    const clientId = decodeURIComponent(key.slice(OUTGOING_PREFIX.length).split(":", 1)[0] ?? "");
+    queued.set(clientId, (queued.get(clientId) ?? 0) + 1);
+  }
+  const full = new Set<string>();
+  /** Counts the message for each session with room for it; the others are left out. */
+  const admit = (subs: QueuedFor[]): QueuedFor[] =>
+    subs.filter((sub) => {
+      const n = queued.get(sub.clientId) ?? 0;
+      if (n >= maxQueued) {
+        if (!full.has(sub.clientId)) {
+          full.add(sub.clientId);
+          onQueueFull?.(sub.clientId);
+        }
+        return false;
+      }
+      queued.set(sub.clientId, n + 1);
+      return true;
+    });
+
+  const enqueueOne = persistence.outgoingEnqueue.bind(persistence);
   const enqueue = persistence.outgoingEnqueueCombi.bind(persistence);
+  const clear = persistence.outgoingClearMessageId.bind(persistence);
   let previous: Promise<unknown> = Promise.resolve();
   persistence.outgoingEnqueueCombi = (subs, packet) => {
-    const write = enqueue(subs, packet);
+    const write = enqueue(admit(subs ?? []), packet);
     const after = previous.then(
       () => write,
       () => write,
     );
     previous = after.catch(() => undefined);
     return after;
+  };
+  persistence.outgoingEnqueue = (sub, packet) => (admit([sub]).length === 0 ? Promise.resolve() : enqueueOne(sub, packet));
+  persistence.outgoingClearMessageId = async (client, packet) => {
+    const cleared = await clear(client, packet);
+    if (cleared !== undefined) {
+      const n = (queued.get(client.id) ?? 1) - 1;
+      if (n > 0) queued.set(client.id, n);
+      else queued.delete(client.id);
+      full.delete(client.id);
+    }
+    return cleared;
   };
   return persistence;
 }
@@ -79,7 +134,19 @@ export interface EmbeddedBrokerOptions {
    * time (LevelDB's lock; the OS releases it when the holder dies, even by SIGKILL).
    */
   readonly sessionsDir?: string;
+  /**
+   * With `sessionsDir`: the most messages a persistent session holds that its client
+   * has not acknowledged (default 10,000); beyond it, new messages are not queued
+   * for that session until it drains. A subscriber that was away that long catches
+   * up from the change feed.
+   */
+  readonly maxQueuedPerSession?: number;
+  /** Told when a persistent session reaches `maxQueuedPerSession` (once until it drains). */
+  readonly onSessionQueueFull?: (clientId: string) => void;
 }
+
+/** The default bound on a persistent session's queue: about 1.5 MiB on disk of mam's ~230-byte notifications (measured). */
+export const DEFAULT_MAX_QUEUED_PER_SESSION = 10_000;
 
 export interface EmbeddedBroker {
   /** `mqtt://host:port`. */
@@ -145,7 +212,16 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   let broker: Aedes;
   try {
     broker = await Aedes.createBroker({
-      ...(sessions === undefined ? {} : { persistence: inOrder(levelPersistence(sessions)) }),
+      ...(sessions === undefined
+        ? {}
+        : {
+            persistence: await sessionQueues(
+              levelPersistence(sessions),
+              sessions,
+              options.maxQueuedPerSession ?? DEFAULT_MAX_QUEUED_PER_SESSION,
+              options.onSessionQueueFull,
+            ),
+          }),
       authenticate(client, username, password, done) {
         const anonymous = (username === undefined || username === "") && password === undefined;
         const isPublisher =
