@@ -133,7 +133,7 @@ describe("reliability: the external broker killed for 10 s under load", () => {
       .filter((l) => l.includes('"msg":"sweep"'))
       .reduce((n, l) => n + Number(JSON.parse(l).sent ?? 0), 0);
 
-    const rows = await feedRows(service);
+    const rows = await feedRows(service, ledger);
     const feed = rows === undefined ? undefined : checkAgainstFeed(ledger, rows);
     const t = tally(ledger, sub.received, await acknowledgedIds(service, jobs), feed?.superseded);
     printTally("broker outage", t, {

@@ -294,16 +294,24 @@ export interface FeedRow {
 }
 
 /**
- * FEED CHECK — fill in at merge. Every row of `GET /v1/events`, from the beginning,
- * page by page (`?after=<cursor>&limit=1000`). The change feed is being built on the
- * `feed` branch and is not on this one: until it lands, the route answers 404 and
- * this returns undefined, and the callers judge against the committed intents (the
- * API's answers and the job records) instead. At merge, drop the 404 branch so a
- * missing feed fails the test.
+ * FEED CHECK — fill in at merge. Every row of the change feed from the beginning:
+ * `GET /v1/events?after=<cursor>&limit=1000` page by page, then — while some intent
+ * of `ledger` has no `job.transitioned` row yet (the feed shows rows only up to now
+ * minus its stated delay) — `GET /v1/events/stream?after=<last cursor>` (Server-Sent
+ * Events) until every one has one, or `timeoutMs` passes (then the check fails on
+ * what is missing). The change feed is being built on the `feed` branch and is not
+ * on this one: until it lands, the route answers 404 and this returns undefined, and
+ * the callers judge against the committed intents (the API's answers and the job
+ * records) instead. At merge, drop the 404 branch so a missing feed fails the test.
  */
-export async function feedRows(service: ServiceHandle): Promise<FeedRow[] | undefined> {
+export async function feedRows(service: ServiceHandle, ledger: Ledger, timeoutMs = 30_000): Promise<FeedRow[] | undefined> {
   const url = await service.up();
   const rows: FeedRow[] = [];
+  const unseen = new Set(ledger.byId.keys());
+  const take = (row: FeedRow) => {
+    rows.push(row);
+    if (row.kind === "job.transitioned" && row.intent_id !== undefined) unseen.delete(row.intent_id);
+  };
   let after: string | undefined;
   for (;;) {
     const r = await request(
@@ -312,12 +320,42 @@ export async function feedRows(service: ServiceHandle): Promise<FeedRow[] | unde
       "GET",
       `/v1/events?limit=1000${after === undefined ? "" : `&after=${encodeURIComponent(after)}`}`,
     );
-    if (r.status === 404 && rows.length === 0 && after === undefined) return undefined;
+    if (r.status === 404 && after === undefined) return undefined;
     if (r.status !== 200) throw new Error(`GET /v1/events: ${r.status} ${JSON.stringify(r.body)}`);
-    rows.push(...(r.body.items as FeedRow[]));
-    if (r.body.items.length === 0) return rows;
+    for (const row of r.body.items as FeedRow[]) take(row);
     after = String(r.body.cursor);
+    if (r.body.items.length === 0) break;
   }
+  if (unseen.size === 0) return rows;
+  // The rest as the feed makes it readable: the stream pushes each row once it is.
+  const stream = await fetch(new URL(`/v1/events/stream?after=${encodeURIComponent(after)}`, url), {
+    headers: { authorization: `Bearer ${service.token}`, accept: "text/event-stream" },
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  if (stream.status !== 200 || stream.body === null) throw new Error(`GET /v1/events/stream: ${stream.status}`);
+  const decoder = new TextDecoder();
+  let buffer = "";
+  try {
+    for await (const chunk of stream.body) {
+      buffer += decoder.decode(chunk, { stream: true });
+      let end = buffer.indexOf("\n\n");
+      while (end >= 0) {
+        const data = buffer
+          .slice(0, end)
+          .split("\n")
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trimStart())
+          .join("\n");
+        buffer = buffer.slice(end + 2);
+        if (data.length > 0) take(JSON.parse(data) as FeedRow);
+        end = buffer.indexOf("\n\n");
+      }
+      if (unseen.size === 0) break;
+    }
+  } catch (e) {
+    if (!isHang(e)) throw e;
+  }
+  return rows;
 }
 
 /**

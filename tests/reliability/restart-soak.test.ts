@@ -117,7 +117,7 @@ describe("reliability: mam serve killed three times under load, a persistent-ses
       );
     }
 
-    const rows = await feedRows(service);
+    const rows = await feedRows(service, ledger);
     const feed = rows === undefined ? undefined : checkAgainstFeed(ledger, rows);
     const acknowledged = await acknowledgedIds(service, jobs);
     const t = tally(ledger, sub.received, acknowledged, feed?.superseded);
