@@ -1,8 +1,10 @@
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
     include: ["tests/**/*.test.ts"],
+    // The long ones (tests/reliability) run in their own tier only: npm run test:reliability sets MAM_RELIABILITY.
+    exclude: [...configDefaults.exclude, ...(process.env.MAM_RELIABILITY ? [] : ["tests/reliability/**"])],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: "forks",

@@ -1,5 +1,5 @@
 import type { Publisher } from "@mam/core";
-import { connectAsync } from "mqtt";
+import { connect } from "mqtt";
 
 export interface ReceivedMessage {
   readonly topic: string;
@@ -14,7 +14,26 @@ export interface Subscription {
   next(timeoutMs?: number): Promise<ReceivedMessage>;
   /** The first received message (past or future) that matches; rejects after `timeoutMs` (default 5000). */
   waitFor(match: (m: ReceivedMessage) => boolean, timeoutMs?: number): Promise<ReceivedMessage>;
+  /** Whether the broker said, at the last CONNACK, that it still held this client's session. */
+  readonly sessionPresent: () => boolean;
+  /** How many times the client connected (1 after the first CONNACK; reconnections add one each). */
+  readonly connections: () => number;
   close(): Promise<void>;
+}
+
+export interface SubscribeOptions {
+  /** A fixed client id (a persistent session is the client id's). */
+  readonly clientId?: string;
+  /** `false`: a persistent session, whose subscriptions and QoS 1 queue the broker keeps while the client is away. Default true. */
+  readonly clean?: boolean;
+  /** Reconnect on its own this often after the connection drops (default: never). */
+  readonly reconnectPeriodMs?: number;
+  /**
+   * Subscribe after connecting (default true). `false` for a client returning to a
+   * persistent session: what the broker queued for it arrives on the session's own
+   * subscription, with nothing asked again.
+   */
+  readonly subscribe?: boolean;
 }
 
 /**
@@ -22,22 +41,60 @@ export interface Subscription {
  * without credentials, subscribes (filters allowed) at QoS 1, resolves once the
  * broker granted it, and throws if the broker refused it.
  */
-export async function subscribe(url: string, topicFilter: string): Promise<Subscription> {
-  // MQTT 3.1.1: the embedded (aedes) broker speaks nothing newer.
-  const client = await connectAsync(url, { protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 5000 });
-  client.on("error", () => undefined);
+export async function subscribe(url: string, topicFilter: string, opts: SubscribeOptions = {}): Promise<Subscription> {
   const received: ReceivedMessage[] = [];
   let taken = 0;
   const listeners = new Set<() => void>();
+  let sessionPresent = false;
+  let connections = 0;
+  // MQTT 3.1.1: the embedded (aedes) broker speaks nothing newer.
+  const client = connect(url, {
+    protocolVersion: 4,
+    reconnectPeriod: opts.reconnectPeriodMs ?? 0,
+    connectTimeout: 5000,
+    clean: opts.clean ?? true,
+    // A returning persistent session keeps its subscription on the broker: asking again is not what is tested.
+    resubscribe: false,
+    ...(opts.clientId === undefined ? {} : { clientId: opts.clientId }),
+  });
+  client.on("error", () => undefined);
+  // Listening before the first CONNACK: a returning session's queue may arrive right behind it.
+  client.on("connect", (connack) => {
+    sessionPresent = connack.sessionPresent;
+    connections++;
+  });
   client.on("message", (topic, payload) => {
     received.push({ topic, payload: payload.toString("utf8") });
     for (const l of [...listeners]) l();
   });
+  await new Promise<void>((resolve, reject) => {
+    const fail = (e: Error) => {
+      settle();
+      client.end(true);
+      reject(e);
+    };
+    const closed = () => fail(new Error(`could not connect to ${url}`));
+    const connected = () => {
+      settle();
+      resolve();
+    };
+    const settle = () => {
+      client.off("connect", connected);
+      client.off("error", fail);
+      client.off("close", closed);
+    };
+    client.once("connect", connected);
+    client.once("error", fail);
+    if ((opts.reconnectPeriodMs ?? 0) === 0) client.once("close", closed);
+  });
   // mqtt.js rejects a SUBACK of 0x80 itself ("Subscribe error: Unspecified error").
-  const refused = await client.subscribeAsync(topicFilter, { qos: 1 }).then(
-    (grants) => (grants.some((g) => g.qos === 128) ? "granted 0x80" : undefined),
-    (e: unknown) => (e instanceof Error ? e.message : String(e)),
-  );
+  const refused =
+    opts.subscribe === false
+      ? undefined
+      : await client.subscribeAsync(topicFilter, { qos: 1 }).then(
+          (grants) => (grants.some((g) => g.qos === 128) ? "granted 0x80" : undefined),
+          (e: unknown) => (e instanceof Error ? e.message : String(e)),
+        );
   if (refused !== undefined) {
     await client.endAsync(true);
     throw new Error(`the broker refused the subscription to ${topicFilter}: ${refused}`);
@@ -70,6 +127,8 @@ export async function subscribe(url: string, topicFilter: string): Promise<Subsc
     waitFor(match, timeoutMs = 5000) {
       return until(() => received.find(match), timeoutMs, "matching message");
     },
+    sessionPresent: () => sessionPresent,
+    connections: () => connections,
     close: () => client.endAsync(true),
   };
 }

@@ -127,6 +127,17 @@ export async function startService(
       publisherCredentials: credentials.mqtt,
       serviceClientId: config.mqttClientId,
       maxPacketBytes: config.mqttMaxPacketBytes,
+      // Persistent sessions (`clean: false`) and their QoS 1 queues outlive a restart.
+      sessionsDir: paths.broker,
+      onSessionQueueFull: (clientId) =>
+        log(
+          JSON.stringify({
+            level: "warn",
+            msg: "mqtt session queue full",
+            client_id: clientId,
+            detail: "new messages are not queued for it until it reconnects and drains; it can catch up from the feed",
+          }),
+        ),
     });
     mqttUrl = broker.url;
   } else {
@@ -212,10 +223,13 @@ export async function startService(
       log(JSON.stringify({ level: "warn", msg: "sweep failed", detail: isMamError(e) ? e.message : String(e) }));
     }
   };
-  // The first sweep runs one interval after start, not at once: a subscriber that was
-  // connected before a restart gets that long to reconnect before what is owed is sent
-  // (and settled). What the relay publishes meanwhile goes out at once.
-  let sweeping: Promise<void> = Promise.resolve();
+  // The first sweep runs now: the embedded broker resolved above only once it had
+  // loaded its persistent sessions from disk, so what is owed is queued for every
+  // `clean: false` subscriber, the ones still away included, and reaches them when
+  // they return (clean-session subscribers catch up from the feed). On an external
+  // broker the sweep's publish connects after that broker accepts connections, which
+  // it does once its own sessions are loaded. Then one sweep an interval.
+  let sweeping: Promise<void> = sweep();
   const timer = setInterval(() => {
     sweeping = sweeping.then(sweep);
   }, config.sweepIntervalSeconds * 1000);

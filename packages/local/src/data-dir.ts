@@ -26,6 +26,8 @@ export function dataDirPaths(dir: string) {
     database: join(root, "mam.db"),
     reports: join(root, "reports"),
     credentials: join(root, "credentials.json"),
+    /** The embedded broker's persistent sessions (a LevelDB database, 0700). */
+    broker: join(root, "broker"),
   };
 }
 

@@ -1,7 +1,13 @@
 export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.ts";
 export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type Credentials, dataDirPaths, openDataDir, openEmbeddedJobStore, readCredentials, secureDataDir } from "./data-dir.ts";
-export { DEFAULT_MAX_PACKET_BYTES, type EmbeddedBroker, type EmbeddedBrokerOptions, startEmbeddedBroker } from "./embedded-broker.ts";
+export {
+  DEFAULT_MAX_PACKET_BYTES,
+  DEFAULT_MAX_QUEUED_PER_SESSION,
+  type EmbeddedBroker,
+  type EmbeddedBrokerOptions,
+  startEmbeddedBroker,
+} from "./embedded-broker.ts";
 export { FILE_STORE_SCHEME, FileReportStore, type FileReportStoreOptions } from "./file-report-store.ts";
 export { MqttPublisher, type MqttPublisherOptions } from "./mqtt-publisher.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";
