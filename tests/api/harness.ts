@@ -69,6 +69,7 @@ export interface HarnessOptions {
   readonly publisher?: PortsOptions["publisher"];
   readonly jsonBodyLimit?: number;
   readonly reportBodyLimit?: number;
+  readonly reportUploadLimit?: number;
   readonly failJobStore?: readonly (keyof JobStore)[];
   readonly sweep?: SweepPolicy;
 }
@@ -110,6 +111,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     log: (l) => lines.push(l),
     ...(opts.jsonBodyLimit === undefined ? {} : { jsonBodyLimit: opts.jsonBodyLimit }),
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
+    ...(opts.reportUploadLimit === undefined ? {} : { reportUploadLimit: opts.reportUploadLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
   };
   const app = createApp(appOpts) as unknown as Hono;

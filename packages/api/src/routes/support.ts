@@ -26,7 +26,11 @@ export function routeOpener(app: MamApp, services: Services): RouteOpener {
     }
     const body = route.request?.body?.content;
     if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
-    else if (body !== undefined) middleware.push(reportBody(services.reportLimit));
+    // Where the store has no upload address of its own, declared uploads come through the report route.
+    else if (body !== undefined) {
+      const ceiling = services.deps.reports.uploadUrl === undefined ? services.reportUpload.maxBytes : services.reportLimit;
+      middleware.push(reportBody(services.reportLimit, ceiling));
+    }
     const own = route.middleware === undefined ? [] : [route.middleware].flat();
     return { ...route, middleware: [...middleware, ...own] };
   };
