@@ -27,9 +27,11 @@ export function routeOpener(app: MamApp, services: Services): RouteOpener {
     const body = route.request?.body?.content;
     if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
     // Where the store has no upload address of its own, declared uploads come through the report route.
+    // (Asked per request: building the routes, and so the document, touches no store.)
     else if (body !== undefined) {
-      const ceiling = services.deps.reports.uploadUrl === undefined ? services.reportUpload.maxBytes : services.reportLimit;
-      middleware.push(reportBody(services.reportLimit, ceiling));
+      const uploadsHere = reportBody(services.reportLimit, services.reportUpload.maxBytes);
+      const bodiesOnly = reportBody(services.reportLimit);
+      middleware.push((c, next) => (services.deps.reports.uploadUrl === undefined ? uploadsHere : bodiesOnly)(c, next));
     }
     const own = route.middleware === undefined ? [] : [route.middleware].flat();
     return { ...route, middleware: [...middleware, ...own] };
