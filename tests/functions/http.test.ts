@@ -234,7 +234,7 @@ describe("http function: bodies larger than a Lambda event carries", () => {
   });
 
   function expectTooLarge(
-    res: { statusCode: number; headers?: Record<string, unknown>; body: string },
+    res: { statusCode: number; headers?: Record<string, unknown> | undefined; body: string },
     limit: number,
     upload: string,
   ): void {

@@ -254,7 +254,8 @@ export async function applyFinalize(reports: ReportStore, prepared: PreparedFina
     await reports.delete(location, STAGED_REPORT_NAME);
     // The declaration goes with the bytes it bound, unless a new one replaced it meanwhile.
     const declared = prepared.declared;
-    if (declared !== undefined && (await readUploadDeclaration(reports, location))?.issued_at === declared.issued_at) {
+    const standing = declared === undefined ? undefined : await readUploadDeclaration(reports, location);
+    if (declared !== undefined && standing?.issued_at === declared.issued_at && standing.sha256 === declared.sha256) {
       await reports.delete(location, UPLOAD_DECLARATION_NAME);
     }
   }
