@@ -28,6 +28,7 @@ import { s3Uri } from "@mam/aws/s3-keys";
 import {
   type Clock,
   type Config,
+  type ConfigProfile,
   type Deps,
   ERROR_TABLE,
   guardJobStore,
@@ -148,8 +149,29 @@ function lazyReportStore(bucket: string, build: () => Promise<ReportStore>): Rep
     delete: async (location, name) => (await get()).delete(location, name),
     copyOnce: async (from, to, sha256) => (await get()).copyOnce(from, to, sha256),
     describe: (location, name) => s3Uri(bucket, location, name),
+    copy: async (from, to) => optional(await get(), "copy")(from, to),
+    uploadUrl: async (location, name, declared) => optional(await get(), "uploadUrl")(location, name, declared),
   };
 }
+
+function optional<K extends "copy" | "uploadUrl">(store: ReportStore, method: K): NonNullable<ReportStore[K]> {
+  const fn = store[method];
+  if (fn === undefined) throw new MamError("internal", `the report store has no ${method}`);
+  return fn.bind(store) as NonNullable<ReportStore[K]>;
+}
+
+/**
+ * A synchronous Lambda request is at most 6 MB (6,291,456 bytes), and API Gateway's
+ * HTTP API hands a binary body over base64-encoded inside that event: 4/3 of its
+ * size. 4 MiB (4,194,304 bytes) is 5,592,408 bytes of base64, which leaves 699,048
+ * bytes for the rest of the event (headers, path, request context). So on AWS no
+ * body limit may exceed 4 MiB; a report larger than that goes by a presigned upload.
+ */
+export const AWS_BODY_LIMIT = 4 * 1024 * 1024;
+const AWS_LIMITS: ConfigProfile = {
+  reportBodyLimit: { default: AWS_BODY_LIMIT, max: AWS_BODY_LIMIT, why: "a Lambda event is at most 6 MB, a body base64-encoded in it" },
+  jsonBodyLimit: { default: 1024 * 1024, max: AWS_BODY_LIMIT, why: "a Lambda event is at most 6 MB, a body base64-encoded in it" },
+};
 
 const SSM_CONFIGURATION_ERRORS = new Set([
   "ParameterNotFound",
@@ -197,7 +219,7 @@ export async function readSigningKey(config: Config, overrides: Overrides = {}):
 
 /** The Hono app with the AWS adapters behind core's ports. */
 export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promise<Hono<AppEnv>> {
-  const config = parseConfig(env);
+  const config = parseConfig(env, AWS_LIMITS);
   const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
   const base = notifierDeps(config, overrides);
   const reports = lazyReportStore(bucket, async () => {
@@ -223,6 +245,8 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promi
     tokens,
     jsonBodyLimit: config.jsonBodyLimit,
     reportBodyLimit: config.reportBodyLimit,
+    reportUploadLimit: config.reportUploadLimit,
+    reportUploadTtlSeconds: config.reportUploadTtlSeconds,
     log: overrides.log ?? stdoutLines,
     sweep: config.sweep,
     sweepGraceSeconds: config.sweepGraceSeconds,

@@ -20,6 +20,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "POST /v1/jobs/{job_id}/transitions": { kind: "protected", scope: "write", agent: "job" },
       "POST /v1/jobs/{job_id}/dispatches": { kind: "protected", scope: "write" },
       "PUT /v1/jobs/{job_id}/attempts/{attempt}/report": { kind: "protected", scope: "write", agent: "attempt" },
+      "POST /v1/jobs/{job_id}/attempts/{attempt}/report/upload": { kind: "protected", scope: "write", agent: "attempt" },
       "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize": { kind: "protected", scope: "write", agent: "attempt" },
       "GET /v1/jobs/{job_id}/attempts/{attempt}/verification": { kind: "protected", scope: "read" },
       "POST /v1/jobs/{job_id}/evaluations": { kind: "protected", scope: "gate" },

@@ -69,6 +69,7 @@ export interface HarnessOptions {
   readonly publisher?: PortsOptions["publisher"];
   readonly jsonBodyLimit?: number;
   readonly reportBodyLimit?: number;
+  readonly reportUploadLimit?: number;
   readonly failJobStore?: readonly (keyof JobStore)[];
   readonly sweep?: SweepPolicy;
   /** As a root with another publish path (the relay, the stream publisher) composes the app. */
@@ -113,6 +114,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     log: (l) => lines.push(l),
     ...(opts.jsonBodyLimit === undefined ? {} : { jsonBodyLimit: opts.jsonBodyLimit }),
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
+    ...(opts.reportUploadLimit === undefined ? {} : { reportUploadLimit: opts.reportUploadLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     ...(opts.publishInline === undefined ? {} : { publishInline: opts.publishInline }),
     ...(opts.sweepGraceSeconds === undefined ? {} : { sweepGraceSeconds: opts.sweepGraceSeconds }),

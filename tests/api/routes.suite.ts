@@ -92,6 +92,8 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           return { body: REPORT };
         case "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize":
           return { json: { side_effects: [] } };
+        case "POST /v1/jobs/{job_id}/attempts/{attempt}/report/upload":
+          return { json: { sha256: "0".repeat(64), bytes: 10 } };
         case "POST /v1/jobs/{job_id}/evaluations":
           return { json: { scenario: {} } };
         case "POST /v1/jobs/{job_id}/events":

@@ -41,11 +41,15 @@ jobStoreContract("DynamoDB (dynalite)", async () => {
 
 // ---------------------------------------------------------------- ReportStore
 
-reportStoreContract("S3 (s3rver)", async () => {
-  const bucket = `mam-contract-${++seq}`;
-  await s3.client.send(new CreateBucketCommand({ Bucket: bucket }));
-  return { store: new S3ReportStore({ client: s3.client, bucket }), close: async () => undefined };
-});
+reportStoreContract(
+  "S3 (s3rver)",
+  async () => {
+    const bucket = `mam-contract-${++seq}`;
+    await s3.client.send(new CreateBucketCommand({ Bucket: bucket }));
+    return { store: new S3ReportStore({ client: s3.client, bucket }), close: async () => undefined };
+  },
+  { uploadUrl: true, copy: true },
+);
 
 // ---------------------------------------------------------------- Publisher
 

@@ -8,7 +8,17 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
  * the port alone. `make` returns a fresh, empty store for each test. Locations are
  * the service's shape, `reports/<job>/<attempt>`.
  */
-export function reportStoreContract(name: string, make: () => Promise<{ store: ReportStore; close(): Promise<void> }>): void {
+/** The optional capabilities an adapter declares it has (ports.ts): each is held to its guarantees, or shown absent. */
+export interface ReportStoreCapabilities {
+  readonly uploadUrl?: boolean;
+  readonly copy?: boolean;
+}
+
+export function reportStoreContract(
+  name: string,
+  make: () => Promise<{ store: ReportStore; close(): Promise<void> }>,
+  capabilities: ReportStoreCapabilities = {},
+): void {
   describe(`ReportStore contract: ${name}`, () => {
     let store: ReportStore;
     let close: () => Promise<void>;
@@ -226,6 +236,63 @@ export function reportStoreContract(name: string, make: () => Promise<{ store: R
       expect(put).toEqual({ sha256: digest, bytes: 32 * 1024 * 1024 });
       expect(await store.hash(location, "big.bin")).toEqual({ sha256: digest, bytes: 32 * 1024 * 1024 });
     }, 60_000);
+
+    if (capabilities.copy) {
+      it("copy replaces the target with the source's bytes, inside the store, and leaves the source", async () => {
+        await store.put(location, "report-final.md", new TextEncoder().encode("old live report"));
+        const pinned = new TextEncoder().encode("the pinned bytes");
+        await store.put(`${location}/evidence`, sha256(pinned), pinned);
+        await store.copy?.({ location: `${location}/evidence`, name: sha256(pinned) }, { location, name: "report-final.md" });
+        expect(await store.hash(location, "report-final.md")).toEqual({ sha256: sha256(pinned), bytes: pinned.byteLength });
+        expect(await store.hash(`${location}/evidence`, sha256(pinned))).toEqual({ sha256: sha256(pinned), bytes: pinned.byteLength });
+        await expectMamError(
+          store.copy?.({ location, name: "report-final.md.absent" }, { location, name: "report-final.md" }) ?? Promise.resolve(),
+          "report.notFound",
+        );
+        expect(await store.hash(location, "report-final.md")).toEqual({ sha256: sha256(pinned), bytes: pinned.byteLength });
+      });
+    } else {
+      it("has no copy: core reads the pinned copy and puts it", () => {
+        expect(store.copy).toBeUndefined();
+      });
+    }
+
+    if (capabilities.uploadUrl) {
+      it("uploadUrl: one PUT of the declared bytes with the headers given lands at the name, good for the time asked", async () => {
+        const body = new TextEncoder().encode("# A report sent around the service\n");
+        const before = Date.now();
+        const target = await store.uploadUrl?.(location, "report-final.md.tmp", {
+          sha256: sha256(body),
+          bytes: body.byteLength,
+          expiresInSeconds: 600,
+        });
+        expect(target?.method).toBe("PUT");
+        expect(target?.expiresAt.getTime()).toBeGreaterThanOrEqual(before + 600_000);
+        expect(target?.expiresAt.getTime()).toBeLessThanOrEqual(Date.now() + 600_000);
+        expect(await store.exists(location, "report-final.md.tmp")).toBe(false); // issuing writes nothing
+        // fetch sets Content-Length from the body (a header a caller may not set).
+        const { "content-length": length, ...headers } = target?.headers ?? {};
+        expect(length).toBe(String(body.byteLength));
+        const res = await fetch(target?.url ?? "", { method: "PUT", headers, body });
+        await res.arrayBuffer();
+        expect(res.status).toBe(200);
+        expect(await store.hash(location, "report-final.md.tmp")).toEqual({ sha256: sha256(body), bytes: body.byteLength });
+      });
+
+      it("uploadUrl refuses a location or name that would escape the store (report.location) and a digest that is not one", async () => {
+        const declared = { sha256: "a".repeat(64), bytes: 1, expiresInSeconds: 60 };
+        await expectMamError(store.uploadUrl?.("../elsewhere", "report-final.md.tmp", declared) ?? Promise.resolve(), "report.location");
+        await expectMamError(store.uploadUrl?.(location, "../report-final.md", declared) ?? Promise.resolve(), "report.location");
+        await expectMamError(
+          store.uploadUrl?.(location, "report-final.md.tmp", { ...declared, sha256: "nope" }) ?? Promise.resolve(),
+          "input.invalid",
+        );
+      });
+    } else {
+      it("has no uploadUrl: uploads come through the service's own report route", () => {
+        expect(store.uploadUrl).toBeUndefined();
+      });
+    }
   });
 }
 

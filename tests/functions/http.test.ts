@@ -206,3 +206,109 @@ describe("http function start-up: the signing key from SSM, the app built once",
     expect(String(startLog.entries()[0]?.message)).toMatch(/MAM_TABLE_NAME, MAM_BUCKET_NAME, MAM_IOT_ENDPOINT/);
   });
 });
+
+describe("http function: bodies larger than a Lambda event carries", () => {
+  const LIMIT = 4 * 1024 * 1024;
+  let agentToken: string;
+
+  beforeAll(async () => {
+    const created = await handler(
+      request("POST", "/v1/jobs", {
+        token: operatorToken,
+        contentType: "application/json",
+        body: JSON.stringify({ job_id: "job-large-1", prompt: "write a long report", agent: "codex" }),
+      }),
+      context,
+    );
+    expect(created.statusCode).toBe(201);
+    const dispatch = await handler(
+      request("POST", "/v1/jobs/job-large-1/dispatches", {
+        token: operatorToken,
+        contentType: "application/json",
+        body: JSON.stringify({ attempt_id: 1, agent_session_uuid: "0b6e2f4a-1c3d-4e5f-8a9b-0c1d2e3f4a5b", pane_process_generation: 0 }),
+      }),
+      context,
+    );
+    expect(dispatch.statusCode).toBe(201);
+    agentToken = json(dispatch).agent_token as string;
+  });
+
+  function expectTooLarge(
+    res: { statusCode: number; headers?: Record<string, unknown> | undefined; body: string },
+    limit: number,
+    upload: string,
+  ): void {
+    expect(res.statusCode).toBe(413);
+    expect(res.headers).toMatchObject({ "content-type": expect.stringContaining("application/problem+json") });
+    const problem = json(res);
+    expect(problem).toMatchObject({ code: "input.tooLarge", status: 413, limit, upload });
+    expect(String(problem.detail)).toContain(`limit of ${limit} bytes`);
+    expect(String(problem.detail)).toContain(`POST ${upload}`);
+  }
+
+  it("a report over 4 MiB (the AWS default: 4/3 of it in base64 still fits a 6 MB event) is a 413 problem pointing at the upload route", async () => {
+    const report = new Uint8Array(LIMIT + 1).fill(0x61);
+    const event = request("PUT", "/v1/jobs/job-large-1/attempts/1/report", {
+      token: agentToken,
+      contentType: "text/markdown",
+      body: report,
+    });
+    // What API Gateway hands over is under Lambda's 6 MB (6,291,456 bytes) request limit.
+    expect(Buffer.byteLength(JSON.stringify(event))).toBeLessThan(6 * 1024 * 1024);
+    expectTooLarge(await handler(event, context), LIMIT, "/v1/jobs/job-large-1/attempts/1/report/upload");
+    // Without a Content-Length the body is counted as it streams: the same answer.
+    const { "content-length": _, ...headers } = event.headers as Record<string, string>;
+    expectTooLarge(await handler({ ...event, headers }, context), LIMIT, "/v1/jobs/job-large-1/attempts/1/report/upload");
+    expect(await peers.store(table).get("job-large-1")).toMatchObject({ evidence_seq: 1 }); // the dispatch's write only
+  });
+
+  it("a JSON body over 1 MiB is a 413 problem naming the limit (never a 5xx)", async () => {
+    const body = JSON.stringify({ job_id: "job-large-2", prompt: "x".repeat(1024 * 1024), agent: "codex" });
+    const res = await handler(request("POST", "/v1/jobs", { token: operatorToken, contentType: "application/json", body }), context);
+    expectTooLarge(res, 1024 * 1024, "/v1/jobs/{job_id}/attempts/{attempt}/report/upload");
+    expect(await peers.store(table).get("job-large-2")).toBeUndefined();
+  });
+
+  it("a larger report goes by the presigned upload the function answers, and finalize verifies it", async () => {
+    const report = new Uint8Array(LIMIT + 1024).fill(0x62);
+    const sha256 = createHash("sha256").update(report).digest("hex");
+    const asked = await handler(
+      request("POST", "/v1/jobs/job-large-1/attempts/1/report/upload", {
+        token: agentToken,
+        contentType: "application/json",
+        body: JSON.stringify({ sha256, bytes: report.byteLength }),
+      }),
+      context,
+    );
+    expect(asked.statusCode).toBe(200);
+    const target = json(asked) as { url: string; headers: Record<string, string>; bearer: boolean };
+    expect(target.bearer).toBe(false);
+    expect(target.url.startsWith(peers.env(table).MAM_S3_ENDPOINT ?? "-")).toBe(true);
+    const { "content-length": _, ...headers } = target.headers;
+    const put = await fetch(target.url, { method: "PUT", headers, body: report });
+    await put.arrayBuffer();
+    expect(put.status).toBe(200);
+    const fin = await handler(
+      request("POST", "/v1/jobs/job-large-1/attempts/1/finalize", {
+        token: agentToken,
+        contentType: "application/json",
+        body: JSON.stringify({ side_effects: [] }),
+      }),
+      context,
+    );
+    expect(fin.statusCode, fin.body).toBe(200);
+    expect(json(fin).manifest).toMatchObject({ sha256, bytes: report.byteLength });
+  });
+
+  it("a configured body limit above what a Lambda event carries is a start-up error naming the variable", async () => {
+    const startLog = memoryLog();
+    const h = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY, MAM_REPORT_BODY_LIMIT: String(8 * 1024 * 1024) }), {
+      credentials: CREDENTIALS,
+      log: startLog.sink,
+    });
+    const res = await h(withToken(lambdaFixture<Event>("http-api-v2-get-job.json"), operatorToken), context);
+    expect(res.statusCode).toBe(500);
+    expect(json(res)).toMatchObject({ code: "config.invalid" });
+    expect(String(startLog.entries()[0]?.message)).toContain("MAM_REPORT_BODY_LIMIT must be at most 4194304");
+  });
+});

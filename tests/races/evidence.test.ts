@@ -99,6 +99,7 @@ const isFinalizeCommit = (args: unknown[]): boolean =>
   (args[1] as { set?: { finalized_report?: unknown } }).set?.finalized_report !== undefined;
 const isDispatchCommit = (args: unknown[]): boolean => (args[1] as { guard?: { newAttempt?: number } }).guard?.newAttempt !== undefined;
 const isLiveReportWrite = (args: unknown[]): boolean => args[1] === REPORT_NAME;
+const isLiveReportCopy = (args: unknown[]): boolean => (args[1] as { name?: string }).name === REPORT_NAME;
 
 // ---- what every completed job must show
 
@@ -219,7 +220,8 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
     async () => {
       for (const _ of trials) {
         const { deps, holds, r } = await readyWithV2Staged(backend());
-        const held = holds.hold("put", isLiveReportWrite);
+        // The live report is written from the pinned copy by the store's `copy` where it has one (S3), else by `put`.
+        const held = deps.reports.copy === undefined ? holds.hold("put", isLiveReportWrite) : holds.hold("copy", isLiveReportCopy);
         const finalize = finalizeV2(deps, r);
         await held.reached;
         const gate = await evaluateJob(deps, r.jobId, r.scenario);

@@ -21,6 +21,8 @@ export type { AppEnv } from "./context.ts";
 
 export const DEFAULT_JSON_BODY_LIMIT = 1024 * 1024;
 export const DEFAULT_REPORT_BODY_LIMIT = 10 * 1024 * 1024;
+export const DEFAULT_REPORT_UPLOAD_LIMIT = 256 * 1024 * 1024;
+export const DEFAULT_REPORT_UPLOAD_TTL_SECONDS = 900;
 
 export interface AppOptions {
   readonly deps: Deps;
@@ -29,6 +31,10 @@ export interface AppOptions {
   readonly jsonBodyLimit?: number;
   /** Bytes; 10 MiB by default. */
   readonly reportBodyLimit?: number;
+  /** Bytes an upload may declare (`POST .../report/upload`); 256 MiB by default. */
+  readonly reportUploadLimit?: number;
+  /** How long an upload's address is good; 900 s by default. */
+  readonly reportUploadTtlSeconds?: number;
   /** One JSON line per request (and per unexpected error); console.log by default. */
   readonly log?: (line: string) => void;
   /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
@@ -61,6 +67,10 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     tokens: opts.tokens,
     jsonLimit: opts.jsonBodyLimit ?? DEFAULT_JSON_BODY_LIMIT,
     reportLimit: opts.reportBodyLimit ?? DEFAULT_REPORT_BODY_LIMIT,
+    reportUpload: {
+      maxBytes: opts.reportUploadLimit ?? DEFAULT_REPORT_UPLOAD_LIMIT,
+      expiresInSeconds: opts.reportUploadTtlSeconds ?? DEFAULT_REPORT_UPLOAD_TTL_SECONDS,
+    },
     log: opts.log ?? ((line: string) => console.log(line)),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,

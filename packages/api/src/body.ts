@@ -9,11 +9,23 @@ import type { AppEnv } from "./context.ts";
  * counted while it streams and abandoned the moment it passes the limit.
  */
 
-export function tooLarge(limit: number, what: string): MamError {
-  return new MamError("input.tooLarge", `the ${what} is larger than the limit of ${limit} bytes`, {
-    issues: [{ path: "body", message: `at most ${limit} bytes` }],
-    details: { limit },
-  });
+/** The route a report too large for a request body goes by instead (`upload` in a 413's problem). */
+export const REPORT_UPLOAD_PATH = "/v1/jobs/{job_id}/attempts/{attempt}/report/upload";
+
+/**
+ * The refusal of a body over its limit: the limit, and where a report too large for
+ * any request body goes instead (`upload`: the path of the upload route, the
+ * request's own when it is known).
+ */
+export function tooLarge(limit: number, what: string, upload = REPORT_UPLOAD_PATH): MamError {
+  return new MamError(
+    "input.tooLarge",
+    `the ${what} is larger than the limit of ${limit} bytes; a larger report goes by an upload: POST ${upload}`,
+    {
+      issues: [{ path: "body", message: `at most ${limit} bytes` }],
+      details: { limit, upload },
+    },
+  );
 }
 
 /** Every media type the routes' media-type check lets through as JSON (`application/json`, `application/*+json`). */
@@ -69,21 +81,25 @@ function malformed(message: string): MamError {
 /**
  * The report upload's limit, as it streams: Hono's `bodyLimit` would buffer a
  * chunked body, and a report is hashed and stored while it arrives. A declared
- * Content-Length over the limit is refused (413) before a byte is read; otherwise the
- * route gets the body as an `Upload`, counted chunk by chunk.
+ * Content-Length over `ceiling` (the most any request may carry: the limit, or the
+ * largest upload a declaration may allow where uploads come through this route) is
+ * refused (413) before a byte is read; otherwise the route gets the body as an
+ * `Upload`, counted chunk by chunk against `limit` unless the route allows more.
  */
-export function reportBody(limit: number): MiddlewareHandler<AppEnv> {
+export function reportBody(limit: number, ceiling = limit): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    const declared = c.req.header("content-length");
-    if (declared !== undefined) {
-      if (!/^\d{1,16}$/.test(declared.trim())) {
+    const header = c.req.header("content-length");
+    let declared: number | undefined;
+    if (header !== undefined) {
+      if (!/^\d{1,16}$/.test(header.trim())) {
         throw new MamError("input.invalid", "Content-Length is not a byte count", {
           issues: [{ path: "header.content-length", message: "not a non-negative integer" }],
         });
       }
-      if (Number(declared.trim()) > limit) throw tooLarge(limit, "report");
+      declared = Number(header.trim());
+      if (declared > Math.max(limit, ceiling)) throw tooLarge(limit, "report", `${c.req.path}/upload`);
     }
-    c.set("upload", new Upload(c.req.raw.body, limit));
+    c.set("upload", new Upload(c.req.raw.body, limit, { declaredLength: declared, uploadPath: `${c.req.path}/upload` }));
     await next();
   };
 }
@@ -91,30 +107,49 @@ export function reportBody(limit: number): MiddlewareHandler<AppEnv> {
 /** A request body handed on chunk by chunk, abandoned (and the peer's upload cancelled) once it passes its limit. */
 export class Upload {
   readonly #body: ReadableStream<Uint8Array> | null;
-  readonly #limit: number;
+  #limit: number;
+  readonly #declaredLength: number | undefined;
+  readonly #uploadPath: string;
   #exceeded = false;
 
-  constructor(body: ReadableStream<Uint8Array> | null, limit: number) {
+  constructor(
+    body: ReadableStream<Uint8Array> | null,
+    limit: number,
+    opts: { readonly declaredLength?: number | undefined; readonly uploadPath?: string } = {},
+  ) {
     this.#body = body;
     this.#limit = limit;
+    this.#declaredLength = opts.declaredLength;
+    this.#uploadPath = opts.uploadPath ?? REPORT_UPLOAD_PATH;
+  }
+
+  /** Take up to `bytes` (an upload's declared size, within the middleware's ceiling) instead of the limit. */
+  allow(bytes: number): void {
+    this.#limit = Math.max(this.#limit, bytes);
   }
 
   /**
    * `consume` gets the body's chunks (or no bytes, for a request without a body).
-   * Past the limit this throws 413, whatever `consume` made of the stream's error
-   * (a store may wrap it in its own).
+   * A declared Content-Length over the limit is refused before `consume` runs; past
+   * the limit this throws 413, whatever `consume` made of the stream's error (a store
+   * may wrap it in its own).
    */
   async pipeTo<T>(consume: (body: AsyncIterable<Uint8Array> | Uint8Array) => Promise<T>): Promise<T> {
+    if (this.#declaredLength !== undefined && this.#declaredLength > this.#limit) throw this.#tooLarge();
     if (this.#body === null) return consume(new Uint8Array());
     const chunks = this.#chunks(this.#body);
     try {
       return await consume(chunks);
     } catch (e) {
-      if (this.#exceeded) throw tooLarge(this.#limit, "report");
+      if (this.#exceeded) throw this.#tooLarge();
       throw e;
     } finally {
       await chunks.return(undefined);
     }
+  }
+
+  #tooLarge(): MamError {
+    return tooLarge(this.#limit, "report", this.#uploadPath);
   }
 
   async *#chunks(body: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
@@ -131,7 +166,7 @@ export class Upload {
         total += value.byteLength;
         if (total > this.#limit) {
           this.#exceeded = true;
-          throw tooLarge(this.#limit, "report");
+          throw this.#tooLarge();
         }
         yield value;
       }

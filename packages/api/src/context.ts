@@ -21,6 +21,8 @@ export interface Services {
   readonly tokens: TokenService;
   readonly jsonLimit: number;
   readonly reportLimit: number;
+  /** Reports larger than a body: the largest an upload may declare, and how long its address is good. */
+  readonly reportUpload: { readonly maxBytes: number; readonly expiresInSeconds: number };
   readonly log: (line: string) => void;
   readonly sweep?: SweepPolicy;
   /** The sweep's grace period (MAM_SWEEP_GRACE_SECONDS). */

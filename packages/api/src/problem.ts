@@ -31,6 +31,7 @@ export const HTTP_STATUS = {
   "report.notLatest": 409,
   "report.changed": 409,
   "report.location": 400,
+  "report.mismatch": 409,
   "auth.missing": 401,
   "auth.invalid": 401,
   "auth.forbidden": 403,

@@ -9,7 +9,8 @@ import {
   S3Client,
   type S3ClientConfig,
 } from "@aws-sdk/client-s3";
-import { MamError, type ReportStore } from "@mam/core";
+import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
+import { MamError, type ReportStore, type UploadDeclared, type UploadTarget } from "@mam/core";
 import { objectKey, s3Uri } from "./s3-keys.ts";
 import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
 
@@ -93,6 +94,19 @@ function asByteStream(body: Body): AsyncIterable<Uint8Array> {
  *   HeadObject of the target comes first, for peers that ignore `If-None-Match`
  *   (s3rver): there the check and the write are two requests, and only real S3
  *   makes them one.
+ *
+ * - `copyOnce` of a source larger than `maxBodyBytes` (a report uploaded around the
+ *   service) streams it through SHA-256 and, only if it is what the caller hashed,
+ *   copies it inside S3: CopyObject with `x-amz-copy-source-if-match` (the ETag of the
+ *   version hashed: a source replaced since is 412, `report.changed`) and
+ *   `If-None-Match: *`. s3rver honours neither header; real S3 both.
+ * - `copy` is CopyObject (a live report from its pinned copy, whatever its size).
+ * - `uploadUrl` presigns one PutObject of exactly the declared bytes: the content
+ *   length and `x-amz-checksum-sha256` (base64 of the declared digest) are signed
+ *   headers the uploader must send as given, so S3 refuses any other length and any
+ *   bytes that do not hash to the digest. s3rver ignores `x-amz-checksum-*`: there
+ *   only the service's own hash at finalize protects (and it is what protects
+ *   everywhere: the port promises nothing more).
  *
  * Locations and names are checked before any request; a bad one is `report.location`.
  * The IAM role needs `s3:ListBucket` on the bucket, or S3 answers a missing key with
@@ -243,6 +257,7 @@ export class S3ReportStore implements ReportStore {
     if (source === undefined) {
       throw new MamError("report.notFound", `nothing to pin: ${this.describe(from.location, from.name)} does not exist`);
     }
+    if ((source.ContentLength ?? 0) > this.#maxBodyBytes) return this.#copyLargeOnce(from, to, sha256, source);
     const hash = createHash("sha256");
     const chunks: Uint8Array[] = [];
     let size = 0;
@@ -294,6 +309,119 @@ export class S3ReportStore implements ReportStore {
 
   describe(location: string, name: string): string {
     return s3Uri(this.bucket, location, name);
+  }
+
+  async copy(
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
+  ): Promise<void> {
+    const source = objectKey(from.location, from.name);
+    const target = objectKey(to.location, to.name);
+    if (source === target) {
+      if (!(await this.exists(from.location, from.name))) throw this.#noSource(from.location, from.name);
+      return;
+    }
+    try {
+      await this.#client.send(
+        new CopyObjectCommand({ Bucket: this.bucket, Key: target, CopySource: this.#copySource(source), MetadataDirective: "COPY" }),
+      );
+    } catch (err) {
+      if (isMissing(err)) throw this.#noSource(from.location, from.name);
+      throw storeFailure(err, `copy ${this.describe(from.location, from.name)} to ${this.describe(to.location, to.name)}`);
+    }
+  }
+
+  async uploadUrl(location: string, name: string, declared: UploadDeclared): Promise<UploadTarget> {
+    const key = objectKey(location, name);
+    if (!SHA256_HEX.test(declared.sha256)) throw new MamError("input.invalid", "an upload needs a SHA-256 digest: 64 lowercase hex digits");
+    const checksum = Buffer.from(declared.sha256, "hex").toString("base64");
+    const expiresAt = new Date(Date.now() + declared.expiresInSeconds * 1000);
+    const url = await getSignedUrl(
+      this.#client,
+      new PutObjectCommand({
+        Bucket: this.bucket,
+        Key: key,
+        ContentLength: declared.bytes,
+        ChecksumSHA256: checksum,
+        Metadata: { sha256: declared.sha256 },
+      }),
+      {
+        expiresIn: declared.expiresInSeconds,
+        // Signed as headers (not hoisted into the query), so the uploader must send them as given.
+        signableHeaders: new Set(["content-length", "x-amz-checksum-sha256", "x-amz-meta-sha256"]),
+        unhoistableHeaders: new Set(["x-amz-checksum-sha256", "x-amz-meta-sha256"]),
+      },
+    );
+    return {
+      url,
+      method: "PUT",
+      headers: { "content-length": String(declared.bytes), "x-amz-checksum-sha256": checksum, "x-amz-meta-sha256": declared.sha256 },
+      expiresAt,
+    };
+  }
+
+  /** `copyOnce` of a source too large to hold: hashed as it streams, then copied inside S3 if it is still the version hashed. */
+  async #copyLargeOnce(
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
+    sha256: string,
+    source: GetObjectCommandOutput,
+  ): Promise<{ bytes: number; created: boolean }> {
+    const hash = createHash("sha256");
+    let size = 0;
+    if (source.Body !== undefined) {
+      try {
+        for await (const chunk of asByteStream(source.Body)) {
+          size += chunk.byteLength;
+          hash.update(chunk);
+        }
+      } catch (err) {
+        throw storeFailure(err, `read ${this.describe(from.location, from.name)}`);
+      }
+    }
+    const digest = hash.digest("hex");
+    if (digest !== sha256) throw this.#changed(from, sha256, digest, size);
+    if (await this.exists(to.location, to.name)) return this.#pinned(to, sha256);
+    try {
+      await this.#client.send(
+        new CopyObjectCommand({
+          Bucket: this.bucket,
+          Key: objectKey(to.location, to.name),
+          CopySource: this.#copySource(objectKey(from.location, from.name)),
+          ...(source.ETag === undefined ? {} : { CopySourceIfMatch: source.ETag }),
+          IfNoneMatch: "*",
+          MetadataDirective: "REPLACE",
+          Metadata: { sha256 },
+        }),
+      );
+    } catch (err) {
+      const f = readSdkFailure(err);
+      if (f.status === 412 || f.name === "PreconditionFailed") {
+        // The target appeared (another pin won), or the source is no longer the version hashed.
+        if (await this.exists(to.location, to.name)) return this.#pinned(to, sha256);
+        throw new MamError("report.changed", `${this.describe(from.location, from.name)} changed after it was hashed; nothing was pinned`, {
+          cause: err,
+        });
+      }
+      if (f.status === 409) {
+        throw new MamError("store.unavailable", `pin ${this.describe(to.location, to.name)}: another write to it is in flight; retry`, {
+          cause: err,
+        });
+      }
+      throw storeFailure(err, `pin ${this.describe(to.location, to.name)}`);
+    }
+    return { bytes: size, created: true };
+  }
+
+  #copySource(key: string): string {
+    return `${this.bucket}/${key.split("/").map(encodeURIComponent).join("/")}`;
+  }
+
+  #changed(from: { readonly location: string; readonly name: string }, sha256: string, now: string, size: number): MamError {
+    return new MamError(
+      "report.changed",
+      `${this.describe(from.location, from.name)} changed after it was hashed: expected sha256 ${sha256}, it now holds ${now} (${size} bytes); nothing was pinned`,
+    );
   }
 
   /** The target exists: it is the evidence if its own bytes hash to `sha256`, and is left as it is either way. */

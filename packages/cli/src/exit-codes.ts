@@ -31,6 +31,7 @@ export const EXIT_CODES = {
   "report.notLatest": 1,
   "report.changed": 1,
   "report.location": 1,
+  "report.mismatch": 1,
   "auth.missing": 1,
   "auth.invalid": 1,
   "auth.forbidden": 1,

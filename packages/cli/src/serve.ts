@@ -199,6 +199,8 @@ export async function startService(
     tokens,
     jsonBodyLimit: config.jsonBodyLimit,
     reportBodyLimit: config.reportBodyLimit,
+    reportUploadLimit: config.reportUploadLimit,
+    reportUploadTtlSeconds: config.reportUploadTtlSeconds,
     log,
     sweep: config.sweep,
     sweepGraceSeconds: config.sweepGraceSeconds,

@@ -107,6 +107,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/v1/jobs/{job_id}/attempts/{attempt}/report/upload": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Ask for an upload of an attempt's report larger than a request body
+     * @description Declares the report (`sha256`, `bytes`) and answers where to send it. On AWS, a presigned S3 PUT to the staged name, good for `MAM_REPORT_UPLOAD_TTL_SECONDS` (15 minutes by default), with its length and checksum signed; under `mam serve`, this service's own `PUT .../report`, which then takes up to the declared size. Either way the declaration binds the staged name: a stage or a finalize of other bytes is refused (409 `report.mismatch`, naming what differs), and a finalize hashes what arrived before anything is pinned. For the job's latest attempt only, and refused once the job is terminal.
+     */
+    post: operations["requestReportUpload"];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/v1/jobs/{job_id}/attempts/{attempt}/finalize": {
     parameters: {
       query?: never;
@@ -118,7 +138,7 @@ export interface paths {
     put?: never;
     /**
      * Finalize an attempt's report: promote, hash, write the manifest
-     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest.
+     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: otherwise 409 `report.mismatch` naming what differs, and nothing is pinned.
      */
     post: operations["finalizeReport"];
     delete?: never;
@@ -561,6 +581,36 @@ export interface components {
     };
     StagedReport: {
       sha256: string;
+      bytes: number;
+    };
+    /** @description Where and how to send a report too large for a request body. */
+    ReportUpload: {
+      /**
+       * Format: uri
+       * @description Where to send the report: one request, with `method` and exactly `headers`.
+       */
+      url: string;
+      /** @enum {string} */
+      method: "PUT";
+      /** @description Headers to send as given (they are signed, on S3). */
+      headers: {
+        [key: string]: string;
+      };
+      /**
+       * Format: date-time
+       * @description When `url` stops being good.
+       */
+      expires_at: string;
+      /** @description Whether to send your bearer token too: true where the URL is this service's own report route (`mam serve`), false for a presigned store URL (never send it there). */
+      bearer: boolean;
+      /** @description The staged name the bytes go to (never evidence: finalize verifies and pins them). */
+      staged: string;
+    };
+    /** @description What the report to upload is: the bytes that arrive must be exactly these. */
+    ReportUploadRequest: {
+      /** @description SHA-256 of the report, 64 lowercase hex digits. */
+      sha256: string;
+      /** @description The report's size: at most the configured upload limit (`MAM_REPORT_UPLOAD_LIMIT`, 256 MiB by default). */
       bytes: number;
     };
     Finalized: {
@@ -1054,7 +1104,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -1528,7 +1578,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -1861,7 +1911,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2122,7 +2172,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2167,6 +2217,269 @@ export interface operations {
            *           "message": "at most 10485760 bytes"
            *         }
            *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
+  requestReportUpload: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description The job id. */
+        job_id: string;
+        /** @description The attempt id: a positive integer, as recorded by its dispatch. */
+        attempt: string;
+      };
+      cookie?: never;
+    };
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ReportUploadRequest"];
+      };
+    };
+    responses: {
+      /** @description Where and how to send the report. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "url": "https://mam-reports.s3.eu-west-1.amazonaws.com/reports/job-4f2a/1/report-final.md.tmp?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=900&X-Amz-SignedHeaders=content-length%3Bhost%3Bx-amz-checksum-sha256%3Bx-amz-meta-sha256&X-Amz-Signature=...",
+           *       "method": "PUT",
+           *       "headers": {
+           *         "content-length": "41943040",
+           *         "x-amz-checksum-sha256": "Kh4bHHseT06KDxydbx4LLD1OX2BxgpOktcbX6PmgscI=",
+           *         "x-amz-meta-sha256": "2a1e1b1c7b1e4f4e8a0f1c9d6f1e0b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2"
+           *       },
+           *       "expires_at": "2026-07-01T12:15:00.000Z",
+           *       "bearer": false,
+           *       "staged": "s3://mam-reports/reports/job-4f2a/1/report-final.md.tmp"
+           *     }
+           */
+          "application/json": components["schemas"]["ReportUpload"];
+        };
+      };
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
+      400: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/dispatch.notFound",
+           *       "title": "No such dispatch",
+           *       "status": 404,
+           *       "detail": "job job-4f2a has no recorded dispatch for attempt 2",
+           *       "code": "dispatch.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      409: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/report.frozen",
+           *       "title": "The job is terminal; its report tree is frozen",
+           *       "status": 409,
+           *       "detail": "job job-4f2a is completed: its report tree and dispatches are frozen",
+           *       "code": "report.frozen",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `input.tooLarge`: The body is too large */
+      413: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
+      415: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
            */
           "application/problem+json": components["schemas"]["Problem"];
@@ -2369,7 +2682,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2379,13 +2692,19 @@ export interface operations {
         content: {
           /**
            * @example {
-           *       "type": "https://mam.dev/problems/report.frozen",
-           *       "title": "The job is terminal; its report tree is frozen",
+           *       "type": "https://mam.dev/problems/report.mismatch",
+           *       "title": "The uploaded report is not the one its upload declared",
            *       "status": 409,
-           *       "detail": "job job-4f2a is completed: its report tree and dispatches are frozen",
-           *       "code": "report.frozen",
+           *       "detail": "the staged report s3://mam-reports/reports/job-4f2a/1/report-final.md.tmp is not the report its upload declared: bytes declared 41943040, received 41943039; nothing was pinned",
+           *       "code": "report.mismatch",
            *       "instance": "/v1/jobs/job-4f2a",
-           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "bytes",
+           *           "message": "declared 41943040, received 41943039"
+           *         }
+           *       ]
            *     }
            */
           "application/problem+json": components["schemas"]["Problem"];
@@ -3353,7 +3672,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */

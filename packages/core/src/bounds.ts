@@ -286,6 +286,25 @@ export function jsonTextDeeperThan(text: Uint8Array, maxDepth: number): boolean 
  */
 export const EVENT_PAGE_MAX_BYTES = 1024 * 1024;
 
+/**
+ * A page of job records (`list`, `listQuarantined`) holds at most this many bytes of
+ * records (their JSON, UTF-8), and always at least one record: kept by
+ * `guardJobStore`, in front of every adapter. A record is itself bounded (its prompt
+ * 64 KiB of text, its progress 8 KiB of JSON, every other field by its schema), at
+ * most JOB_RECORD_MAX_JSON_BYTES of JSON, so a page is never more than the larger of
+ * the two: far under what one answer may carry anywhere (a Lambda's 6 MB).
+ */
+export const JOB_PAGE_MAX_BYTES = 1024 * 1024;
+
+/**
+ * The most JSON one job record can take, from JobRecordSchema's bounds, every string
+ * at its longest and every character at its costliest as JSON (a control character
+ * is 6 bytes, `\u0001`; any UTF-16 code unit at most 6). Derived, field by field, in
+ * docs/decisions.md ("Reports larger than a Lambda payload"); a test builds such a
+ * record and holds it under this.
+ */
+export const JOB_RECORD_MAX_JSON_BYTES = 480 * 1024;
+
 /** The refusal of a cursor a listing did not hand out: the same on every store. */
 export function invalidCursor(cause?: unknown): MamError {
   return new MamError("input.invalid", "the cursor is not one this listing handed out", {

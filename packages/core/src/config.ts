@@ -69,6 +69,9 @@ export const EnvSchema = z.object({
   MAM_AGENT_TOKEN_TTL_SECONDS: int("MAM_AGENT_TOKEN_TTL_SECONDS", 86_400, 60, 30 * 86_400),
   MAM_JSON_BODY_LIMIT: int("MAM_JSON_BODY_LIMIT", 1024 * 1024, 1024, 64 * 1024 * 1024),
   MAM_REPORT_BODY_LIMIT: int("MAM_REPORT_BODY_LIMIT", 10 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+  // One PUT: S3 takes at most 5 GiB in a single (presigned) PUT.
+  MAM_REPORT_UPLOAD_LIMIT: int("MAM_REPORT_UPLOAD_LIMIT", 256 * 1024 * 1024, 1024, 5 * 1024 * 1024 * 1024),
+  MAM_REPORT_UPLOAD_TTL_SECONDS: int("MAM_REPORT_UPLOAD_TTL_SECONDS", 900, 60, 3600),
   MAM_SWEEP_INTERVAL_SECONDS: int("MAM_SWEEP_INTERVAL_SECONDS", 30, 1, 86_400),
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
@@ -129,6 +132,10 @@ export interface Config {
   readonly agentTokenTtlSeconds: number;
   readonly jsonBodyLimit: number;
   readonly reportBodyLimit: number;
+  /** The largest report an upload may declare (`POST .../report/upload`): what goes around the API's body limit. */
+  readonly reportUploadLimit: number;
+  /** How long an issued upload URL stays good. */
+  readonly reportUploadTtlSeconds: number;
   readonly sweepIntervalSeconds: number;
   /** When an owed intent that keeps failing is retried, and when it is quarantined. */
   readonly sweep: SweepPolicy;
@@ -152,8 +159,43 @@ export interface Config {
   };
 }
 
-/** Parse the environment once. Throws `config.invalid` naming every bad variable. */
-export function parseConfig(env: Readonly<Record<string, string | undefined>>): Config {
+/**
+ * What a runtime allows of a body limit, where it is stricter than the schema: its
+ * own default, and a ceiling above which a configured value is a start-up error
+ * naming the variable and `why` (the AWS composition root: a Lambda event's 6 MB).
+ */
+export interface BodyLimitCeiling {
+  readonly default: number;
+  readonly max: number;
+  readonly why: string;
+}
+
+/** A runtime's stricter body limits (none: the schema's own defaults and ranges). */
+export interface ConfigProfile {
+  readonly jsonBodyLimit?: BodyLimitCeiling;
+  readonly reportBodyLimit?: BodyLimitCeiling;
+}
+
+function bodyLimit(
+  name: string,
+  parsed: number,
+  env: Readonly<Record<string, string | undefined>>,
+  ceiling: BodyLimitCeiling | undefined,
+): number {
+  if (ceiling === undefined) return parsed;
+  if (env[name] === undefined) return ceiling.default;
+  if (parsed > ceiling.max) {
+    const message = `${name} must be at most ${ceiling.max} here (${ceiling.why}), not ${parsed}`;
+    throw new MamError("config.invalid", `invalid configuration: ${name}: ${message}`, { issues: [{ path: name, message }] });
+  }
+  return parsed;
+}
+
+/**
+ * Parse the environment once. Throws `config.invalid` naming every bad variable.
+ * `profile` narrows the body limits for a runtime (the AWS composition root's).
+ */
+export function parseConfig(env: Readonly<Record<string, string | undefined>>, profile: ConfigProfile = {}): Config {
   // An empty variable means unset, as a shell user expects of `MAM_X= cmd`.
   const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ""));
   const r = EnvRules.safeParse(cleaned);
@@ -183,8 +225,10 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
     tokenSigningKey: e.MAM_TOKEN_SIGNING_KEY,
     tokenSigningKeyParameter: e.MAM_TOKEN_SIGNING_KEY_PARAMETER,
     agentTokenTtlSeconds: e.MAM_AGENT_TOKEN_TTL_SECONDS,
-    jsonBodyLimit: e.MAM_JSON_BODY_LIMIT,
-    reportBodyLimit: e.MAM_REPORT_BODY_LIMIT,
+    jsonBodyLimit: bodyLimit("MAM_JSON_BODY_LIMIT", e.MAM_JSON_BODY_LIMIT, cleaned, profile.jsonBodyLimit),
+    reportBodyLimit: bodyLimit("MAM_REPORT_BODY_LIMIT", e.MAM_REPORT_BODY_LIMIT, cleaned, profile.reportBodyLimit),
+    reportUploadLimit: e.MAM_REPORT_UPLOAD_LIMIT,
+    reportUploadTtlSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS,
     sweepIntervalSeconds: e.MAM_SWEEP_INTERVAL_SECONDS,
     sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
     sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,

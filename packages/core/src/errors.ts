@@ -34,6 +34,7 @@ export const ERROR_TABLE = {
   "report.notLatest": { retryable: false, title: "Reports are accepted only for the job's latest attempt" },
   "report.changed": { retryable: false, title: "The report changed while it was being pinned" },
   "report.location": { retryable: false, title: "Not a valid report location" },
+  "report.mismatch": { retryable: false, title: "The uploaded report is not the one its upload declared" },
   "auth.missing": { retryable: false, title: "A bearer token is required" },
   "auth.invalid": { retryable: false, title: "The token is not valid" },
   "auth.forbidden": { retryable: false, title: "The token does not grant this" },

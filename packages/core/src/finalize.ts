@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import * as z from "zod";
-import { MamError } from "./errors.ts";
+import { isMamError, MamError } from "./errors.ts";
 import type { Clock, ReportStore } from "./ports.ts";
 import {
   AttemptId,
@@ -26,6 +26,67 @@ const MANIFEST_NAME = "report-manifest.json";
 export const REPORT_NAME = "report-final.md";
 export const STAGED_REPORT_NAME = `${REPORT_NAME}.tmp`;
 const MANIFEST_SCHEMA_ID = "mam.manifest/v1";
+/** An upload's declaration, beside the staged name it binds: written by the service only (`requestReportUpload`). */
+export const UPLOAD_DECLARATION_NAME = "report-upload.json";
+const UPLOAD_SCHEMA_ID = "mam.upload/v1";
+
+/**
+ * What an uploader declared of the report it sends around the service: the staged
+ * name must hold exactly these bytes before a stage through the service's own route
+ * or a finalize takes them. It binds the staged name until a finalize of those bytes
+ * removes it, or a new declaration replaces it.
+ */
+export const UploadDeclarationSchema = z.strictObject({
+  schema: z.literal(UPLOAD_SCHEMA_ID),
+  job_id: JobId,
+  attempt_id: AttemptId,
+  sha256: z.string().regex(/^[0-9a-f]{64}$/, "sha256 is 64 lowercase hex digits"),
+  bytes: z.number().int().min(0),
+  issued_at: IsoTime,
+  /** When the upload address issued with it stops being good (the declaration itself stands until replaced or finalized). */
+  expires_at: IsoTime,
+});
+export type UploadDeclaration = z.infer<typeof UploadDeclarationSchema>;
+
+/** The declaration binding an attempt's staged name, or undefined. One the service did not write (unreadable) is `internal`. */
+export async function readUploadDeclaration(reports: ReportStore, location: string): Promise<UploadDeclaration | undefined> {
+  const raw = await reports.getBytes(location, UPLOAD_DECLARATION_NAME);
+  if (raw === undefined) return undefined;
+  let json: unknown;
+  try {
+    json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(raw));
+  } catch {
+    json = undefined;
+  }
+  const parsed = UploadDeclarationSchema.safeParse(json);
+  if (!parsed.success)
+    throw new MamError("internal", `the upload declaration ${reports.describe(location, UPLOAD_DECLARATION_NAME)} is unreadable`);
+  return parsed.data;
+}
+
+/**
+ * Refuse bytes that are not what their upload declared, naming each field that
+ * differs (`report.mismatch`, details `declared` and `received`). Checked before
+ * anything is pinned or staged: a refusal writes nothing.
+ */
+export function checkDeclaredUpload(declared: UploadDeclaration, received: { sha256: string; bytes: number }, what: string): void {
+  const issues: { path: string; message: string }[] = [];
+  if (received.bytes !== declared.bytes) issues.push({ path: "bytes", message: `declared ${declared.bytes}, received ${received.bytes}` });
+  if (received.sha256 !== declared.sha256)
+    issues.push({ path: "sha256", message: `declared ${declared.sha256}, received ${received.sha256}` });
+  if (issues.length === 0) return;
+  throw new MamError(
+    "report.mismatch",
+    `${what} is not the report its upload declared: ${issues.map((i) => `${i.path} ${i.message}`).join("; ")}; nothing was pinned. Upload the declared bytes, or ask for a new upload declaring these`,
+    {
+      issues,
+      details: {
+        declared: { sha256: declared.sha256, bytes: declared.bytes },
+        received: { sha256: received.sha256, bytes: received.bytes },
+      },
+    },
+  );
+}
 
 export const ManifestSchema = z.strictObject({
   schema: z.literal(MANIFEST_SCHEMA_ID),
@@ -96,6 +157,8 @@ export interface PreparedFinalize extends Finalized {
   readonly source: typeof STAGED_REPORT_NAME | typeof REPORT_NAME;
   /** The write-once copy of the report's bytes (`evidence/<sha256>`), as the store describes it. */
   readonly evidence: string;
+  /** The upload declaration the staged bytes were checked against, removed with them once the finalize is applied. */
+  readonly declared?: UploadDeclaration;
 }
 
 /**
@@ -116,7 +179,16 @@ export async function prepareFinalize(reports: ReportStore, clock: Clock, input:
       issues: zodIssues(attempt.error, "attempt_id"),
     });
   }
-  const source = (await reports.exists(input.location, STAGED_REPORT_NAME)) ? STAGED_REPORT_NAME : REPORT_NAME;
+  const staged = await reports.exists(input.location, STAGED_REPORT_NAME);
+  const source = staged ? STAGED_REPORT_NAME : REPORT_NAME;
+  const declared = await readUploadDeclaration(reports, input.location);
+  if (declared !== undefined && !staged) {
+    // An uploader who asked for an upload means to finalize that upload, never the report it replaces.
+    throw new MamError(
+      "report.notFound",
+      `the upload declared (sha256 ${declared.sha256}, ${declared.bytes} bytes) has not arrived at ${reports.describe(input.location, STAGED_REPORT_NAME)}; upload it, then finalize`,
+    );
+  }
   const digest = await reports.hash(input.location, source);
   if (!digest) {
     throw new MamError(
@@ -124,6 +196,9 @@ export async function prepareFinalize(reports: ReportStore, clock: Clock, input:
       `no report to finalize: neither ${reports.describe(input.location, STAGED_REPORT_NAME)} nor ${REPORT_NAME} exists`,
     );
   }
+  // The uploader's hash and size are claims; these are the bytes that arrived.
+  if (declared !== undefined)
+    checkDeclaredUpload(declared, digest, `the staged report ${reports.describe(input.location, STAGED_REPORT_NAME)}`);
   // Refused (`report.changed`) when the bytes changed since they were hashed: what is
   // pinned is exactly what the manifest names.
   await reports.copyOnce(
@@ -149,6 +224,7 @@ export async function prepareFinalize(reports: ReportStore, clock: Clock, input:
     manifestSha256: sha256Hex(manifestBytes),
     source,
     evidence: reports.describe(evidenceLocation(input.location), digest.sha256),
+    ...(declared === undefined ? {} : { declared }),
   };
 }
 
@@ -163,11 +239,25 @@ export async function prepareFinalize(reports: ReportStore, clock: Clock, input:
 export async function applyFinalize(reports: ReportStore, prepared: PreparedFinalize): Promise<void> {
   const { location } = prepared;
   const sha256 = prepared.manifest.sha256;
-  const pinned = await reports.read(evidenceLocation(location), sha256);
-  if (pinned === undefined) throw new MamError("report.notFound", `the pinned copy ${prepared.evidence} is missing`);
-  await reports.put(location, REPORT_NAME, pinned);
+  const pinnedAt = { location: evidenceLocation(location), name: sha256 };
+  if (reports.copy !== undefined) {
+    // Inside the store: a report uploaded around the service may be larger than one `put` takes.
+    await reports.copy(pinnedAt, { location, name: REPORT_NAME }).catch((e: unknown) => {
+      throw isMamError(e, "report.notFound") ? new MamError("report.notFound", `the pinned copy ${prepared.evidence} is missing`) : e;
+    });
+  } else {
+    const pinned = await reports.read(pinnedAt.location, pinnedAt.name);
+    if (pinned === undefined) throw new MamError("report.notFound", `the pinned copy ${prepared.evidence} is missing`);
+    await reports.put(location, REPORT_NAME, pinned);
+  }
   if (prepared.source === STAGED_REPORT_NAME && (await reports.hash(location, STAGED_REPORT_NAME))?.sha256 === sha256) {
     await reports.delete(location, STAGED_REPORT_NAME);
+    // The declaration goes with the bytes it bound, unless a new one replaced it meanwhile.
+    const declared = prepared.declared;
+    const standing = declared === undefined ? undefined : await readUploadDeclaration(reports, location);
+    if (declared !== undefined && standing?.issued_at === declared.issued_at && standing.sha256 === declared.sha256) {
+      await reports.delete(location, UPLOAD_DECLARATION_NAME);
+    }
   }
   await reports.put(location, MANIFEST_NAME, prepared.manifestBytes);
 }

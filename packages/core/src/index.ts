@@ -16,3 +16,4 @@ export * from "./ports.ts";
 export * from "./schemas.ts";
 export * from "./services.ts";
 export * from "./store-guard.ts";
+export * from "./uploads.ts";

@@ -206,6 +206,45 @@ export interface ReportStore {
    * `mam-file:///reports/<job>/<attempt>/<name>`), never a server's file path.
    */
   describe(location: string, name: string): string;
+  /**
+   * Optional: an address the caller may send the bytes of `name` to directly, around
+   * the service (S3: a presigned PUT), good for `expiresInSeconds`. The store binds
+   * what it can of the declaration into the address (S3 signs the content length and
+   * `x-amz-checksum-sha256`; a stand-in may ignore them): the service never trusts
+   * that, and hashes what arrived before anything is pinned (`prepareFinalize`). It
+   * writes nothing and knows nothing of jobs: who may ask, and for which name, is
+   * core's (`requestReportUpload`). A store without it takes uploads through the
+   * service's own report route.
+   */
+  uploadUrl?(location: string, name: string, declared: UploadDeclared): Promise<UploadTarget>;
+  /**
+   * Optional: replace `to` atomically with the current bytes of `from`, inside the
+   * store (S3: CopyObject), without the bytes passing through the caller; a reader
+   * sees the old `to` or the whole copy. `report.notFound` if `from` is absent. Core
+   * uses it to write a live report from its pinned copy when the copy is larger than
+   * the store takes in one `put`; without it, `read` then `put`.
+   */
+  copy?(
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
+  ): Promise<void>;
+}
+
+/** What an uploader declares before sending a report around the service. */
+export interface UploadDeclared {
+  /** SHA-256 of the bytes, 64 lowercase hex digits. */
+  readonly sha256: string;
+  readonly bytes: number;
+  readonly expiresInSeconds: number;
+}
+
+/** Where to send the bytes: one request, with exactly these headers. */
+export interface UploadTarget {
+  readonly url: string;
+  readonly method: "PUT";
+  readonly headers: Readonly<Record<string, string>>;
+  /** When the address stops being good. */
+  readonly expiresAt: Date;
 }
 
 /**

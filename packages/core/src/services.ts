@@ -5,9 +5,11 @@ import { isMamError, MamError } from "./errors.ts";
 import {
   applyFinalize,
   attemptReportLocation,
+  checkDeclaredUpload,
   type Finalized,
   type PreparedFinalize,
   prepareFinalize,
+  readUploadDeclaration,
   STAGED_REPORT_NAME,
   type Verification,
   validateSideEffects,
@@ -89,7 +91,7 @@ const notDispatchedAgain = (job: JobRecord): MamError =>
  * attempt is its latest dispatch. A cheap early refusal only: the write that ends a
  * report write checks the same in its own condition.
  */
-async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobId: string, attemptId: number): Promise<string> {
+export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobId: string, attemptId: number): Promise<string> {
   const job = await getJob(deps, jobId);
   if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
   if (job.latest_attempt !== attemptId) {
@@ -121,6 +123,9 @@ export async function stageAttemptReport(
   let staged: { sha256: string; bytes: number };
   try {
     staged = await deps.reports.put(location, upload, body);
+    // A declared upload binds the staged name: only its bytes may take it.
+    const declared = await readUploadDeclaration(deps.reports, location);
+    if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
     await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId } });
   } catch (e) {
     await deps.reports.delete(location, upload).catch(() => undefined);

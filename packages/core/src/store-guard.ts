@@ -1,4 +1,4 @@
-import { invalidCursor } from "./bounds.ts";
+import { invalidCursor, JOB_PAGE_MAX_BYTES, utf8Bytes } from "./bounds.ts";
 import { assertJobId } from "./engine.ts";
 import { MamError } from "./errors.ts";
 import {
@@ -47,6 +47,11 @@ const GUARDED = Symbol("mam.guardedJobStore");
  *   fixed ones (`FIXED_JOB_FIELDS`), `unset` only `UNSETTABLE_JOB_FIELDS`, and no
  *   field is in both; an evidence write sets `finalized_report` at most. A change
  *   that breaks this is core's own bug: `internal`, and nothing is written;
+ * - a page of job records (`list`, `listQuarantined`) holds at most
+ *   `JOB_PAGE_MAX_BYTES` of records' JSON, and at least one record: when the
+ *   adapter's page is larger, the guard asks it again, from the same position, for
+ *   the prefix that fits, so the adapter's own cursor lands after the last record
+ *   kept (one more read, only for a page that overflowed);
  * - a page's cursor is honoured only by the listing that handed it out (the same
  *   listing, status filter or job): the guard wraps the adapter's own position in an
  *   envelope naming the listing, and anything else is `invalidCursor()` (`input.invalid`
@@ -152,6 +157,30 @@ function withCursor<Q extends { cursor?: string }>(query: Q, listing: string): Q
   return { ...query, cursor: unwrapCursor(listing, query.cursor) };
 }
 
+/** How many of `records`, from the first, fit in `JOB_PAGE_MAX_BYTES` of JSON: at least one. */
+export function recordsWithinPageBytes(records: readonly JobRecord[], maxBytes = JOB_PAGE_MAX_BYTES): number {
+  let bytes = 0;
+  for (let i = 0; i < records.length; i++) {
+    bytes += utf8Bytes(JSON.stringify(records[i]));
+    if (bytes > maxBytes) return Math.max(i, 1);
+  }
+  return records.length;
+}
+
+/**
+ * A page of at most `limit` records and `JOB_PAGE_MAX_BYTES`: a page over the bytes
+ * is asked for again with the limit it fits in. Each ask is for fewer records than
+ * the one before, down to one, so this ends.
+ */
+async function withinPageBytes(limit: number, read: (limit: number) => Promise<Page<JobRecord>>): Promise<Page<JobRecord>> {
+  for (let ask = limit; ; ) {
+    const page = await read(ask);
+    const fit = recordsWithinPageBytes(page.items);
+    if (fit >= page.items.length) return page;
+    ask = fit;
+  }
+}
+
 class GuardedJobStore implements JobStore {
   readonly [GUARDED] = true as const;
   readonly #store: JobStore;
@@ -202,7 +231,8 @@ class GuardedJobStore implements JobStore {
   async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
     checkLimit(query.limit);
     const listing = jobsListing(query.status);
-    return wrapPage(listing, await this.#store.list(withCursor(query, listing)));
+    const inner = withCursor(query, listing);
+    return wrapPage(listing, await withinPageBytes(query.limit, (limit) => this.#store.list({ ...inner, limit })));
   }
 
   async listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]> {
@@ -211,7 +241,8 @@ class GuardedJobStore implements JobStore {
 
   async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
     checkLimit(query.limit);
-    return wrapPage(QUARANTINED_LISTING, await this.#store.listQuarantined(withCursor(query, QUARANTINED_LISTING)));
+    const inner = withCursor(query, QUARANTINED_LISTING);
+    return wrapPage(QUARANTINED_LISTING, await withinPageBytes(query.limit, (limit) => this.#store.listQuarantined({ ...inner, limit })));
   }
 
   async recordDispatch(dispatch: DispatchRecord): Promise<void> {

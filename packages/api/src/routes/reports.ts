@@ -1,5 +1,12 @@
 import { z } from "@hono/zod-openapi";
-import { finalizeAttemptReport, stageAttemptReport, verifyAttemptReport } from "@mam/core";
+import {
+  attemptReportLocation,
+  finalizeAttemptReport,
+  readUploadDeclaration,
+  requestReportUpload,
+  stageAttemptReport,
+  verifyAttemptReport,
+} from "@mam/core";
 import { operator, operatorOrAgent } from "../access.ts";
 import type { Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
@@ -12,7 +19,7 @@ import {
   VerificationQuerySchema,
   VerificationSchema,
 } from "../wire.ts";
-import type { RouteOpener } from "./support.ts";
+import { type RouteOpener, withBodyPaths } from "./support.ts";
 
 export const stageReport = defineRoute(
   operatorOrAgent("write", "attempt"),
@@ -48,6 +55,77 @@ export const stageReport = defineRoute(
   ],
 );
 
+const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, "sha256 is 64 lowercase hex digits");
+
+export const ReportUploadRequestSchema = z
+  .strictObject({
+    sha256: Sha256Hex.openapi({ description: "SHA-256 of the report, 64 lowercase hex digits." }),
+    bytes: z
+      .number()
+      .int()
+      .min(0)
+      .max(5 * 1024 * 1024 * 1024)
+      .openapi({ description: "The report's size: at most the configured upload limit (`MAM_REPORT_UPLOAD_LIMIT`, 256 MiB by default)." }),
+  })
+  .openapi("ReportUploadRequest", { description: "What the report to upload is: the bytes that arrive must be exactly these." });
+
+export const ReportUploadSchema = z
+  .strictObject({
+    url: z.string().url().openapi({ description: "Where to send the report: one request, with `method` and exactly `headers`." }),
+    method: z.literal("PUT"),
+    headers: z.record(z.string(), z.string()).openapi({ description: "Headers to send as given (they are signed, on S3)." }),
+    expires_at: z.iso.datetime({ offset: true }).openapi({ description: "When `url` stops being good." }),
+    bearer: z.boolean().openapi({
+      description:
+        "Whether to send your bearer token too: true where the URL is this service's own report route (`mam serve`), false for a presigned store URL (never send it there).",
+    }),
+    staged: z.string().openapi({ description: "The staged name the bytes go to (never evidence: finalize verifies and pins them)." }),
+  })
+  .openapi("ReportUpload", { description: "Where and how to send a report too large for a request body." });
+
+const UPLOAD_SHA = "2a1e1b1c7b1e4f4e8a0f1c9d6f1e0b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2";
+
+export const requestUpload = defineRoute(
+  operatorOrAgent("write", "attempt"),
+  {
+    operationId: "requestReportUpload",
+    method: "post",
+    path: "/v1/jobs/{job_id}/attempts/{attempt}/report/upload",
+    tags: ["reports"],
+    summary: "Ask for an upload of an attempt's report larger than a request body",
+    description:
+      "Declares the report (`sha256`, `bytes`) and answers where to send it. On AWS, a presigned S3 PUT to the staged name, " +
+      "good for `MAM_REPORT_UPLOAD_TTL_SECONDS` (15 minutes by default), with its length and checksum signed; under `mam serve`, " +
+      "this service's own `PUT .../report`, which then takes up to the declared size. Either way the declaration binds the staged " +
+      "name: a stage or a finalize of other bytes is refused (409 `report.mismatch`, naming what differs), and a finalize hashes " +
+      "what arrived before anything is pinned. For the job's latest attempt only, and refused once the job is terminal.",
+    request: {
+      params: AttemptPathSchema,
+      body: jsonRequest(ReportUploadRequestSchema, {
+        report: { summary: "A 40 MiB report", value: { sha256: UPLOAD_SHA, bytes: 41_943_040 } },
+      }),
+    },
+    responses: {
+      200: jsonAnswer("Where and how to send the report.", ReportUploadSchema, {
+        url: `https://mam-reports.s3.eu-west-1.amazonaws.com/reports/${EXAMPLE.jobId}/1/report-final.md.tmp?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=900&X-Amz-SignedHeaders=content-length%3Bhost%3Bx-amz-checksum-sha256%3Bx-amz-meta-sha256&X-Amz-Signature=...`,
+        method: "PUT",
+        headers: {
+          "content-length": "41943040",
+          "x-amz-checksum-sha256": Buffer.from(UPLOAD_SHA, "hex").toString("base64"),
+          "x-amz-meta-sha256": UPLOAD_SHA,
+        },
+        expires_at: "2026-07-01T12:15:00.000Z",
+        bearer: false,
+        staged: `s3://mam-reports/reports/${EXAMPLE.jobId}/1/report-final.md.tmp`,
+      }),
+    },
+  },
+  [
+    exampleProblem("dispatch.notFound", `job ${EXAMPLE.jobId} has no recorded dispatch for attempt 2`),
+    exampleProblem("report.frozen", `job ${EXAMPLE.jobId} is completed: its report tree and dispatches are frozen`),
+  ],
+);
+
 export const finalizeReport = defineRoute(
   operatorOrAgent("write", "attempt"),
   {
@@ -56,7 +134,10 @@ export const finalizeReport = defineRoute(
     path: "/v1/jobs/{job_id}/attempts/{attempt}/finalize",
     tags: ["reports"],
     summary: "Finalize an attempt's report: promote, hash, write the manifest",
-    description: "Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest.",
+    description:
+      "Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. " +
+      "After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: " +
+      "otherwise 409 `report.mismatch` naming what differs, and nothing is pinned.",
     request: {
       params: AttemptPathSchema,
       body: jsonRequest(FinalizeRequestSchema, { commit: { summary: "A report evidencing one commit", value: EXAMPLE.finalizeRequest } }),
@@ -70,7 +151,11 @@ export const finalizeReport = defineRoute(
   },
   [
     exampleProblem("report.notFound", `no staged report for attempt 1 of job ${EXAMPLE.jobId}`),
-    exampleProblem("report.frozen", `job ${EXAMPLE.jobId} is completed: its report tree and dispatches are frozen`),
+    exampleProblem(
+      "report.mismatch",
+      `the staged report s3://mam-reports/reports/${EXAMPLE.jobId}/1/report-final.md.tmp is not the report its upload declared: bytes declared 41943040, received 41943039; nothing was pinned`,
+      { issues: [{ path: "bytes", message: "declared 41943040, received 41943039" }] },
+    ),
   ],
 );
 
@@ -102,13 +187,43 @@ export const verifyReport = defineRoute(
   [404],
 );
 
-export function reportRoutes(app: RouteOpener, { deps, reportLimit }: Services): void {
+export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload }: Services): void {
   app(stageReport, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
     const upload = c.get("upload");
     if (upload === undefined) throw new Error(`the report route runs without its body limit (${reportLimit} bytes)`);
+    if (deps.reports.uploadUrl === undefined) {
+      // Here uploads come through this route: a declared one may be larger than a body.
+      const declared = await readUploadDeclaration(deps.reports, attemptReportLocation(jobId, attempt));
+      if (declared !== undefined) upload.allow(Math.min(declared.bytes, reportUpload.maxBytes));
+    }
     const staged = await upload.pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body));
     return c.json({ sha256: staged.sha256, bytes: staged.bytes }, 201);
+  });
+
+  app(requestUpload, async (c) => {
+    const { job_id: jobId, attempt } = c.req.valid("param");
+    const declared = c.req.valid("json");
+    const issued = await withBodyPaths(() => requestReportUpload(deps, jobId, attempt, declared, reportUpload));
+    if (issued.target !== undefined) {
+      const { url, method, headers, expiresAt } = issued.target;
+      return c.json(
+        { url, method, headers: { ...headers }, expires_at: expiresAt.toISOString(), bearer: false, staged: issued.staged },
+        200,
+      );
+    }
+    // No store address: the bytes come through this service's own report route, with the caller's token.
+    return c.json(
+      {
+        url: new URL(`/v1/jobs/${jobId}/attempts/${attempt}/report`, c.req.url).href,
+        method: "PUT" as const,
+        headers: { "content-type": "application/octet-stream", "content-length": String(declared.bytes) },
+        expires_at: issued.declaration.expires_at,
+        bearer: true,
+        staged: issued.staged,
+      },
+      200,
+    );
   });
 
   app(finalizeReport, async (c) => {

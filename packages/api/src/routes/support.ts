@@ -26,7 +26,13 @@ export function routeOpener(app: MamApp, services: Services): RouteOpener {
     }
     const body = route.request?.body?.content;
     if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
-    else if (body !== undefined) middleware.push(reportBody(services.reportLimit));
+    // Where the store has no upload address of its own, declared uploads come through the report route.
+    // (Asked per request: building the routes, and so the document, touches no store.)
+    else if (body !== undefined) {
+      const uploadsHere = reportBody(services.reportLimit, services.reportUpload.maxBytes);
+      const bodiesOnly = reportBody(services.reportLimit);
+      middleware.push((c, next) => (services.deps.reports.uploadUrl === undefined ? uploadsHere : bodiesOnly)(c, next));
+    }
     const own = route.middleware === undefined ? [] : [route.middleware].flat();
     return { ...route, middleware: [...middleware, ...own] };
   };
