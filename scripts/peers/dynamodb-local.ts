@@ -106,17 +106,19 @@ export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<
   const client = new DynamoDBClient({ endpoint, region: REGION, credentials: CREDENTIALS });
   const streams = new DynamoDBStreamsClient({ endpoint, region: REGION, credentials: CREDENTIALS });
   // The configuration is printed just before the listener binds: the first request may
-  // be refused. Each retry follows a refusal (an event), at most 50 of them.
-  for (let attempt = 0; ; attempt++) {
+  // be refused. It is asked again 50 ms after each refusal, for at most 20 s: on a loaded
+  // machine the JVM can take seconds between printing and binding.
+  const deadline = Date.now() + 20_000;
+  for (;;) {
     try {
       await client.send(new ListTablesCommand({ Limit: 1 }));
       break;
     } catch (e) {
-      if (attempt >= 50) {
+      if (Date.now() > deadline) {
         child.kill("SIGKILL");
         throw e;
       }
-      await new Promise((r) => setImmediate(r));
+      await new Promise((r) => setTimeout(r, 50));
     }
   }
   return {
