@@ -24,7 +24,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { chmod, cp, mkdtemp, open, rm } from "node:fs/promises";
+import { chmod, cp, mkdtemp, open, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -82,15 +82,38 @@ async function ensureCredentials(dir: string): Promise<{ credentials: Credential
   return { credentials, file };
 }
 
-/** The functions bundled as `npm run package` bundles them (scripts/lambda-bundle.mjs), with the docs page's assets. */
-async function bundleFunctions(): Promise<void> {
+/**
+ * The functions bundled as `npm run package` bundles them (scripts/lambda-bundle.mjs),
+ * with the docs page's assets. A bundle is kept when it is newer than every input its
+ * metafile lists (our sources and the dependencies' files alike) and than the build
+ * options: a second run starts without bundling again. Returns the functions that were bundled.
+ */
+async function bundleFunctions(): Promise<string[]> {
   const outRoot = path.join(REPO_ROOT, ".build");
-  await rm(outRoot, { recursive: true, force: true });
-  for (const [name, entry] of Object.entries(LAMBDA_ENTRIES)) {
-    await build(lambdaBuildOptions(REPO_ROOT, name, entry, path.join(outRoot, name)));
-  }
+  const stale = async (name: string): Promise<boolean> => {
+    try {
+      const meta = JSON.parse(await readFile(path.join(outRoot, `${name}.meta.json`), "utf8")) as { inputs: Record<string, unknown> };
+      const built = (await stat(path.join(outRoot, name, `${name}.mjs`))).mtimeMs;
+      // The build options count as an input too.
+      const files = [...Object.keys(meta.inputs), "scripts/lambda-bundle.mjs"];
+      const inputs = await Promise.all(files.map((input) => stat(path.join(REPO_ROOT, input))));
+      return inputs.some((s) => s.mtimeMs > built);
+    } catch {
+      return true; // no bundle, no metafile, or an input gone
+    }
+  };
+  const names = Object.keys(LAMBDA_ENTRIES) as (keyof typeof LAMBDA_ENTRIES)[];
+  const rebuild = (await Promise.all(names.map(async (name) => ((await stale(name)) ? name : undefined)))).filter((n) => n !== undefined);
+  await Promise.all(
+    rebuild.map(async (name) => {
+      await rm(path.join(outRoot, name), { recursive: true, force: true });
+      const result = await build(lambdaBuildOptions(REPO_ROOT, name, LAMBDA_ENTRIES[name], path.join(outRoot, name)));
+      await writeFile(path.join(outRoot, `${name}.meta.json`), JSON.stringify(result.metafile));
+    }),
+  );
   const swagger = path.dirname(require.resolve("swagger-ui-dist/package.json"));
   await cp(swagger, path.join(outRoot, "http", "node_modules", "swagger-ui-dist"), { recursive: true });
+  return rebuild;
 }
 
 /** s3rver's types are not shipped; this is the part we use. */
@@ -177,19 +200,22 @@ async function main(): Promise<void> {
     })();
     return stopping;
   };
+  // Kept on (not `once`): a Ctrl-C reaches us twice, from the terminal and forwarded by npm,
+  // and a second signal without a handler would kill us before the pieces are stopped.
   const onSignal = (signal: NodeJS.Signals): void => {
+    if (stopping !== undefined) return;
     say(`${signal}: stopping`);
     void stop().then((code) => {
       say(code === 0 ? "stopped" : `stopped, not cleanly (exit code ${code})`);
       process.exit(code);
     });
   };
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
 
   try {
     const { credentials, file } = await ensureCredentials(dataDir);
-    const [ddb, broker, , s3dir] = await Promise.all([
+    const [ddb, broker, bundled, s3dir] = await Promise.all([
       startDynamoDbLocal(),
       startEmbeddedBroker({ port: mqttPort, publisherCredentials: credentials.mqtt }),
       bundleFunctions(),
@@ -210,6 +236,7 @@ async function main(): Promise<void> {
     const standIn = await startIotStandIn(broker.url, credentials.mqtt);
     stops.push(() => standIn.close());
 
+    const peersReady = performance.now();
     const functionEnv = {
       MAM_TABLE_NAME: TABLE,
       MAM_BUCKET_NAME: BUCKET,
@@ -251,6 +278,7 @@ async function main(): Promise<void> {
       return code === 130 ? 0 : code;
     });
 
+    const offlineReady = performance.now();
     const invoke = lambdaInvoker(lambdaPort);
     const poller = await startStreamPoller({
       streams: ddb.streams,
@@ -293,14 +321,16 @@ async function main(): Promise<void> {
       await sweeping;
     });
 
-    const ready = ((performance.now() - started) / 1000).toFixed(1);
+    const seconds = (from: number, to: number): string => ((to - from) / 1000).toFixed(1);
+    const ready = `${seconds(started, performance.now())} s (peers and bundles ${seconds(started, peersReady)} s, serverless-offline ${seconds(peersReady, offlineReady)} s)`;
     process.stdout.write(
       [
-        `mam (the AWS shape, offline) is up in ${ready} s:`,
+        `mam (the AWS shape, offline) is up in ${ready}:`,
         `  API:       http://127.0.0.1:${apiPort}`,
         `  MQTT:      ${broker.url}   (npx mqtt sub -t 'mam/jobs/+/events' -h 127.0.0.1 -p ${broker.port} -V 4)`,
         `  token:     ${file} (operator_token)`,
         `  DynamoDB Local ${ddb.endpoint} (table ${TABLE}), s3rver ${s3endpoint} (bucket ${BUCKET}), IoT stand-in ${standIn.endpoint}`,
+        `  functions: ${bundled.length === 0 ? "bundles in .build/ up to date" : `bundled ${bundled.join(", ")} into .build/`}`,
         `  stream poller: batch ${mapping.batchSize}, retries ${mapping.maximumRetryAttempts}, bisect ${mapping.bisectBatchOnFunctionError}; sweep every ${sweepEveryMs / 1000} s`,
         "",
       ].join("\n"),

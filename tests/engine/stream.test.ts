@@ -36,7 +36,13 @@ import { createStreamPublisherHandler } from "../../functions/compose.ts";
 import { streamMappingOf } from "../../scripts/offline/serverless-yml.ts";
 import { type DynamoDbLocal, startDynamoDbLocal } from "../../scripts/peers/dynamodb-local.ts";
 import { type IotStandIn, startIotStandIn } from "../../scripts/peers/iot-stand-in.ts";
-import { type Invocation, type OnFailureMessage, type StreamPoller, startStreamPoller } from "../../scripts/peers/stream-poller.ts";
+import {
+  type Invocation,
+  type OnFailureMessage,
+  type StreamHandler,
+  type StreamPoller,
+  startStreamPoller,
+} from "../../scripts/peers/stream-poller.ts";
 import { barrier, type ReceivedMessage, type Subscription, subscribe } from "../support/subscriber.ts";
 
 const REGION = "us-east-1";
@@ -85,7 +91,8 @@ afterEach(async () => {
   refused.clear();
 });
 
-async function pipeline(): Promise<Pipeline> {
+/** `around` stands between the poller and the real handler (a test's stand-in for a function that crashes). */
+async function pipeline(around: (handler: StreamHandler) => StreamHandler = (h) => h): Promise<Pipeline> {
   const tableName = `mam-stream-${randomUUID().slice(0, 8)}`;
   await createJobTable(ddb.client, tableName);
   const env = {
@@ -96,7 +103,8 @@ async function pipeline(): Promise<Pipeline> {
     MAM_DYNAMODB_ENDPOINT: ddb.endpoint,
   };
   const log: string[] = [];
-  const handler = createStreamPublisherHandler(env, { credentials: CREDENTIALS, log: (line) => log.push(line) });
+  const real = createStreamPublisherHandler(env, { credentials: CREDENTIALS, log: (line) => log.push(line) });
+  const handler = around((event) => real(event));
   const invocations: Invocation[] = [];
   const waiters = new Set<() => void>();
   const failures: OnFailureMessage[] = [];
@@ -346,6 +354,52 @@ describe("the DynamoDB stream path on DynamoDB Local (our poller imitates Lambda
       await sub.waitFor((m) => intentOf(m) === after, 15_000);
       await p.invocation((i) => i.outcome.kind === "succeeded" && i.records.some((r) => intentOfRecord(r) === after));
       expect(callsCarrying(p.invocations, after)).toBe(1);
+    } finally {
+      await sub.close();
+    }
+  });
+  it("a function that throws gets its batch bisected until the record it throws on is alone; that one ends on the on-failure path", async () => {
+    // The handler itself never throws for a record (it reports it); a crash (a timeout, out of memory) does.
+    let crashIntent = "";
+    const p = await pipeline((handler) => async (event) => {
+      if (event.Records.some((r) => intentOfRecord(r) === crashIntent)) throw new Error("the function crashed");
+      return handler(event);
+    });
+    const sub = await subscribe(broker.url, "mam/jobs/+/events");
+    try {
+      const ids: string[] = [];
+      for (const jobId of ["crash-a", "crash-b", "crash-c", "crash-d"]) {
+        await register(p.jobs, jobId);
+        ids.push(intentId(await commit(p.jobs, jobId, { action: "claim", expectedSeq: 0 })));
+      }
+      const [a, b, crashing, d] = ids as [string, string, string, string];
+      crashIntent = crashing;
+      await p.start();
+      const message = await p.firstFailure;
+      await p.invocation((i) => i.outcome.kind === "succeeded" && i.records.some((r) => intentOfRecord(r) === d));
+
+      const crashCalls = p.invocations.filter((i) => i.records.some((r) => intentOfRecord(r) === crashing));
+      // [a b c d] -> [a b] ok, [c d] -> [c] (alone, retried), [d] ok: the record's calls are bounded by the retries.
+      expect(crashCalls.map((i) => i.records.map(intentOfRecord))).toEqual([
+        [a, b, crashing, d],
+        [crashing, d],
+        [crashing],
+        [crashing],
+        [crashing],
+        [crashing],
+      ]);
+      expect(crashCalls).toHaveLength(1 + MAPPING.maximumRetryAttempts);
+      expect(message.requestContext).toMatchObject({ condition: "RetryAttemptsExhausted", approximateInvokeCount: 6 });
+      expect(message.responseContext.functionError).toBe("Unhandled");
+      expect(message.DDBStreamBatchInfo).toMatchObject({ batchSize: 1 });
+      expect(message.DDBStreamBatchInfo.startSequenceNumber).toBe(message.DDBStreamBatchInfo.endSequenceNumber);
+      for (const id of [a, b, d]) {
+        await sub.waitFor((m) => intentOf(m) === id, 15_000);
+        expect(p.invocations.filter((i) => i.outcome.kind === "succeeded" && i.records.some((r) => intentOfRecord(r) === id))).toHaveLength(
+          1,
+        );
+      }
+      expect(countOf(sub, crashing)).toBe(0);
     } finally {
       await sub.close();
     }
