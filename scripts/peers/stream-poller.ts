@@ -237,7 +237,8 @@ export async function startStreamPoller(opts: StreamPollerOptions): Promise<Stre
       ready?.();
     }
     const pending: DynamoDBRecord[] = [];
-    let closed = false;
+    // No iterator: nothing left to read in this shard.
+    let closed = iterator === undefined;
     while (!stopping) {
       if (!closed && pending.length < mapping.batchSize && iterator !== undefined) {
         let records: _Record[];
@@ -250,6 +251,7 @@ export async function startStreamPoller(opts: StreamPollerOptions): Promise<Stre
           if (name === "ResourceNotFoundException") return; // the table (and its stream) is gone
           if (name === "ExpiredIteratorException") {
             iterator = await acquire().catch(() => iterator);
+            if (iterator === undefined) closed = true;
           } else {
             opts.onError?.(err);
           }
