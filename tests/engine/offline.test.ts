@@ -110,9 +110,7 @@ describe("npm run offline: the AWS shape on one machine", () => {
       const started = performance.now();
       offline = await startOffline(dir.dir, ports);
       const upInSeconds = (performance.now() - started) / 1000;
-      console.log(
-        `npm run offline: up in ${upInSeconds.toFixed(1)} s (by its own count: ${/is up in (.*):/.exec(offline.output())?.[1]})`,
-      );
+      console.log(`npm run offline: up in ${upInSeconds.toFixed(1)} s (by its own count: ${/is up in (.*):/.exec(offline.output())?.[1]})`);
 
       // The README's working directory: its data dir (.mam) and the fixtures it reads.
       await mkdir(path.join(dir.dir, "work"), { recursive: true });
