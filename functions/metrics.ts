@@ -11,7 +11,7 @@
  * single-metric lines, so they never share a line with another dimension set; the
  * counts and latencies with `service` alone are stored and flushed once.
  *
- *   GateAnswers          Count         [service, outcome], [service, outcome, reason_class] (refusals)
+ *   GateAnswers          Count         [service, outcome]; a refusal also [service, outcome, reason_class]
  *   Transitions          Count         [service, action]
  *   IntentsSettled       Count         [service]
  *   IntentsFailed        Count         [service]
@@ -39,15 +39,17 @@ export function createMetrics(env: Env): Metrics {
 export function metricsSink(metrics: Metrics): MetricsSink {
   return {
     gateAnswer(outcome, reasonClass) {
-      const line = metrics.singleMetric();
-      line.addDimensions({ outcome });
-      if (reasonClass !== undefined) line.addDimensions({ outcome, reason_class: reasonClass });
-      line.addMetric(METRIC_NAMES.gateAnswers, MetricUnit.Count, 1);
+      // Two lines, one dimension set each: Powertools warns when two sets of one line share a key.
+      metrics.singleMetric().addDimension("outcome", outcome).addMetric(METRIC_NAMES.gateAnswers, MetricUnit.Count, 1);
+      if (reasonClass === undefined) return;
+      metrics
+        .singleMetric()
+        .addDimension("outcome", outcome)
+        .addDimension("reason_class", reasonClass)
+        .addMetric(METRIC_NAMES.gateAnswers, MetricUnit.Count, 1);
     },
     transition(action) {
-      const line = metrics.singleMetric();
-      line.addDimensions({ action });
-      line.addMetric(METRIC_NAMES.transitions, MetricUnit.Count, 1);
+      metrics.singleMetric().addDimension("action", action).addMetric(METRIC_NAMES.transitions, MetricUnit.Count, 1);
     },
     intent(outcome) {
       metrics.addMetric(METRIC_NAMES.intents[outcome], MetricUnit.Count, 1);
