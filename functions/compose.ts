@@ -19,11 +19,9 @@
 
 import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetParameterCommand, SSMClient } from "@aws-sdk/client-ssm";
 import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
-import { IotPublisher } from "@mam/aws/iot";
 import { s3Uri } from "@mam/aws/s3-keys";
 import {
   type Clock,
@@ -35,6 +33,7 @@ import {
   MamError,
   type MetricsSink,
   NO_METRICS,
+  type Publisher,
   parseConfig,
   problemType,
   type ReportStore,
@@ -112,19 +111,34 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
     ...(config.aws.dynamodbEndpoint === undefined ? {} : { endpoint: config.aws.dynamodbEndpoint }),
     ...credentialsOf(overrides),
   });
-  const iot = new IoTDataPlaneClient({
-    endpoint: iotEndpointUrl(iotEndpoint),
-    region,
-    maxAttempts: 3,
-    ...credentialsOf(overrides),
+  // The IoT client and its SDK are loaded on the first publish, not at cold start:
+  // most requests of the http function (reads, refusals) never publish.
+  const publisher = lazyPublisher(async () => {
+    const [{ IoTDataPlaneClient }, { IotPublisher }] = await Promise.all([
+      import("@aws-sdk/client-iot-data-plane"),
+      import("@mam/aws/iot"),
+    ]);
+    const iot = new IoTDataPlaneClient({
+      endpoint: iotEndpointUrl(iotEndpoint),
+      region,
+      maxAttempts: 3,
+      ...credentialsOf(overrides),
+    });
+    return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
   return {
     jobs: guardJobStore(new DynamoJobStore({ client: dynamodb, tableName })),
-    publisher: new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs }),
+    publisher,
     clock: overrides.clock ?? systemClock,
     ids: overrides.ids ?? randomIds,
     metrics,
   };
+}
+
+/** A publisher built on its first publish (a failed build is retried on the next). */
+function lazyPublisher(build: () => Promise<Publisher>): Publisher {
+  const get = once(build);
+  return { publish: async (topic, payload) => (await get()).publish(topic, payload) };
 }
 
 /**
