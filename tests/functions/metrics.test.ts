@@ -15,15 +15,28 @@
 import { rmSync } from "node:fs";
 import { type AttributeValue, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { createTokenService } from "@mam/api";
-import { GATE_OUTCOMES, GATE_REASON_CLASSES, INTENT_OUTCOMES, type JobRecord, METRIC_NAMES, systemClock, TRANSITIONS } from "@mam/core";
+import { createS3Client, S3ReportStore } from "@mam/aws/s3";
+import {
+  type Deps,
+  GATE_OUTCOMES,
+  GATE_REASON_CLASSES,
+  INTENT_OUTCOMES,
+  type JobRecord,
+  METRIC_NAMES,
+  parseFlags,
+  randomIds,
+  systemClock,
+  TRANSITIONS,
+} from "@mam/core";
 import type { DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { LambdaEvent } from "hono/aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createHttpHandler, createRecoverySweepHandler, createStreamPublisherHandler } from "../../functions/compose.ts";
 import { type Resource, runPackage, type Template } from "../packaging/package.ts";
+import { readyJob } from "../seed/scenario.ts";
 import { jobRecord } from "../support/records.ts";
 import { tempDirSync } from "../support/temp-dir.ts";
-import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, SIGNING_KEY, startPeers } from "./support.ts";
+import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, REGION, SIGNING_KEY, startPeers } from "./support.ts";
 
 type Event = Extract<LambdaEvent, { rawPath: string }>;
 
@@ -286,6 +299,31 @@ beforeAll(async () => {
   });
   expect(answers).toEqual([201, 200, 200, 200]);
 
+  // http again, auto-completion on: a job ready for the gate (claimed, opted in,
+  // dispatched, its report staged and finalized, as the seed's scenario has it), then
+  // the gate commits it: the other outcome.
+  const reports = new S3ReportStore({
+    bucket: peers.s3.bucket,
+    client: createS3Client({ region: REGION, endpoint: peers.s3.endpoint, credentials: CREDENTIALS }),
+  });
+  const deps: Deps = {
+    jobs: peers.store(httpTable),
+    reports,
+    publisher: { publish: async () => undefined },
+    clock: systemClock,
+    ids: randomIds,
+    flags: parseFlags({}),
+  };
+  const ready = await readyJob(deps, { backend: "claude-code" });
+  const gate = createHttpHandler(
+    peers.env(httpTable, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY, MAM_AUTO_COMPLETE: "1", ...powertools("HttpLambdaFunction") }),
+    { credentials: CREDENTIALS, log: log.sink },
+  );
+  const committed = await capturingEmf(() =>
+    gate(request("POST", `/v1/jobs/${ready.jobId}/evaluations`, { scenario: ready.scenario }), ctx),
+  );
+  expect(JSON.parse(committed.body)).toMatchObject({ committed: true });
+
   // stream publisher: the recorded batch, one of whose jobs' topic the broker refuses.
   const streamTable = await peers.newTable();
   const batch = lambdaFixture<DynamoDBStreamEvent>("dynamodb-stream-batch.json");
@@ -358,6 +396,7 @@ describe("metrics (Powertools EMF) and what the template's dashboard and alarms 
     expect(of("GateAnswers").map((e) => e.dimensions)).toEqual([
       { service, outcome: "refused" },
       { service, outcome: "refused", reason_class: "disabled" },
+      { service, outcome: "committed" },
     ]);
     expect(of("OldestOwedIntentAge")).toHaveLength(1);
     expect(warnings, "Powertools warned").toEqual([]);
