@@ -30,7 +30,10 @@ import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } fr
  * bundled with the same options. Measured alongside, as a reference point: the same
  * shape doing one GetItem through @aws-sdk/lib-dynamodb (what the SDK alone costs).
  * All run with NODE_OPTIONS=--enable-source-maps, as serverless.yml deploys them.
- * Goal: mam <= 1.5x the baseline.
+ * Goal: mam <= 1.15x the SDK reference (the floor the SDK itself sets: no function
+ * that reads DynamoDB through the bundled SDK starts faster). The hello ratio is
+ * printed beside it. The Lambda runtime's own SDK (nodejs22.x ships one) cannot be
+ * measured here: the bundles carry their pinned SDK and use nothing of the runtime's.
  *
  * Where the goal is missed (or with MAM_BENCH_PROFILE=1): one cold start of each
  * under `node --cpu-prof`, its samples sorted by what they were doing (bundle code
@@ -43,7 +46,7 @@ import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } fr
 const ROOT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const COLD_STARTS = sizeFromEnv("MAM_BENCH_COLD_STARTS", process.env.MAM_BENCH_COLD_STARTS, 10);
 const OWN_GOAL_BYTES = 600 * 1024;
-const RATIO_GOAL = 1.5;
+const RATIO_GOAL = 1.15;
 const KiB = 1024;
 const DEPLOYED_NODE_OPTIONS = "--enable-source-maps";
 
@@ -440,10 +443,8 @@ async function whatIf(
   const sizes = new Map<string, number>();
   for (const [label, modules] of variants) {
     const name = `http-${label.replace(/\W+/g, "-")}`;
-    const { metafile } = await build({
-      ...lambdaBuildOptions(ROOT, name, FUNCTIONS.http, path.join(dir, name)),
-      plugins: [stubPlugin(modules)],
-    });
+    const options = lambdaBuildOptions(ROOT, name, FUNCTIONS.http, path.join(dir, name));
+    const { metafile } = await build({ ...options, plugins: [...(options.plugins ?? []), stubPlugin(modules)] });
     sizes.set(label, Object.entries(metafile.outputs).find(([f]) => f.endsWith(".mjs"))?.[1].bytes ?? 0);
     sides.push({ name: label, file: path.join(dir, name, `${name}.mjs`), runs: [] });
   }
@@ -529,29 +530,44 @@ try {
   await measureColdStarts([base, sdk, mam], eventFile, deployed, COLD_STARTS);
   for (const side of [base, sdk, mam]) console.log(describeRuns(side));
   const ms = (side: Side) => median(side.runs.map((r) => r.ms));
-  const ratio = ms(mam) / ms(base);
+  const ratio = ms(mam) / ms(sdk);
   console.log(
-    `the SDK reference is ${(ms(sdk) / ms(base)).toFixed(2)}x hello; mam is ${(ms(mam) / ms(sdk)).toFixed(2)}x the SDK reference`,
+    `the SDK reference is ${(ms(sdk) / ms(base)).toFixed(2)}x hello; mam is ${(ms(mam) / ms(base)).toFixed(2)}x hello and ${ratio.toFixed(2)}x the SDK reference`,
+  );
+  console.log(
+    "not measured here: the Lambda runtime's own AWS SDK (nodejs22.x ships one). The bundles carry the SDK versions the lockfile pins " +
+      "(they run on this machine's Node 20 and target nodejs22.x) and load nothing from the runtime's, so its cost or saving cannot be seen here",
   );
 
   if (ratio > RATIO_GOAL || process.env.MAM_BENCH_PROFILE === "1") {
     console.log(`\nwhere the time goes (${ratio > RATIO_GOAL ? "the goal is missed" : "MAM_BENCH_PROFILE=1"}):`);
-    for (const side of [base, mam]) await profileColdStart(side, eventFile, deployed, tmp.dir);
+    for (const side of [sdk, mam]) await profileColdStart(side, eventFile, deployed, tmp.dir);
     // The flag's own cost: both bundles with and without it, all four in turn.
     const noMaps = env("");
     const flag = [
-      { name: base.name, file: base.file, runs: [] as ColdStart[] },
-      { name: base.name, file: base.file, runs: [] as ColdStart[], env: noMaps },
+      { name: sdk.name, file: sdk.file, runs: [] as ColdStart[] },
+      { name: sdk.name, file: sdk.file, runs: [] as ColdStart[], env: noMaps },
       { name: mam.name, file: mam.file, runs: [] as ColdStart[] },
       { name: mam.name, file: mam.file, runs: [] as ColdStart[], env: noMaps },
     ];
     await measureColdStarts(flag, eventFile, deployed, COLD_STARTS);
-    const [helloMaps, helloBare, mamMaps, mamBare] = flag.map(ms) as [number, number, number, number];
+    const [sdkMaps, sdkBare, mamMaps, mamBare] = flag.map(ms) as [number, number, number, number];
     console.log(
-      `  --enable-source-maps, ${COLD_STARTS} cold starts of each of the four in turn: hello ${fixed(helloMaps)} ms with, ${fixed(helloBare)} ms without; ` +
+      `  --enable-source-maps, ${COLD_STARTS} cold starts of each of the four in turn: SDK reference ${fixed(sdkMaps)} ms with, ${fixed(sdkBare)} ms without; ` +
         `mam ${fixed(mamMaps)} ms with, ${fixed(mamBare)} ms without: the flag costs mam ${fixed(mamMaps - mamBare)} ms ` +
-        `(ratio without it on both sides: ${(mamBare / helloBare).toFixed(2)}x)`,
+        `(ratio without it on both sides: ${(mamBare / sdkBare).toFixed(2)}x)`,
     );
+    if (ratio > RATIO_GOAL) {
+      console.log(
+        [
+          "  what would buy the rest back (not done; each is priced by MAM_BENCH_WHAT_IF=1 where a stub can stand in):",
+          "  - the SSM client loaded only when the key is read from SSM (deployed, it is: the gain is for a key from configuration)",
+          "  - no --enable-source-maps in NODE_OPTIONS (its bookkeeping grows with the bundle; stack traces would name minified code)",
+          "  - a smaller zod: the classic API's namespace keeps every schema kind and the JSON-schema converters (the OpenAPI document needs them)",
+          "  - env-only credentials instead of the SDK's default chain (Lambda hands the role's credentials over as variables)",
+        ].join("\n"),
+      );
+    }
   }
   if (process.env.MAM_BENCH_WHAT_IF === "1") await whatIf(mam, base, eventFile, deployed, env(""), tmp.dir);
 
@@ -561,8 +577,8 @@ try {
       `ours + non-SDK deps ${kib(worstNonSdk)} KiB; http .mjs ${kib(http.bytes)} KiB`,
   );
   console.log(
-    `cold start: ratio ${ratio.toFixed(2)}x hello (goal <= ${RATIO_GOAL}x) ${verdict(ratio <= RATIO_GOAL)}; ` +
-      `mam ${fixed(ms(mam))} ms, hello ${fixed(ms(base))} ms (median of ${grouped(COLD_STARTS)} each)`,
+    `cold start: ratio ${ratio.toFixed(2)}x the SDK reference (goal <= ${RATIO_GOAL}x) ${verdict(ratio <= RATIO_GOAL)}; ` +
+      `mam ${fixed(ms(mam))} ms, SDK reference ${fixed(ms(sdk))} ms, hello ${fixed(ms(base))} ms (median of ${grouped(COLD_STARTS)} each)`,
   );
 } finally {
   await dynalite.close();

@@ -19,11 +19,9 @@
 
 import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetParameterCommand, SSMClient } from "@aws-sdk/client-ssm";
 import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
-import { IotPublisher } from "@mam/aws/iot";
 import { s3Uri } from "@mam/aws/s3-keys";
 import {
   type Clock,
@@ -34,6 +32,9 @@ import {
   guardJobStore,
   type Ids,
   MamError,
+  type MetricsSink,
+  NO_METRICS,
+  type Publisher,
   parseConfig,
   problemType,
   type ReportStore,
@@ -46,6 +47,7 @@ import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
 import { flushStreamRecord } from "./job-stream.ts";
 import { type LogSink, logJson, stdoutLines } from "./log.ts";
+import { createMetrics, flushMetrics, metricsSink } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -61,7 +63,7 @@ export interface Overrides {
 }
 
 /** What the stream publisher and the sweep need: no report store, no tokens. */
-export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids">;
+export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics">;
 
 /** A build that runs once; a failure is not remembered, so the next call retries. */
 export function once<T>(build: () => Promise<T>): () => Promise<T> {
@@ -103,25 +105,41 @@ function credentialsOf(overrides: Overrides): { credentials?: NonNullable<Overri
   return overrides.credentials === undefined ? {} : { credentials: overrides.credentials };
 }
 
-function notifierDeps(config: Config, overrides: Overrides): NotifierDeps {
+function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): NotifierDeps {
   const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
   const dynamodb = new DynamoDBClient({
     region,
     ...(config.aws.dynamodbEndpoint === undefined ? {} : { endpoint: config.aws.dynamodbEndpoint }),
     ...credentialsOf(overrides),
   });
-  const iot = new IoTDataPlaneClient({
-    endpoint: iotEndpointUrl(iotEndpoint),
-    region,
-    maxAttempts: 3,
-    ...credentialsOf(overrides),
+  // The IoT client and its SDK are loaded on the first publish, not at cold start:
+  // most requests of the http function (reads, refusals) never publish.
+  const publisher = lazyPublisher(async () => {
+    const [{ IoTDataPlaneClient }, { IotPublisher }] = await Promise.all([
+      import("@aws-sdk/client-iot-data-plane"),
+      import("@mam/aws/iot"),
+    ]);
+    const iot = new IoTDataPlaneClient({
+      endpoint: iotEndpointUrl(iotEndpoint),
+      region,
+      maxAttempts: 3,
+      ...credentialsOf(overrides),
+    });
+    return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
   return {
     jobs: guardJobStore(new DynamoJobStore({ client: dynamodb, tableName })),
-    publisher: new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs }),
+    publisher,
     clock: overrides.clock ?? systemClock,
     ids: overrides.ids ?? randomIds,
+    metrics,
   };
+}
+
+/** A publisher built on its first publish (a failed build is retried on the next). */
+function lazyPublisher(build: () => Promise<Publisher>): Publisher {
+  const get = once(build);
+  return { publish: async (topic, payload) => (await get()).publish(topic, payload) };
 }
 
 /**
@@ -218,10 +236,10 @@ export async function readSigningKey(config: Config, overrides: Overrides = {}):
 }
 
 /** The Hono app with the AWS adapters behind core's ports. */
-export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promise<Hono<AppEnv>> {
+export async function composeHttpApp(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<Hono<AppEnv>> {
   const config = parseConfig(env, AWS_LIMITS);
   const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
-  const base = notifierDeps(config, overrides);
+  const base = notifierDeps(config, overrides, metrics);
   const reports = lazyReportStore(bucket, async () => {
     const { S3ReportStore, createS3Client } = await import("@mam/aws/s3");
     return new S3ReportStore({
@@ -255,8 +273,8 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promi
   });
 }
 
-export async function composeNotifier(env: Env, overrides: Overrides = {}): Promise<NotifierDeps> {
-  return notifierDeps(parseConfig(env), overrides);
+export async function composeNotifier(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<NotifierDeps> {
+  return notifierDeps(parseConfig(env), overrides, metrics);
 }
 
 export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promise<APIGatewayProxyResult>;
@@ -269,7 +287,8 @@ export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promi
  */
 export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHandler {
   const log = overrides.log ?? stdoutLines;
-  const lambda = once(async () => handle(await composeHttpApp(env, overrides)));
+  const metrics = createMetrics(env);
+  const lambda = once(async () => handle(await composeHttpApp(env, overrides, metricsSink(metrics))));
   return async (event, context) => {
     let run: Awaited<ReturnType<typeof lambda>>;
     try {
@@ -279,7 +298,11 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
       logJson(log, { event: "http_start_failed", code: e?.code ?? "internal", message: err instanceof Error ? err.message : String(err) });
       return startFailure(e?.code === "config.invalid" ? "config.invalid" : "store.unavailable", context?.awsRequestId);
     }
-    return run(event, context);
+    try {
+      return await run(event, context);
+    } finally {
+      flushMetrics(metrics);
+    }
   };
 }
 
@@ -312,16 +335,21 @@ export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Cont
  */
 export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
-  const deps = once(() => composeNotifier(env, overrides));
+  const metrics = createMetrics(env);
+  const deps = once(() => composeNotifier(env, overrides, metricsSink(metrics)));
   // DynamoDBStreams, not SQS: the type decides which field names a failed record.
   const processor = new BatchProcessor(EventType.DynamoDBStreams);
   return async (event, context) => {
     const d = await deps();
     const recordHandler = (record: DynamoDBRecord): Promise<void> => flushStreamRecord(d, record, log);
-    return processPartialResponse(event, recordHandler, processor, {
-      ...(context === undefined ? {} : { context }),
-      processInParallel: false,
-    });
+    try {
+      return await processPartialResponse(event, recordHandler, processor, {
+        ...(context === undefined ? {} : { context }),
+        processInParallel: false,
+      });
+    } finally {
+      flushMetrics(metrics);
+    }
   };
 }
 
@@ -343,14 +371,24 @@ export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) =>
  */
 export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}): RecoverySweepHandler {
   const log = overrides.log ?? stdoutLines;
+  const metrics = createMetrics(env);
   const config = once(async () => {
     const parsed = parseConfig(env);
-    return { policy: parsed.sweep, graceMs: parsed.sweepGraceSeconds * 1000, deps: notifierDeps(parsed, overrides) };
+    return {
+      policy: parsed.sweep,
+      graceMs: parsed.sweepGraceSeconds * 1000,
+      deps: notifierDeps(parsed, overrides, metricsSink(metrics)),
+    };
   });
   return async () => {
     const { policy, graceMs, deps } = await config();
-    // Fresh intents are the stream publisher's: the sweep takes only what it missed.
-    const result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
+    let result: Awaited<ReturnType<typeof recoverNotifications>>;
+    try {
+      // Fresh intents are the stream publisher's: the sweep takes only what it missed.
+      result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
+    } finally {
+      flushMetrics(metrics);
+    }
     const counts: SweepCounts = {
       owed: result.owed,
       sent: result.sent,

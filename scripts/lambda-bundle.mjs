@@ -10,6 +10,8 @@
  * becomes a chunk of its own that a cold start does not load.
  */
 
+import { dirname, join } from "node:path";
+
 /** Function name (as in serverless.yml, kebab-cased for the folder) -> entry point. */
 export const LAMBDA_ENTRIES = {
   http: "functions/http.ts",
@@ -22,6 +24,30 @@ export const ESM_REQUIRE_BANNER = [
   'import { createRequire as __mamCreateRequire } from "node:module";',
   "const require = __mamCreateRequire(import.meta.url);",
 ].join("\n");
+
+/**
+ * zod's classic API re-exports every locale it ships (`z.locales`, ~250 KiB minified
+ * of error-message translations in some 50 languages) from one index module, so no
+ * tree shaking can drop them. The service speaks English (zod's default, `en`, which
+ * zod registers itself): the Lambda bundles get an index with `en` alone. Nothing of
+ * zod is replaced; `z.locales.en` still exists, the other languages do not. (The
+ * same idea as the bundlers' well-known "ignore moment's locales".)
+ */
+export const zodEnglishOnly = {
+  name: "zod-english-only",
+  setup(b) {
+    b.onResolve({ filter: /^\.\.\/locales\/index\.js$/ }, (args) =>
+      /[\\/]node_modules[\\/]zod[\\/]v4[\\/](classic|core)$/.test(args.resolveDir)
+        ? { path: join(args.resolveDir, "..", "locales", "index.js"), namespace: "zod-english-only" }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: "zod-english-only" }, (args) => ({
+      contents: 'export { default as en } from "./en.js";',
+      resolveDir: dirname(args.path),
+      loader: "js",
+    }));
+  },
+};
 
 /** esbuild options for one function's bundle, written to `outdir`. */
 export function lambdaBuildOptions(root, name, entry, outdir) {
@@ -44,5 +70,6 @@ export function lambdaBuildOptions(root, name, entry, outdir) {
     banner: { js: ESM_REQUIRE_BANNER },
     metafile: true,
     logLevel: "warning",
+    plugins: [zodEnglishOnly],
   };
 }

@@ -9,25 +9,18 @@
  * `.serverless/` as it starts; `.build/` is rebuilt, as `npm run package` does).
  */
 import { spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DOCS_ASSETS } from "@mam/api";
 import { JOB_TABLE_DEFINITION } from "@mam/aws";
 import { parseConfig } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempDirSync } from "../support/temp-dir.ts";
+import { type Resource, runPackage, type Template } from "./package.ts";
 import { zipEntries } from "./zip-entries.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
-interface Resource {
-  readonly Type: string;
-  readonly Properties: Record<string, unknown>;
-  readonly DependsOn?: readonly string[];
-}
-interface Template {
-  readonly Resources: Record<string, Resource>;
-}
 interface Statement {
   readonly Sid?: string;
   readonly Effect: "Allow" | "Deny";
@@ -38,21 +31,6 @@ interface Statement {
 }
 interface PolicyDocument {
   readonly Statement: readonly Statement[];
-}
-
-/** Run the packaging script; the template it wrote and where the artifacts are. */
-function runPackage(outDir: string, args: readonly string[]): { template: Template; output: string } {
-  const run = spawnSync(process.execPath, [join(ROOT, "scripts", "package.mjs"), "--package", outDir, ...args], {
-    cwd: ROOT,
-    encoding: "utf8",
-    // Offline and without credentials: nothing from the caller's AWS setup leaks in.
-    env: { PATH: process.env.PATH ?? "", HOME: outDir, NO_COLOR: "1", AWS_SDK_LOAD_CONFIG: "0" },
-    timeout: 240_000,
-  });
-  const output = `${run.stdout}\n${run.stderr}`;
-  if (run.status !== 0) throw new Error(`npm run package failed (${run.status ?? run.signal}):\n${output}`);
-  const template = JSON.parse(readFileSync(join(outDir, "cloudformation-template-update-stack.json"), "utf8")) as Template;
-  return { template, output };
 }
 
 /** An intrinsic function as the string it evaluates to, with `<Ref>` / `<Resource.Attr>` standing for what only CloudFormation knows. */
@@ -108,10 +86,12 @@ function iamStatements(): { owner: string; statement: Statement }[] {
   return out;
 }
 
+/** The role a function runs as: its own role's ARN, by `!Sub "${Role.Arn}"` (serverless.yml says why not GetAtt). */
 function roleOf(functionId: string): string {
-  const role = resource(functionId).Properties.Role as { "Fn::GetAtt": [string, string] };
-  expect(role["Fn::GetAtt"][1]).toBe("Arn");
-  return role["Fn::GetAtt"][0];
+  const role = resource(functionId).Properties.Role as { "Fn::Sub"?: unknown };
+  const match = typeof role["Fn::Sub"] === "string" ? /^\$\{(\w+)\.Arn\}$/.exec(role["Fn::Sub"]) : null;
+  expect(match, `${functionId}'s role is \${<Role>.Arn}`).not.toBeNull();
+  return match![1]!;
 }
 
 /** A role's Allow statements as (action, resource) pairs. */

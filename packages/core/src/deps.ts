@@ -1,4 +1,5 @@
 import type { Flags } from "./config.ts";
+import type { MetricsSink } from "./metrics.ts";
 import type { Clock, Ids, JobStore, Publisher, ReportStore } from "./ports.ts";
 
 /**
@@ -12,6 +13,8 @@ export interface Deps {
   readonly clock: Clock;
   readonly ids: Ids;
   readonly flags: Flags;
+  /** What core counts (gate answers, transitions, owed intents); absent: nothing is counted. */
+  readonly metrics?: MetricsSink;
 }
 
 /** Who is asking. The engine's table says which actor may do what. */

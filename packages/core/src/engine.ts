@@ -134,7 +134,7 @@ export interface TransitionInput {
  */
 export async function transitionJob(
   // `reports` is read only for an agent's completion of a job that expects artifacts.
-  deps: Using<Pick<JobRecords, "get" | "transition">, "clock" | "ids" | "flags"> & Partial<Pick<Deps, "reports">>,
+  deps: Using<Pick<JobRecords, "get" | "transition">, "clock" | "ids" | "flags" | "metrics"> & Partial<Pick<Deps, "reports">>,
   jobId: string,
   input: TransitionInput,
   actor: Actor,
@@ -288,7 +288,9 @@ export async function transitionJob(
   const notify = input.notify ?? terminal;
   if (notify) set.pending_notification = newIntent(deps, rule.event, nextSeq, input.reason, actor.kind);
   const change: JobChange = { from: rule.from, set: set as JobChange["set"], ...(Object.keys(evidence).length === 0 ? {} : { evidence }) };
-  return deps.jobs.transition(jobId, expectedSeq, change);
+  const record = await deps.jobs.transition(jobId, expectedSeq, change);
+  deps.metrics?.transition(input.action);
+  return record;
 }
 
 /**

@@ -2,6 +2,7 @@ import type { Using } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
+import { GATE_REASON_CLASS, type GateRefusal } from "./metrics.ts";
 import { decide as defaultDecide } from "./policy.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
 import type { Decision, DispatchRecord, JobRecord } from "./schemas.ts";
@@ -31,13 +32,21 @@ export interface EvaluateInput {
 
 export type GateDeps = Using<
   Pick<JobRecords, "get" | "transition"> & Pick<DispatchRecords, "getDispatch">,
-  "reports" | "clock" | "ids" | "flags"
+  "reports" | "clock" | "ids" | "flags" | "metrics"
 > & {
   /** The policy; replaceable so a test can make it throw (B-24). */
   readonly decide?: typeof defaultDecide;
 };
 
-const refuse = (reason: string, decision: Decision | null = null): GateResult => ({ committed: false, reason, decision });
+/** A refusal, with the kind of check that refused it (counted by class, then dropped from the answer). */
+type Answer = GateResult & { readonly refusal?: GateRefusal };
+
+const refuse = (refusal: GateRefusal, reason: string, decision: Decision | null = null): Answer => ({
+  committed: false,
+  reason,
+  decision,
+  refusal,
+});
 
 const VERDICT = /\[VERDICT: (PASS|FAIL)\]/;
 
@@ -48,44 +57,60 @@ const VERDICT = /\[VERDICT: (PASS|FAIL)\]/;
  * `transition_seq` the gate read: if the agent reported meanwhile, the gate loses.
  */
 export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promise<GateResult> {
+  const { refusal, ...answer } = await decide(deps, input);
+  if (answer.committed) deps.metrics?.gateAnswer("committed");
+  else deps.metrics?.gateAnswer("refused", GATE_REASON_CLASS[refusal ?? "lost_race"]);
+  return answer;
+}
+
+async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   const { flags } = deps;
-  if (!flags.autoComplete) return refuse("auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)");
-  if (!flags.engineCas) return refuse("auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)");
+  if (!flags.autoComplete) return refuse("disabled", "auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)");
+  if (!flags.engineCas)
+    return refuse("cas_rolled_back", "auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)");
 
   const job = input.job ?? (await deps.jobs.get(input.jobId));
-  if (!job) return refuse(`job ${input.jobId} does not exist`);
-  if (job.status !== "running") return refuse(`job ${job.job_id} is ${job.status}, not running`);
-  if (job.auto_complete !== true) return refuse(`job ${job.job_id} did not opt in to auto-completion (auto_complete is not true)`);
+  if (!job) return refuse("job_missing", `job ${input.jobId} does not exist`);
+  if (job.status !== "running") return refuse("not_running", `job ${job.job_id} is ${job.status}, not running`);
+  if (job.auto_complete !== true)
+    return refuse("not_opted_in", `job ${job.job_id} did not opt in to auto-completion (auto_complete is not true)`);
   if (!flags.allowedBackends.includes(job.agent)) {
     return refuse(
+      "backend_not_allowed",
       `backend ${JSON.stringify(job.agent)} has no quiescent-state evidence in the allowlist (allowed: ${flags.allowedBackends.join(", ") || "none"})`,
     );
   }
   if (input.reportLocation === undefined) {
-    return refuse("no report location was given, so the gate cannot independently verify the report");
+    return refuse("no_report_location", "no report location was given, so the gate cannot independently verify the report");
   }
   // "Latest" is the job's own `latest_attempt`, written by the dispatch's conditional write.
   const dispatch = job.latest_attempt === undefined ? undefined : await deps.jobs.getDispatch(job.job_id, job.latest_attempt);
-  if (!dispatch) return refuse(`job ${job.job_id} has no recorded dispatch`);
+  if (!dispatch) return refuse("no_dispatch", `job ${job.job_id} has no recorded dispatch`);
 
   // Bind the evidence to the target before anything else reads the scenario:
   // raw values, so a mismatch of value or of type is refused naming the field.
   const scenario = input.scenario as { dispatch_context?: unknown } | null;
   const ctx = typeof scenario === "object" && scenario !== null ? scenario.dispatch_context : undefined;
-  if (typeof ctx !== "object" || ctx === null) return refuse("invalid scenario: dispatch_context is missing or not an object");
+  if (typeof ctx !== "object" || ctx === null)
+    return refuse("context_mismatch", "invalid scenario: dispatch_context is missing or not an object");
   const raw = ctx as Record<string, unknown>;
   if (raw.job_id !== job.job_id) {
-    return refuse(`the scenario's dispatch context names job ${JSON.stringify(raw.job_id)}, which does not match job ${job.job_id}`);
+    return refuse(
+      "context_mismatch",
+      `the scenario's dispatch context names job ${JSON.stringify(raw.job_id)}, which does not match job ${job.job_id}`,
+    );
   }
   // The settle window the policy applies is the scenario's backend's: it must be the job's own.
   if (raw.backend !== job.agent) {
     return refuse(
+      "context_mismatch",
       `dispatch_context.backend is ${JSON.stringify(raw.backend)}, which does not match the job's backend ${JSON.stringify(job.agent)}`,
     );
   }
   for (const field of ["attempt_id", "agent_session_uuid", "pane_process_generation"] as const) {
     if (raw[field] !== dispatch[field]) {
       return refuse(
+        "context_mismatch",
         `dispatch_context.${field} is ${JSON.stringify(raw[field])}, which does not match the latest recorded dispatch (${JSON.stringify(dispatch[field])})`,
       );
     }
@@ -102,18 +127,18 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
     // name, in the same read that re-hashes it.
     ...(job.role === "Reviewer" ? { find: VERDICT } : {}),
   });
-  if (!verification.ok) return refuse(verification.reason);
+  if (!verification.ok) return refuse("report_unverified", verification.reason);
   if (job.role === "Reviewer" && !verification.found) {
-    return refuse("the reviewer's report has no verdict token ([VERDICT: PASS] or [VERDICT: FAIL])");
+    return refuse("no_verdict", "the reviewer's report has no verdict token ([VERDICT: PASS] or [VERDICT: FAIL])");
   }
 
   let decision: Decision;
   try {
     decision = (deps.decide ?? defaultDecide)(input.scenario, { notBefore: dispatch.anchor.started_at });
   } catch (e) {
-    return refuse(`policy error: ${e instanceof Error ? e.message : String(e)}`);
+    return refuse("policy_error", `policy error: ${e instanceof Error ? e.message : String(e)}`);
   }
-  if (decision.decision !== "candidate_approved") return refuse(`the policy holds: ${decision.reason}`, decision);
+  if (decision.decision !== "candidate_approved") return refuse("policy_holds", `the policy holds: ${decision.reason}`, decision);
 
   //   gate: read record (T, E) .. verify .. policy .. commit if seq = T and evidence_seq = E
   //   agent:                 stage / finalize / dispatch: evidence_seq E -> E+1   => the gate loses
@@ -133,7 +158,7 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
     return { committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record };
   } catch (e) {
     if (isMamError(e, "job.") || isMamError(e, "report."))
-      return refuse(`the job moved while the gate was deciding: ${e.message}`, decision);
+      return refuse("lost_race", `the job moved while the gate was deciding: ${e.message}`, decision);
     throw e;
   }
 }

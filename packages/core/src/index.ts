@@ -9,6 +9,7 @@ export * from "./finalize.ts";
 export * from "./forwarding-store.ts";
 export * from "./gate.ts";
 export * from "./memory-stores.ts";
+export * from "./metrics.ts";
 export * from "./notifier.ts";
 export * as policy from "./policy.ts";
 export { type Scenario, ScenarioSchema } from "./policy.ts";

@@ -5,7 +5,7 @@ import type { JobEventLog, JobRecords, OwedNotifications } from "./ports.ts";
 import { JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
 
 /** What a flush touches: the owed notification, the event log (every publish attempt is logged), the record, the broker. */
-export type NotifierDeps = Using<OwedNotifications & JobEventLog & Pick<JobRecords, "get">, "publisher" | "clock" | "ids">;
+export type NotifierDeps = Using<OwedNotifications & JobEventLog & Pick<JobRecords, "get">, "publisher" | "clock" | "ids" | "metrics">;
 
 /**
  * Notifications are durable intents: committed with the state in the same
@@ -80,9 +80,12 @@ export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promis
   const payload = notificationPayload(record, intent);
   const body = JSON.stringify(payload);
   let error: MamError | undefined;
+  // A monotonic timer, not deps.clock: the latency is measured, never decided on.
+  const started = performance.now();
   try {
     await deps.publisher.publish(jobTopic(record.job_id), body);
     await deps.publisher.publish(FAN_IN_TOPIC, body);
+    deps.metrics?.publishLatency(performance.now() - started);
   } catch (e) {
     error = asPublishError(e);
   }
@@ -97,8 +100,13 @@ export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promis
       ...(error ? { error: error.message, code: error.code } : {}),
     },
   });
-  if (error) return { outcome: "failed", intent, error };
+  if (error) {
+    deps.metrics?.intent("failed");
+    return { outcome: "failed", intent, error };
+  }
   const settled = await deps.jobs.settleNotification(record.job_id, intent.id);
+  // Settled here, or by a peer meanwhile (a newer intent survives): this one is delivered either way.
+  deps.metrics?.intent("settled");
   return { outcome: "sent", intent, settled };
 }
 
@@ -221,6 +229,7 @@ export async function recoverNotifications(deps: NotifierDeps, opts: RecoverOpti
   if (!Number.isInteger(graceMs) || graceMs < 0)
     throw new MamError("internal", `the sweep's grace must be whole milliseconds >= 0, not ${graceMs}`);
   const owed = await deps.jobs.listOwed(opts.limit ?? 1000, { dueBy: new Date(now.getTime() - graceMs).toISOString() });
+  deps.metrics?.oldestOwedIntentAge(oldestAgeSeconds(owed, now));
   const results: IntentOutcome[] = [];
   let stopped = false;
   for (const record of owed) {
@@ -308,10 +317,25 @@ async function recoverOne(
   }
   if (!written) return { ...base, outcome: "failed", error: reported, failures };
   if (quarantine) {
+    deps.metrics?.intent("quarantined");
     log?.({ level: "warn", event: "notification_quarantined", job_id: record.job_id, intent_id: intent.id, failures, error: reported });
     return { ...base, outcome: "quarantined", error: reported, failures };
   }
   return { ...base, outcome: "failed", error: reported, failures, retry_at: retryAt };
+}
+
+/**
+ * The age of the oldest intent among those owed and due (`created_at`, whatever its
+ * retries since), in whole seconds; 0 when none is owed. Quarantined intents are
+ * counted apart (IntentsQuarantined) and listed by the operator's own query.
+ */
+function oldestAgeSeconds(owed: readonly JobRecord[], now: Date): number {
+  let oldest = now.getTime();
+  for (const record of owed) {
+    const at = Date.parse(String(record.pending_notification?.created_at ?? ""));
+    if (Number.isFinite(at) && at < oldest) oldest = at;
+  }
+  return Math.floor((now.getTime() - oldest) / 1000);
 }
 
 /** What the payload and the topic read: an owed record the sweep cannot read is a failure of its own, never a publish. */
