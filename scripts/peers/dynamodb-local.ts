@@ -17,6 +17,8 @@ import { DynamoDBStreamsClient } from "@aws-sdk/client-dynamodb-streams";
 
 const REGION = "us-east-1";
 const CREDENTIALS = { accessKeyId: "local", secretAccessKey: "local" };
+/** How long a started JVM may take to bind its port before the start counts as failed. */
+const READY_WITHIN_MS = 30_000;
 
 export interface DynamoDbLocal {
   readonly endpoint: string;
@@ -105,20 +107,30 @@ export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<
   const endpoint = `http://127.0.0.1:${port}`;
   const client = new DynamoDBClient({ endpoint, region: REGION, credentials: CREDENTIALS });
   const streams = new DynamoDBStreamsClient({ endpoint, region: REGION, credentials: CREDENTIALS });
-  // The configuration is printed just before the listener binds: the first request may
-  // be refused. Each retry follows a refusal (an event), at most 50 of them.
-  for (let attempt = 0; ; attempt++) {
+  // The configuration is printed just before the listener binds, and the JVM says
+  // nothing once it has bound: until then a request is refused at once. Each retry
+  // follows a refusal, a few milliseconds apart, until it answers, the process exits,
+  // or READY_WITHIN_MS have passed (a loaded machine binds late, not never).
+  const deadline = Date.now() + READY_WITHIN_MS;
+  for (;;) {
     try {
       await client.send(new ListTablesCommand({ Limit: 1 }));
       break;
     } catch (e) {
-      if (attempt >= 50) {
+      if (child.exitCode !== null || Date.now() > deadline) {
         child.kill("SIGKILL");
-        throw e;
+        client.destroy();
+        streams.destroy();
+        throw new Error(`DynamoDB Local did not answer on ${endpoint} within ${READY_WITHIN_MS} ms: ${String(e)}`);
       }
-      await new Promise((r) => setImmediate(r));
+      await new Promise((r) => setTimeout(r, 20));
     }
   }
+  // Never outlive the process that started it, whatever way that process ends.
+  const killOnExit = (): void => {
+    if (child.exitCode === null) child.kill("SIGKILL");
+  };
+  process.once("exit", killOnExit);
   return {
     endpoint,
     client,
@@ -126,6 +138,7 @@ export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<
     async close() {
       client.destroy();
       streams.destroy();
+      process.off("exit", killOnExit);
       if (child.exitCode === null) child.kill("SIGTERM");
       await exited;
     },

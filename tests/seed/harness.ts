@@ -21,6 +21,7 @@ import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { type Subscription, subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
+import { runsBackend } from "../support/test-env.ts";
 
 export interface SeedBackend {
   readonly name: string;
@@ -268,8 +269,9 @@ export async function s3Objects(client: S3Client, bucket: string): Promise<Map<s
 }
 
 /**
- * DynamoDB (dynalite) + S3 (s3rver) + IoT Core (the HTTP stand-in onto aedes). The
- * peers start once per test file; each backend gets a table and a bucket of its own.
+ * DynamoDB (dynalite, or DynamoDB Local: MAM_DYNAMODB_PEER) + S3 (s3rver) + IoT Core
+ * (the HTTP stand-in onto aedes). The peers start once per test file; each backend
+ * gets a table and a bucket of its own.
  */
 let awsPeers: Promise<AwsPeers> | undefined;
 function sharedAwsPeers(): Promise<AwsPeers> {
@@ -367,9 +369,10 @@ export const BACKENDS: readonly BackendEntry[] = [
 /**
  * `describe(title)` once per backend, with a fresh backend for each test (made before,
  * closed after). `body` receives a getter for the current test's backend.
+ * With `MAM_TEST_BACKENDS=aws` (the aws-engine tier) only the AWS backend's are declared.
  */
 export function describeBackends(title: string, body: (backend: () => SeedBackend) => void): void {
-  for (const entry of BACKENDS) {
+  for (const entry of BACKENDS.filter((b) => runsBackend(b.name === "aws" ? "aws" : "embedded"))) {
     describe(`${title} [${entry.name}]`, () => {
       let current: SeedBackend | undefined;
       beforeEach(async () => {
