@@ -9,13 +9,14 @@
  * `.serverless/` as it starts; `.build/` is rebuilt, as `npm run package` does).
  */
 import { spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DOCS_ASSETS } from "@mam/api";
 import { JOB_TABLE_DEFINITION } from "@mam/aws";
 import { parseConfig } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempDirSync } from "../support/temp-dir.ts";
+import { runPackage as runPackageInto } from "./run-package.ts";
 import { zipEntries } from "./zip-entries.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
@@ -40,19 +41,9 @@ interface PolicyDocument {
   readonly Statement: readonly Statement[];
 }
 
-/** Run the packaging script; the template it wrote and where the artifacts are. */
+/** Run the packaging script (run-package.ts, shared with tests/engine/cfn-lint.test.ts); the template it wrote. */
 function runPackage(outDir: string, args: readonly string[]): { template: Template; output: string } {
-  const run = spawnSync(process.execPath, [join(ROOT, "scripts", "package.mjs"), "--package", outDir, ...args], {
-    cwd: ROOT,
-    encoding: "utf8",
-    // Offline and without credentials: nothing from the caller's AWS setup leaks in.
-    env: { PATH: process.env.PATH ?? "", HOME: outDir, NO_COLOR: "1", AWS_SDK_LOAD_CONFIG: "0" },
-    timeout: 240_000,
-  });
-  const output = `${run.stdout}\n${run.stderr}`;
-  if (run.status !== 0) throw new Error(`npm run package failed (${run.status ?? run.signal}):\n${output}`);
-  const template = JSON.parse(readFileSync(join(outDir, "cloudformation-template-update-stack.json"), "utf8")) as Template;
-  return { template, output };
+  return runPackageInto<Template>(outDir, args);
 }
 
 /** An intrinsic function as the string it evaluates to, with `<Ref>` / `<Resource.Attr>` standing for what only CloudFormation knows. */
