@@ -25,7 +25,6 @@ let seq = 0;
 
 beforeAll(async () => {
   peer = await startDynamoPeer();
-  if (peer.engine === "dynamodb-local") console.log(`[dynamo-peer] DynamoDB Local started in ${dynamoDbLocalStartsMs.join(", ")} ms`);
 });
 afterAll(async () => {
   await peer?.close();
@@ -51,6 +50,27 @@ describe(`the DynamoDB peer (${DYNAMODB_PEER})`, () => {
     expect(peer.engine).toBe(DYNAMODB_PEER);
     expect(peer.gaps).toEqual(DYNAMO_GAPS[peer.engine]);
     expect(peer.streams === undefined).toBe(peer.gaps.noStreams);
+  });
+
+  it("DynamoDB Local: handles open at once share the file's one instance, each with its own client; dynalite: a server per handle", async () => {
+    const name = await table();
+    const second = await startDynamoPeer();
+    try {
+      expect(second.client).not.toBe(peer.client);
+      if (peer.engine === "dynamodb-local") {
+        expect(second.endpoint).toBe(peer.endpoint);
+        expect(dynamoDbLocalStartsMs).toHaveLength(1);
+        // The second handle sees the first's table: one database.
+        expect((await second.client.send(new ListTablesCommand({}))).TableNames).toContain(name);
+      } else {
+        expect(second.endpoint).not.toBe(peer.endpoint);
+        expect(dynamoDbLocalStartsMs).toEqual([]);
+      }
+    } finally {
+      await second.close();
+    }
+    // Closing the second leaves the first working.
+    expect((await peer.client.send(new ListTablesCommand({}))).TableNames).toContain(name);
   });
 
   it("a failed condition with ReturnValuesOnConditionCheckFailure: ALL_OLD carries the item, unless noItemOnConditionFailure", async () => {
