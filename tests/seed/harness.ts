@@ -275,16 +275,22 @@ export async function s3Objects(client: S3Client, bucket: string): Promise<Map<s
  */
 let awsPeers: Promise<AwsPeers> | undefined;
 function sharedAwsPeers(): Promise<AwsPeers> {
-  if (awsPeers === undefined) {
-    awsPeers = startAwsPeers();
-    afterAll(async () => {
-      const peers = await awsPeers;
-      awsPeers = undefined;
-      await peers?.close();
-    });
-  }
+  awsPeers ??= startAwsPeers();
   return awsPeers;
 }
+
+/**
+ * Close the file's AWS peers, if it started them. Registered once per file by
+ * `describeBackends`, as the file is collected: an `afterAll` registered while a
+ * hook runs (where the peers start) is never run, and the peers (a DynamoDB Local
+ * JVM among them) would outlive the file.
+ */
+async function closeSharedAwsPeers(): Promise<void> {
+  const peers = awsPeers;
+  awsPeers = undefined;
+  await (await peers)?.close();
+}
+let closeRegistered = false;
 
 async function makeAws(): Promise<SeedBackend> {
   const peers = await sharedAwsPeers();
@@ -372,6 +378,10 @@ export const BACKENDS: readonly BackendEntry[] = [
  * With `MAM_TEST_BACKENDS=aws` (the aws-engine tier) only the AWS backend's are declared.
  */
 export function describeBackends(title: string, body: (backend: () => SeedBackend) => void): void {
+  if (!closeRegistered) {
+    closeRegistered = true;
+    afterAll(closeSharedAwsPeers);
+  }
   for (const entry of BACKENDS.filter((b) => runsBackend(b.name === "aws" ? "aws" : "embedded"))) {
     describe(`${title} [${entry.name}]`, () => {
       let current: SeedBackend | undefined;
