@@ -263,7 +263,9 @@ function raceSuite(name: string, open: () => Promise<Backend>): void {
       const t0 = performance.now();
       pool = await RacerPool.start(backend.target);
       startupMs = performance.now() - t0;
-    }, 120_000);
+      // Bounds, not speed goals (those live in bench/): on 2 shared cores under load,
+      // DynamoDB Local took up to 98 s to start and the 32 workers 38 s.
+    }, 300_000);
     afterAll(async () => {
       await pool?.close();
       await backend?.close();
@@ -307,7 +309,9 @@ function raceSuite(name: string, open: () => Promise<Backend>): void {
       expect(reports.flatMap((r) => r.anomalies)).toEqual([]);
       expect(reports.filter((r) => r.winner !== undefined)).toHaveLength(TRIALS);
       expect(Object.values(codes).reduce((a, b) => a + b, 0)).toBe(TRIALS * (WORKERS - 1));
-    }, 240_000);
+      // 150 s for the 100 trials on DynamoDB Local at a load average of 14; dynalite's
+      // passed 240 s at a load average of 35. A bound for a shared machine, not a goal.
+    }, 600_000);
   });
 }
 
