@@ -188,7 +188,7 @@ async function dynamoDbLocalHandle(): Promise<DynamoPeer> {
  * A DynamoDB peer on the engine `MAM_DYNAMODB_PEER` names: every test that needs
  * DynamoDB starts it here. On dynalite each call is a server of its own (in-process,
  * instant); on DynamoDB Local the handles open at once in one file share one JVM
- * (11 to 14 s to start on this loaded machine), each with clients of its own.
+ * (2.6 to 14 s to start here, by the machine's load), each with clients of its own.
  * Callers keep their table names apart: a shared instance holds every handle's tables.
  */
 export function startDynamoPeer(): Promise<DynamoPeer> {
