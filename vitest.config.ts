@@ -3,8 +3,10 @@ import { configDefaults, defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["tests/**/*.test.ts"],
+    // tests/engine/ needs AWS's own engines (Java for DynamoDB Local, cfn-lint): the
+    // `test:aws-engine` tier runs it (vitest.engine.config.ts); `npm test` needs neither.
     // The long ones (tests/reliability) run in their own tier only: npm run test:reliability sets MAM_RELIABILITY.
-    exclude: [...configDefaults.exclude, ...(process.env.MAM_RELIABILITY ? [] : ["tests/reliability/**"])],
+    exclude: [...configDefaults.exclude, "tests/engine/**", ...(process.env.MAM_RELIABILITY ? [] : ["tests/reliability/**"])],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: "forks",

@@ -17,6 +17,25 @@ import { DynamoDBStreamsClient } from "@aws-sdk/client-dynamodb-streams";
 
 const REGION = "us-east-1";
 const CREDENTIALS = { accessKeyId: "local", secretAccessKey: "local" };
+/** How long a started JVM may take to bind its port before the start counts as failed. */
+const READY_WITHIN_MS = 30_000;
+const JAVA_NEEDED = "DynamoDB Local needs Java 17 or newer on PATH (Debian: apt-get install default-jre-headless)";
+/** The watchdog's exit status when there is no `java` on PATH. */
+const NO_JAVA = 127;
+/**
+ * `sh -c WATCHDOG dynamodb-local <java args>`: start Java in the background (its own
+ * stdin /dev/null, without the watchdog's), then block reading our pipe (kept as fd 3:
+ * a background job's stdin is /dev/null); end of input, whether we closed it or died,
+ * sends Java SIGTERM. Exits with Java's status; 127 when there is no java.
+ */
+const WATCHDOG = [
+  `command -v java >/dev/null 2>&1 || exit ${NO_JAVA}`,
+  "exec 3<&0",
+  'java "$@" </dev/null 3<&- &',
+  "j=$!",
+  '{ cat <&3 >/dev/null; kill "$j" 2>/dev/null; } &',
+  'wait "$j"',
+].join("\n");
 
 export interface DynamoDbLocal {
   readonly endpoint: string;
@@ -59,13 +78,9 @@ function started(child: ChildProcess): Promise<void> {
         resolve();
       }
     };
-    const onExit = (code: number | null): void => reject(new Error(`DynamoDB Local exited (code ${code}) before it started:\n${out}`));
-    const onError = (err: NodeJS.ErrnoException): void =>
-      reject(
-        err.code === "ENOENT"
-          ? new Error("DynamoDB Local needs Java 17 or newer on PATH (Debian: apt-get install default-jre-headless)")
-          : err,
-      );
+    const onExit = (code: number | null): void =>
+      reject(code === NO_JAVA ? new Error(JAVA_NEEDED) : new Error(`DynamoDB Local exited (code ${code}) before it started:\n${out}`));
+    const onError = (err: NodeJS.ErrnoException): void => reject(err);
     child.stdout?.on("data", onData);
     child.stderr?.on("data", (chunk: Buffer) => {
       out += chunk.toString("utf8");
@@ -79,9 +94,16 @@ function started(child: ChildProcess): Promise<void> {
 export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<DynamoDbLocal> {
   const dir = dynamoDbLocalDir();
   const port = opts.port ?? (await freePort());
+  // Through a small sh watchdog: Java runs as its child, and the watchdog kills it
+  // when our end of its stdin closes, that is on close(), or when this process ends
+  // in any way (a signal included, where no "exit" handler would run). The JVM
+  // never outlives the test process that started it.
   const child = spawn(
-    "java",
+    "/bin/sh",
     [
+      "-c",
+      WATCHDOG,
+      "dynamodb-local",
       `-Djava.library.path=${path.join(dir, "DynamoDBLocal_lib")}`,
       "-jar",
       path.join(dir, "DynamoDBLocal.jar"),
@@ -91,13 +113,16 @@ export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<
       "-port",
       String(port),
     ],
-    { stdio: ["ignore", "pipe", "pipe"] },
+    { stdio: ["pipe", "pipe", "pipe"] },
   );
+  const stop = (): void => {
+    child.stdin?.destroy();
+  };
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   try {
     await started(child);
   } catch (e) {
-    child.kill("SIGKILL");
+    stop();
     throw e;
   }
   child.stdout?.resume();
@@ -105,20 +130,23 @@ export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<
   const endpoint = `http://127.0.0.1:${port}`;
   const client = new DynamoDBClient({ endpoint, region: REGION, credentials: CREDENTIALS });
   const streams = new DynamoDBStreamsClient({ endpoint, region: REGION, credentials: CREDENTIALS });
-  // The configuration is printed just before the listener binds: the first request may
-  // be refused. It is asked again 50 ms after each refusal, for at most 20 s: on a loaded
-  // machine the JVM can take seconds between printing and binding.
-  const deadline = Date.now() + 20_000;
+  // The configuration is printed just before the listener binds, and the JVM says
+  // nothing once it has bound: until then a request is refused at once. Each retry
+  // follows a refusal, a few milliseconds apart, until it answers, the process exits,
+  // or READY_WITHIN_MS have passed (a loaded machine binds late, not never).
+  const deadline = Date.now() + READY_WITHIN_MS;
   for (;;) {
     try {
       await client.send(new ListTablesCommand({ Limit: 1 }));
       break;
     } catch (e) {
-      if (Date.now() > deadline) {
-        child.kill("SIGKILL");
-        throw e;
+      if (child.exitCode !== null || Date.now() > deadline) {
+        stop();
+        client.destroy();
+        streams.destroy();
+        throw new Error(`DynamoDB Local did not answer on ${endpoint} within ${READY_WITHIN_MS} ms: ${String(e)}`);
       }
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, 20));
     }
   }
   return {
@@ -128,7 +156,7 @@ export async function startDynamoDbLocal(opts: { port?: number } = {}): Promise<
     async close() {
       client.destroy();
       streams.destroy();
-      if (child.exitCode === null) child.kill("SIGTERM");
+      stop();
       await exited;
     },
   };

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll } from "vitest";
 import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
+import { DYNAMODB_PEER } from "../support/aws-peers.ts";
 import { apiBoundsSuite } from "./bounds.suite.ts";
 import { apiRoutesSuite } from "./routes.suite.ts";
 
@@ -11,5 +12,6 @@ afterAll(async () => {
   await peers?.close();
 });
 
-apiRoutesSuite("the AWS adapters (DynamoDB on dynalite, S3 on s3rver, IoT Core through the stand-in)", (opts) => peers.ports(opts));
-apiBoundsSuite("the AWS adapters (DynamoDB on dynalite, S3 on s3rver, IoT Core through the stand-in)", (opts) => peers.ports(opts));
+const TITLE = `the AWS adapters (DynamoDB on ${DYNAMODB_PEER}, S3 on s3rver, IoT Core through the stand-in)`;
+apiRoutesSuite(TITLE, (opts) => peers.ports(opts));
+apiBoundsSuite(TITLE, (opts) => peers.ports(opts));

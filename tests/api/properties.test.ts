@@ -29,7 +29,9 @@ import {
   wrongType,
 } from "../support/adversarial.ts";
 import { type AwsPeers, type AwsPorts, startAwsPeers } from "../support/aws-backend.ts";
+import { DYNAMODB_PEER } from "../support/aws-peers.ts";
 import { type LocalPorts, localPorts } from "../support/local-backend.ts";
+import { runsBackend } from "../support/test-env.ts";
 import {
   type ApiPorts,
   CANDIDATE_DISPATCH,
@@ -44,7 +46,7 @@ import {
 /**
  * The property suite (issue 8): arbitrary and adversarial requests on every route
  * that takes input, with agent and operator tokens, on the embedded backend (SQLite
- * and files) and the AWS one (DynamoDB on dynalite, S3 on s3rver). For every
+ * and files) and the AWS one (DynamoDB on dynalite or DynamoDB Local, S3 on s3rver). For every
  * generated request:
  *  1. never a 5xx; every 4xx is application/problem+json with a `detail`;
  *  2. every refusal leaves the stores as they were: every row and every report byte
@@ -1683,7 +1685,7 @@ function queryOf(params: readonly (readonly [string, string])[], rawEncoding: bo
   return params.map(([k, v]) => `${percent(k, keep)}=${percent(v, keep)}`).join("&");
 }
 
-propertySuite(() => sqlite, "the embedded backend (SQLite, files)");
+if (runsBackend("embedded")) propertySuite(() => sqlite, "the embedded backend (SQLite, files)");
 
 let peers: AwsPeers | undefined;
 const aws = awsBackend(() => {
@@ -1697,5 +1699,5 @@ describe("the AWS backend", () => {
   afterAll(async () => {
     await peers?.close();
   });
-  propertySuite(() => aws, "the AWS backend (DynamoDB on dynalite, S3 on s3rver)");
+  propertySuite(() => aws, `the AWS backend (DynamoDB on ${DYNAMODB_PEER}, S3 on s3rver)`);
 });

@@ -1,9 +1,11 @@
 import {
   ConditionalCheckFailedException,
   DescribeTableCommand,
+  DynamoDBClient,
   ProvisionedThroughputExceededException,
   PutItemCommand,
   QueryCommand,
+  UpdateItemCommand,
 } from "@aws-sdk/client-dynamodb";
 import { marshall } from "@aws-sdk/util-dynamodb";
 import {
@@ -28,23 +30,25 @@ import {
   TransitionConflict,
 } from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
+import { type DynamoPeer, startDynamoPeer } from "../support/aws-peers.ts";
+import { deadPort } from "../support/dead-port.ts";
 import { jobRecord } from "../support/records.ts";
 import { rejection } from "../support/rejection.ts";
 
-let peer: DynalitePeer;
+/** dynalite, or DynamoDB Local (MAM_DYNAMODB_PEER): where they differ, each test says what each shows. */
+let peer: DynamoPeer;
 let counter: RequestCounter;
 let tableSeq = 0;
 
 beforeAll(async () => {
-  peer = await startDynalite();
+  peer = await startDynamoPeer();
   counter = countRequests(peer.client);
 });
 afterAll(async () => {
   await peer.close();
 });
 
-/** A fresh table per test: tests share one dynalite, never each other's rows. */
+/** A fresh table per test: tests share one peer, never each other's rows. */
 async function freshStore(): Promise<DynamoJobStore> {
   const tableName = `mam-jobs-${++tableSeq}`;
   await createJobTable(peer.client, tableName);
@@ -80,9 +84,16 @@ describe("createJobTable", () => {
       expect(indexes[g.IndexName]?.Projection).toEqual({ ProjectionType: "ALL" });
     }
     expect(Object.keys(indexes).sort()).toEqual(["all", "by-status", "owed"]);
-    // Peer limitation, stated: dynalite accepts the StreamSpecification and keeps no
-    // stream (locally the change relay stands in for DynamoDB Streams).
-    expect(Table?.StreamSpecification).toBeUndefined();
+    // DynamoDB Local keeps the stream, as DynamoDB does. dynalite accepts the
+    // StreamSpecification and keeps no stream (gaps.noStreams; locally the change
+    // relay stands in for DynamoDB Streams).
+    if (peer.gaps.noStreams) {
+      expect(Table?.StreamSpecification).toBeUndefined();
+      expect(Table?.LatestStreamArn).toBeUndefined();
+    } else {
+      expect(Table?.StreamSpecification).toEqual({ StreamEnabled: true, StreamViewType: "NEW_AND_OLD_IMAGES" });
+      expect(Table?.LatestStreamArn).toMatch(/:table\/mam-jobs-def\/stream\//);
+    }
   });
 
   it("is idempotent: an existing table is left as it is", async () => {
@@ -175,10 +186,11 @@ describe("DynamoJobStore: transition", () => {
     expect((err as TransitionConflict).code).toBe("job.transitionConflict");
     expect((err as TransitionConflict).current).toEqual(before);
     expect(await store.get("job-1")).toEqual(before);
-    // Peer limitation, stated: dynalite returns no `Item` with the failed condition
-    // (ReturnValuesOnConditionCheckFailure), so the store reads the record once more.
-    // On DynamoDB the conflict costs the one UpdateItem.
-    expect(cost).toEqual({ UpdateItemCommand: 1, GetItemCommand: 1 });
+    // DynamoDB (and DynamoDB Local) hands back the record the write lost to
+    // (ReturnValuesOnConditionCheckFailure: ALL_OLD): the conflict costs the one
+    // UpdateItem. dynalite returns no `Item` (gaps.noItemOnConditionFailure), so the
+    // store reads the record once more.
+    expect(cost).toEqual(peer.gaps.noItemOnConditionFailure ? { UpdateItemCommand: 1, GetItemCommand: 1 } : { UpdateItemCommand: 1 });
   });
 
   it("refuses a status the change does not allow, naming it (job.transitionRefused)", async () => {
@@ -475,18 +487,23 @@ describe("DynamoJobStore: list", () => {
 
 describe("DynamoJobStore: failures", () => {
   it("an unreachable table is a retryable store.unavailable", async () => {
-    const gone = await startDynalite();
-    const tableName = "mam-jobs-gone";
-    await createJobTable(gone.client, tableName);
-    const store = new DynamoJobStore({ client: gone.client, tableName });
-    await store.create(job("job-1"));
-    await gone.close();
-    const err = await rejection(store.get("job-1"));
-    expect(err).toBeInstanceOf(MamError);
-    expect((err as MamError).code).toBe("store.unavailable");
-    expect((err as MamError).retryable).toBe(true);
-    const err2 = await rejection(store.transition("job-1", 0, { from: ["pending"], set: { status: "running" } }));
-    expect((err2 as MamError).code).toBe("store.unavailable");
+    // The table's endpoint gone: a client aimed at a port nobody answers on.
+    const client = new DynamoDBClient({
+      endpoint: `http://127.0.0.1:${await deadPort()}`,
+      region: "us-east-1",
+      credentials: { accessKeyId: "local", secretAccessKey: "local" },
+    });
+    try {
+      const store = new DynamoJobStore({ client, tableName: "mam-jobs-gone" });
+      const err = await rejection(store.get("job-1"));
+      expect(err).toBeInstanceOf(MamError);
+      expect((err as MamError).code).toBe("store.unavailable");
+      expect((err as MamError).retryable).toBe(true);
+      const err2 = await rejection(store.transition("job-1", 0, { from: ["pending"], set: { status: "running" } }));
+      expect((err2 as MamError).code).toBe("store.unavailable");
+    } finally {
+      client.destroy();
+    }
   });
 
   it("throttling is a retryable store.unavailable; a validation fault is not retryable", () => {
@@ -525,8 +542,28 @@ describe("the job item layout (job-item.ts)", () => {
 });
 
 describe("the record a lost write comes back with (DynamoDB's ALL_OLD)", () => {
-  // dynalite never returns it (see the conflict test above), so the translation is
-  // pinned here on the SDK's own exception, shaped as DynamoDB sends it.
+  it("comes back from the engine on a failed condition and reads as the stored record (DynamoDB Local); dynalite sends none", async () => {
+    const store = await freshStore();
+    const stored = job("job-1", { status: "running", transition_seq: 4, progress: { big: 2 ** 60, list: [1.5] } });
+    await store.create(stored);
+    const err = await rejection(
+      peer.client.send(
+        new UpdateItemCommand({
+          TableName: store.tableName,
+          Key: { pk: { S: "JOB#job-1" }, sk: { S: "JOB" } },
+          UpdateExpression: "SET transition_seq = :next",
+          ConditionExpression: "transition_seq = :stale",
+          ExpressionAttributeValues: { ":next": { N: "1" }, ":stale": { N: "0" } },
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+        }),
+      ),
+    );
+    expect(err).toBeInstanceOf(ConditionalCheckFailedException);
+    expect(recordFromConditionFailure(err)).toEqual(peer.gaps.noItemOnConditionFailure ? undefined : stored);
+  });
+
+  // The translation on the SDK's own exception, shaped as DynamoDB sends it: on
+  // every engine, whatever it returns.
   it("is unmarshalled and stripped of key attributes", () => {
     const err = new ConditionalCheckFailedException({
       message: "The conditional request failed",

@@ -6,21 +6,22 @@ import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@ma
 import { guardJobStore } from "@mam/core";
 import { startEmbeddedBroker } from "@mam/local";
 import { afterAll, beforeAll } from "vitest";
-import { type DynalitePeer, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
+import { DYNAMODB_PEER, type DynamoPeer, type S3rverPeer, startDynamoPeer, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { publisherContract } from "./publisher.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
 
-// One dynalite and one s3rver for the file; every store the suites make gets a
-// table (or bucket) of its own, so each test starts empty.
-let dynamo: DynalitePeer;
+// One DynamoDB peer (dynalite, or DynamoDB Local: MAM_DYNAMODB_PEER) and one s3rver
+// for the file; every store the suites make gets a table (or bucket) of its own, so
+// each test starts empty.
+let dynamo: DynamoPeer;
 let s3: S3rverPeer;
 let seq = 0;
 
 beforeAll(async () => {
-  [dynamo, s3] = await Promise.all([startDynalite(), startS3rver()]);
+  [dynamo, s3] = await Promise.all([startDynamoPeer(), startS3rver()]);
 });
 afterAll(async () => {
   await Promise.all([dynamo?.close(), s3?.close()]);
@@ -28,7 +29,7 @@ afterAll(async () => {
 
 // ---------------------------------------------------------------- JobStore
 
-jobStoreContract("DynamoDB (dynalite)", async () => {
+jobStoreContract(`DynamoDB (${DYNAMODB_PEER})`, async () => {
   const tableName = `mam-contract-${++seq}`;
   await createJobTable(dynamo.client, tableName);
   return {

@@ -1,7 +1,7 @@
 /**
  * What an operation costs, on both backends, measured on real peers:
  *
- * - DynamoDB and S3 (dynalite, s3rver): requests, counted by `countRequests` on the
+ * - DynamoDB and S3 (dynalite or DynamoDB Local, s3rver): requests, counted by `countRequests` on the
  *   SDK clients (one count per HTTP attempt, retries included); items read, counted
  *   by a middleware of this file that looks at every response of a read command
  *   (GetItem, BatchGetItem, Query, Scan) and adds up the items in it.
@@ -35,9 +35,11 @@ import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobSto
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readyJob } from "../seed/scenario.ts";
 import { type AwsPeers, type AwsPorts, startAwsPeers } from "../support/aws-backend.ts";
+import { DYNAMODB_PEER, type DynamoEngine } from "../support/aws-peers.ts";
 import { jobRecord } from "../support/records.ts";
 import { countingConnection } from "../support/sqlite-rows-read.ts";
 import { tempDir } from "../support/temp-dir.ts";
+import { runsBackend } from "../support/test-env.ts";
 
 /** The gate may commit: MAM_AUTO_COMPLETE=1 (CAS on, the evidence-backed allowlist). */
 const FLAGS = parseFlags({ MAM_AUTO_COMPLETE: "1" });
@@ -199,7 +201,17 @@ async function readyReviewer(deps: Deps) {
 
 // ---------------------------------------------------------------- DynamoDB + S3 + IoT Core
 
-describe("cost per operation: DynamoDB (dynalite), S3 (s3rver), IoT Core (stand-in onto aedes)", () => {
+/**
+ * What a losing transition costs, per engine. DynamoDB hands back the record a write
+ * lost to (`ReturnValuesOnConditionCheckFailure: ALL_OLD`), so losing is the one
+ * UpdateItem; dynalite returns no item, so the store reads it: one GetItem more.
+ */
+const LOST_TRANSITION: Record<DynamoEngine, Record<string, number>> = {
+  dynalite: { UpdateItemCommand: 1, GetItemCommand: 1 },
+  "dynamodb-local": { UpdateItemCommand: 1 },
+};
+
+describe(`cost per operation: DynamoDB (${DYNAMODB_PEER}), S3 (s3rver), IoT Core (stand-in onto aedes)`, () => {
   let peers: AwsPeers;
   let dynamo: RequestCounter;
   let s3: RequestCounter;
@@ -252,8 +264,8 @@ describe("cost per operation: DynamoDB (dynalite), S3 (s3rver), IoT Core (stand-
     expect(dynamo.total).toBe(1);
     expect(dynamo.byCommand).toEqual({ UpdateItemCommand: 1 });
 
-    // Losing costs one more on dynalite: it returns no item with a failed condition,
-    // so the store reads the record it lost to (real DynamoDB hands it back: ALL_OLD).
+    // Losing: one UpdateItem where the engine hands back the record it lost to
+    // (ALL_OLD), one GetItem more where it does not (dynalite): LOST_TRANSITION.
     reset();
     await expect(
       transitionJob(deps, job.job_id, { action: "cancel", expectedSeq: claimed.transition_seq }, OPERATOR),
@@ -261,8 +273,9 @@ describe("cost per operation: DynamoDB (dynalite), S3 (s3rver), IoT Core (stand-
       code: "job.transitionConflict",
     });
     const lost = { ...dynamo.byCommand };
-    expect(lost).toEqual({ UpdateItemCommand: 1, GetItemCommand: 1 });
-    note("dynamodb", "transition", { committed: { UpdateItemCommand: 1 }, lostOnDynalite: lost });
+    expect(peers.dynamo.gaps.noItemOnConditionFailure).toBe(peers.dynamo.engine === "dynalite");
+    expect(lost).toEqual(LOST_TRANSITION[peers.dynamo.engine]);
+    note(`dynamodb (${peers.dynamo.engine})`, "transition", { committed: { UpdateItemCommand: 1 }, lost });
   });
 
   it("a gate evaluation that commits makes at most 4 DynamoDB and 3 S3 requests, a Reviewer's verdict token included", async () => {
@@ -333,7 +346,12 @@ describe("cost per operation: DynamoDB (dynalite), S3 (s3rver), IoT Core (stand-
 
 // ---------------------------------------------------------------- SQLite + files + MQTT
 
-describe("cost per operation: SQLite, files, MQTT (aedes)", () => {
+/** Declared only when the run includes the embedded backend (MAM_TEST_BACKENDS, tests/support/test-env.ts). */
+function describeEmbedded(title: string, body: () => void): void {
+  if (runsBackend("embedded")) describe(title, body);
+}
+
+describeEmbedded("cost per operation: SQLite, files, MQTT (aedes)", () => {
   let dir: string;
   let broker: EmbeddedBroker;
   let credentials: { username: string; password: string };

@@ -37,7 +37,7 @@ async function seedFromImages(table: string, event: DynamoDBStreamEvent): Promis
   for (const r of event.Records) {
     const image = r.dynamodb?.NewImage;
     if (image === undefined) continue;
-    await peers.dynalite.client.send(new PutItemCommand({ TableName: table, Item: image as Record<string, AttributeValue> }));
+    await peers.dynamo.client.send(new PutItemCommand({ TableName: table, Item: image as Record<string, AttributeValue> }));
   }
 }
 

@@ -1,6 +1,7 @@
 /**
  * What the Lambda handler tests share: the real local peers the functions talk to
- * (dynalite, s3rver, an MQTT broker behind the IoT stand-in), the environment the
+ * (a DynamoDB peer: dynalite, or DynamoDB Local with MAM_DYNAMODB_PEER; s3rver; an
+ * MQTT broker behind the IoT stand-in), the environment the
  * composition root reads to reach them, recorded Lambda events from
  * fixtures/lambda/, and an SSM stand-in for the signing key.
  */
@@ -13,11 +14,11 @@ import { createJobTable, DynamoJobStore } from "@mam/aws";
 import { guardJobStore, type JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import type { Context } from "aws-lambda";
-import { type DynalitePeer, type IotStandIn, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
+import { type DynamoPeer, type IotStandIn, type S3rverPeer, startDynamoPeer, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
-/** s3rver's own keys; dynalite and the IoT stand-in accept any signature. */
+/** s3rver's own keys; the DynamoDB peers and the IoT stand-in accept any signature. */
 export const CREDENTIALS = { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" } as const;
 export const REGION = "us-east-1";
 export const SIGNING_KEY = "test-signing-key-0123456789abcdef-0123456789";
@@ -28,7 +29,7 @@ export function lambdaFixture<T>(name: string): T {
 }
 
 export interface Peers {
-  readonly dynalite: DynalitePeer;
+  readonly dynamo: DynamoPeer;
   readonly s3: S3rverPeer;
   readonly broker: EmbeddedBroker;
   readonly iot: IotStandIn;
@@ -47,7 +48,7 @@ export async function startPeers(): Promise<Peers> {
   const refusedTopics = new Set<string>();
   // IoT Core's own right to publish under mam/: the stand-in connects with these.
   const service = { username: "mam-iot-stand-in", password: randomBytes(16).toString("hex") };
-  const dynalite = await startDynalite();
+  const dynamo = await startDynamoPeer();
   const s3 = await startS3rver(`mam-reports-${randomUUID().slice(0, 8)}`);
   const broker = await startEmbeddedBroker({
     port: 0,
@@ -56,18 +57,18 @@ export async function startPeers(): Promise<Peers> {
   });
   const iot = await startIotStandIn(broker.url, { ...service, brokerTimeoutMs: 2000 });
   return {
-    dynalite,
+    dynamo,
     s3,
     broker,
     iot,
     refusedTopics,
     async newTable() {
       const table = `mam-test-${randomUUID().slice(0, 8)}`;
-      await createJobTable(dynalite.client, table);
+      await createJobTable(dynamo.client, table);
       return table;
     },
     store(table) {
-      return guardJobStore(new DynamoJobStore({ client: dynalite.client, tableName: table }));
+      return guardJobStore(new DynamoJobStore({ client: dynamo.client, tableName: table }));
     },
     env(table, extra = {}) {
       return {
@@ -75,7 +76,7 @@ export async function startPeers(): Promise<Peers> {
         MAM_TABLE_NAME: table,
         MAM_BUCKET_NAME: s3.bucket,
         MAM_IOT_ENDPOINT: iot.endpoint,
-        MAM_DYNAMODB_ENDPOINT: dynalite.endpoint,
+        MAM_DYNAMODB_ENDPOINT: dynamo.endpoint,
         MAM_S3_ENDPOINT: s3.endpoint,
         MAM_PUBLISH_TIMEOUT_MS: "5000",
         ...extra,
@@ -85,7 +86,7 @@ export async function startPeers(): Promise<Peers> {
       await iot.close();
       await broker.close();
       await s3.close();
-      await dynalite.close();
+      await dynamo.close();
     },
   };
 }

@@ -1,8 +1,9 @@
 /**
  * `npm run package` (scripts/package.mjs) into a directory of the caller's, offline
  * and without credentials, and the CloudFormation template it wrote. Shared by the
- * packaging tests and the metrics test (which checks the template's dashboard and
- * alarms against what the functions emit).
+ * packaging tests, the metrics test (which checks the template's dashboard and
+ * alarms against what the functions emit) and tests/engine/cfn-lint.test.ts (which
+ * lints the template file). Packaging rebuilds `.build/` as `npm run package` does.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -22,8 +23,11 @@ export interface Template {
   readonly Resources: Record<string, Resource>;
 }
 
-/** Run the packaging script; the template it wrote and what it printed. */
-export function runPackage(outDir: string, args: readonly string[]): { template: Template; output: string } {
+/** The template osls writes into the package directory. */
+export const TEMPLATE_FILE = "cloudformation-template-update-stack.json";
+
+/** Run the packaging script; the template it wrote (parsed, and its path) and what it printed. */
+export function runPackage(outDir: string, args: readonly string[]): { template: Template; templateFile: string; output: string } {
   const run = spawnSync(process.execPath, [join(ROOT, "scripts", "package.mjs"), "--package", outDir, ...args], {
     cwd: ROOT,
     encoding: "utf8",
@@ -33,6 +37,7 @@ export function runPackage(outDir: string, args: readonly string[]): { template:
   });
   const output = `${run.stdout}\n${run.stderr}`;
   if (run.status !== 0) throw new Error(`npm run package failed (${run.status ?? run.signal}):\n${output}`);
-  const template = JSON.parse(readFileSync(join(outDir, "cloudformation-template-update-stack.json"), "utf8")) as Template;
-  return { template, output };
+  const templateFile = join(outDir, TEMPLATE_FILE);
+  const template = JSON.parse(readFileSync(templateFile, "utf8")) as Template;
+  return { template, templateFile, output };
 }

@@ -62,7 +62,7 @@ export function runRacer(open: (target: RaceTarget) => RacerStore): void {
     race(message.trial, message.jobId).catch((e: unknown) => post({ type: "fatal", worker: data.worker, message: String(e) }));
   });
 
-  // A warm-up read opens the connection (an HTTP keep-alive socket to dynalite), so
+  // A warm-up read opens the connection (an HTTP keep-alive socket to the DynamoDB peer), so
   // the first trial races over the same kind of connection as the last.
   store.jobs.get("warm-up").then(
     () => post({ type: "ready", worker: data.worker }),

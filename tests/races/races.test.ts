@@ -4,7 +4,7 @@
  *
  * The racers are 32 worker threads per backend, each with its own connection: its
  * own SQLite connection on the same WAL file, or its own DynamoDB client to the same
- * dynalite. (In one thread, synchronous better-sqlite3 calls never race, so the
+ * DynamoDB peer (dynalite, or DynamoDB Local: MAM_DYNAMODB_PEER). (In one thread, synchronous better-sqlite3 calls never race, so the
  * SQLite half of this test needs threads or processes to mean anything.) The
  * workers are started once and reused: each trial registers and claims a fresh job
  * (seq 1), arms every worker with it, releases them together through a shared
@@ -29,8 +29,9 @@ import { openEmbeddedJobStore } from "@mam/local";
 import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ESM_REQUIRE_BANNER } from "../../scripts/lambda-bundle.mjs";
-import { type DynalitePeer, startDynalite } from "../support/aws-peers.ts";
+import { DYNAMODB_PEER, startDynamoPeer } from "../support/aws-peers.ts";
 import { tempDir } from "../support/temp-dir.ts";
+import { runsBackend } from "../support/test-env.ts";
 import type { FromWorker, RaceTarget, RaceWorkerData, ToWorker } from "./protocol.ts";
 
 const WORKERS = 32;
@@ -262,7 +263,9 @@ function raceSuite(name: string, open: () => Promise<Backend>): void {
       const t0 = performance.now();
       pool = await RacerPool.start(backend.target);
       startupMs = performance.now() - t0;
-    }, 120_000);
+      // Bounds, not speed goals (those live in bench/): on 2 shared cores under load,
+      // DynamoDB Local took up to 98 s to start and the 32 workers 38 s.
+    }, 300_000);
     afterAll(async () => {
       await pool?.close();
       await backend?.close();
@@ -306,27 +309,30 @@ function raceSuite(name: string, open: () => Promise<Backend>): void {
       expect(reports.flatMap((r) => r.anomalies)).toEqual([]);
       expect(reports.filter((r) => r.winner !== undefined)).toHaveLength(TRIALS);
       expect(Object.values(codes).reduce((a, b) => a + b, 0)).toBe(TRIALS * (WORKERS - 1));
-    }, 240_000);
+      // 150 s for the 100 trials on DynamoDB Local at a load average of 14; dynalite's
+      // passed 240 s at a load average of 35. A bound for a shared machine, not a goal.
+    }, 600_000);
   });
 }
 
-raceSuite("SQLite (one WAL file, a connection per worker)", async () => {
-  const dir = (await tempDir("races-sqlite")).dir;
-  const dbFile = path.join(dir, "mam.db");
-  // Opened first, here: the schema and WAL mode exist before 32 connections open the file.
-  const embedded = openEmbeddedJobStore(dbFile);
-  return {
-    store: embedded.jobs,
-    target: { backend: "sqlite", dbFile },
-    async close() {
-      await embedded.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
-});
+if (runsBackend("embedded"))
+  raceSuite("SQLite (one WAL file, a connection per worker)", async () => {
+    const dir = (await tempDir("races-sqlite")).dir;
+    const dbFile = path.join(dir, "mam.db");
+    // Opened first, here: the schema and WAL mode exist before 32 connections open the file.
+    const embedded = openEmbeddedJobStore(dbFile);
+    return {
+      store: embedded.jobs,
+      target: { backend: "sqlite", dbFile },
+      async close() {
+        await embedded.close();
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
+  });
 
-raceSuite("DynamoDB (dynalite, a client per worker)", async () => {
-  const peer: DynalitePeer = await startDynalite();
+raceSuite(`DynamoDB (${DYNAMODB_PEER}, a client per worker)`, async () => {
+  const peer = await startDynamoPeer();
   const tableName = "mam-races";
   await createJobTable(peer.client, tableName);
   return {

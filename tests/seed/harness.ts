@@ -21,6 +21,7 @@ import { tickingClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { type Subscription, subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
+import { runsBackend } from "../support/test-env.ts";
 
 export interface SeedBackend {
   readonly name: string;
@@ -268,21 +269,28 @@ export async function s3Objects(client: S3Client, bucket: string): Promise<Map<s
 }
 
 /**
- * DynamoDB (dynalite) + S3 (s3rver) + IoT Core (the HTTP stand-in onto aedes). The
- * peers start once per test file; each backend gets a table and a bucket of its own.
+ * DynamoDB (dynalite, or DynamoDB Local: MAM_DYNAMODB_PEER) + S3 (s3rver) + IoT Core
+ * (the HTTP stand-in onto aedes). The peers start once per test file; each backend
+ * gets a table and a bucket of its own.
  */
 let awsPeers: Promise<AwsPeers> | undefined;
 function sharedAwsPeers(): Promise<AwsPeers> {
-  if (awsPeers === undefined) {
-    awsPeers = startAwsPeers();
-    afterAll(async () => {
-      const peers = await awsPeers;
-      awsPeers = undefined;
-      await peers?.close();
-    });
-  }
+  awsPeers ??= startAwsPeers();
   return awsPeers;
 }
+
+/**
+ * Close the file's AWS peers, if it started them. Registered once per file by
+ * `describeBackends`, as the file is collected: an `afterAll` registered while a
+ * hook runs (where the peers start) is never run, and the peers (a DynamoDB Local
+ * JVM among them) would outlive the file.
+ */
+async function closeSharedAwsPeers(): Promise<void> {
+  const peers = awsPeers;
+  awsPeers = undefined;
+  await (await peers)?.close();
+}
+let closeRegistered = false;
 
 async function makeAws(): Promise<SeedBackend> {
   const peers = await sharedAwsPeers();
@@ -367,9 +375,14 @@ export const BACKENDS: readonly BackendEntry[] = [
 /**
  * `describe(title)` once per backend, with a fresh backend for each test (made before,
  * closed after). `body` receives a getter for the current test's backend.
+ * With `MAM_TEST_BACKENDS=aws` (the aws-engine tier) only the AWS backend's are declared.
  */
 export function describeBackends(title: string, body: (backend: () => SeedBackend) => void): void {
-  for (const entry of BACKENDS) {
+  if (!closeRegistered) {
+    closeRegistered = true;
+    afterAll(closeSharedAwsPeers);
+  }
+  for (const entry of BACKENDS.filter((b) => runsBackend(b.name === "aws" ? "aws" : "embedded"))) {
     describe(`${title} [${entry.name}]`, () => {
       let current: SeedBackend | undefined;
       beforeEach(async () => {

@@ -5,18 +5,19 @@ import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
 import { guardJobStore, type JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
-import { type DynalitePeer, type IotStandIn, type S3rverPeer, startDynalite, startIotStandIn, startS3rver } from "./aws-peers.ts";
+import { type DynamoPeer, type IotStandIn, type S3rverPeer, startDynamoPeer, startIotStandIn, startS3rver } from "./aws-peers.ts";
 import { deadPort } from "./dead-port.ts";
 
 /**
  * The cloud backend, on real local peers, for suites written once for every
- * backend: dynalite (DynamoDB's API), s3rver (S3's API), and IoT Core's publish API
+ * backend: a DynamoDB engine (dynalite, or DynamoDB Local with
+ * `MAM_DYNAMODB_PEER=dynamodb-local`: `dynamo.engine` says which), s3rver (S3's API), and IoT Core's publish API
  * through the HTTP stand-in onto an aedes broker that subscribers read.
  * One set of peers per test file; each `ports()` call gets a table and a bucket of
  * its own, so every test starts empty.
  */
 export interface AwsPeers {
-  readonly dynamo: DynalitePeer;
+  readonly dynamo: DynamoPeer;
   readonly s3: S3rverPeer;
   readonly broker: EmbeddedBroker;
   readonly standIn: IotStandIn;
@@ -47,7 +48,7 @@ export async function startAwsPeers(): Promise<AwsPeers> {
   const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
   const refusing = new Set<ReadonlySet<string>>();
   const [dynamo, s3, broker] = await Promise.all([
-    startDynalite(),
+    startDynamoPeer(),
     startS3rver(),
     startEmbeddedBroker({
       port: 0,
