@@ -331,7 +331,7 @@ beforeAll(async () => {
   for (const r of batch.Records) {
     const image = r.dynamodb?.NewImage;
     if (image !== undefined) {
-      await peers.dynalite.client.send(new PutItemCommand({ TableName: streamTable, Item: image as Record<string, AttributeValue> }));
+      await peers.dynamo.client.send(new PutItemCommand({ TableName: streamTable, Item: image as Record<string, AttributeValue> }));
     }
   }
   peers.refusedTopics.add("mam/jobs/stream-refused/events");
