@@ -4,10 +4,11 @@ import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";
 import { notJson } from "./body.ts";
-import type { AppEnv, Services } from "./context.ts";
+import type { AppEnv, FeedOptions, Services } from "./context.ts";
 import { problemBody, problemFor, problemResponse } from "./problem.ts";
 import { requestLog, saneRequestId } from "./request-log.ts";
 import { eventRoutes } from "./routes/events.ts";
+import { feedRoutes } from "./routes/feed.ts";
 import { jobRoutes } from "./routes/jobs.ts";
 import { metaRoutes } from "./routes/meta.ts";
 import { operationRoutes } from "./routes/operations.ts";
@@ -33,6 +34,8 @@ export interface AppOptions {
   readonly log?: (line: string) => void;
   /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
   readonly sweep?: SweepPolicy;
+  /** The change feed's stream: streaming or not, its wake-up signal, its bounds, the shutdown signal. */
+  readonly feed?: FeedOptions;
 }
 
 /**
@@ -51,6 +54,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     reportLimit: opts.reportBodyLimit ?? DEFAULT_REPORT_BODY_LIMIT,
     log: opts.log ?? ((line: string) => console.log(line)),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
+    ...(opts.feed === undefined ? {} : { feed: opts.feed }),
   };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
@@ -80,6 +84,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   jobRoutes(open, services);
   reportRoutes(open, services);
   eventRoutes(open, services);
+  feedRoutes(open, services);
   operationRoutes(open, services);
   metaRoutes(open, () => {
     generated ??= app.getOpenAPI31Document(DOCUMENT);

@@ -10,11 +10,13 @@ import {
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
 import {
+  type ChangeQuery,
   conflictFor,
   type DispatchRecord,
   EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  type FeedPage,
   invalidCursor,
   type JobChange,
   type JobRecord,
@@ -134,6 +136,10 @@ export class DynamoJobStore implements JobStore {
       marshallOptions: { removeUndefinedValues: true, allowImpreciseNumbers: true },
       unmarshallOptions: { wrapNumbers: (v: string) => Number(v) },
     });
+  }
+
+  async listChanges(_query: ChangeQuery): Promise<FeedPage> {
+    throw new MamError("internal", "the DynamoDB change feed is not built yet");
   }
 
   async create(record: JobRecord): Promise<void> {

@@ -12,7 +12,7 @@ import {
   VerificationQuerySchema,
   VerificationSchema,
 } from "../wire.ts";
-import type { RouteOpener } from "./support.ts";
+import { actorOf, type RouteOpener } from "./support.ts";
 
 export const stageReport = defineRoute(
   operatorOrAgent("write", "attempt"),
@@ -107,13 +107,13 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit }: Services):
     const { job_id: jobId, attempt } = c.req.valid("param");
     const upload = c.get("upload");
     if (upload === undefined) throw new Error(`the report route runs without its body limit (${reportLimit} bytes)`);
-    const staged = await upload.pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body));
+    const staged = await upload.pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body, actorOf(c.get("principal"))));
     return c.json({ sha256: staged.sha256, bytes: staged.bytes }, 201);
   });
 
   app(finalizeReport, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
-    const f = await finalizeAttemptReport(deps, jobId, attempt, c.req.valid("json").side_effects);
+    const f = await finalizeAttemptReport(deps, jobId, attempt, c.req.valid("json").side_effects, actorOf(c.get("principal")));
     return c.json({ manifest: f.manifest, manifest_sha256: f.manifestSha256 }, 200);
   });
 
