@@ -71,6 +71,7 @@ export interface HarnessOptions {
   readonly reportBodyLimit?: number;
   readonly failJobStore?: readonly (keyof JobStore)[];
   readonly sweep?: SweepPolicy;
+  readonly feed?: AppOptions["feed"];
 }
 
 export interface Req {
@@ -111,6 +112,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     ...(opts.jsonBodyLimit === undefined ? {} : { jsonBodyLimit: opts.jsonBodyLimit }),
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
+    ...(opts.feed === undefined ? {} : { feed: opts.feed }),
   };
   const app = createApp(appOpts) as unknown as Hono;
   const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);

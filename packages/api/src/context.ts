@@ -39,6 +39,8 @@ export interface FeedOptions {
   readonly maxStreams?: number;
   /** The longest a stream stays open before it ends (the client reconnects); 15 minutes by default. */
   readonly maxStreamMs?: number;
+  /** What a client waits before reconnecting (`retry:`), ms; 2 s by default. */
+  readonly retryMs?: number;
   /** Aborted when the service stops: every open stream ends at once. */
   readonly shutdown?: AbortSignal;
 }

@@ -42,12 +42,10 @@ export const FeedQuerySchema = z.strictObject({
 export const FeedStreamQuerySchema = z.strictObject({ after: AfterParam });
 
 export const FeedStreamHeadersSchema = z.object({
-  "last-event-id": z
-    .string()
-    .min(1)
-    .max(1024)
-    .optional()
-    .openapi({ description: "The last row's cursor the client received (EventSource sends it on reconnecting); wins over `after`." }),
+  "last-event-id": z.string().min(1).max(1024).optional().openapi({
+    description: "The last row's cursor the client received (EventSource sends it on reconnecting); wins over `after`.",
+    example: FEED_CURSOR_EXAMPLE,
+  }),
 });
 
 export const ChangeRowWire = z
