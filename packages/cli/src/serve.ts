@@ -166,6 +166,9 @@ export async function startService(
     }),
     config.operatorToken,
   );
+  // Open feed streams wake on this process's commits (the relay sees each one) and end
+  // at once when the service stops; another process's commits are found by their poll.
+  const shutdown = new AbortController();
   const app = createApp({
     deps,
     tokens,
@@ -173,6 +176,7 @@ export async function startService(
     reportBodyLimit: config.reportBodyLimit,
     log,
     sweep: config.sweep,
+    feed: { onCommitted: (listener) => jobs.onCommitted(listener), shutdown: shutdown.signal },
   });
 
   const sweep = async () => {
@@ -212,6 +216,7 @@ export async function startService(
     stop() {
       stopping ??= (async () => {
         clearInterval(timer);
+        shutdown.abort();
         await new Promise<void>((r) => server.close(() => r()));
         await queue.drain();
         await sweeping;
