@@ -79,7 +79,7 @@ describe("createJobTable", () => {
       expect(indexes[g.IndexName]?.KeySchema).toEqual(g.KeySchema);
       expect(indexes[g.IndexName]?.Projection).toEqual({ ProjectionType: "ALL" });
     }
-    expect(Object.keys(indexes).sort()).toEqual(["all", "by-status", "owed"]);
+    expect(Object.keys(indexes).sort()).toEqual(["all", "by-status", "feed-by-job", "owed"]);
     // Peer limitation, stated: dynalite accepts the StreamSpecification and keeps no
     // stream (locally the change relay stands in for DynamoDB Streams).
     expect(Table?.StreamSpecification).toBeUndefined();
