@@ -60,7 +60,10 @@ export interface Overrides {
 }
 
 /** What the stream publisher and the sweep need: no report store, no tokens. */
-export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids">;
+export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids"> & {
+  /** Where the stream function writes the change feed's rows (functions/job-stream.ts), before it publishes. */
+  readonly feed?: Pick<DynamoJobStore, "writeStreamChanges">;
+};
 
 /** A build that runs once; a failure is not remembered, so the next call retries. */
 export function once<T>(build: () => Promise<T>): () => Promise<T> {
@@ -108,7 +111,12 @@ function notifierDeps(config: Config, overrides: Overrides): NotifierDeps {
     region,
     ...(config.aws.dynamodbEndpoint === undefined ? {} : { endpoint: config.aws.dynamodbEndpoint }),
     ...credentialsOf(overrides),
+    // Bounds every call (a feed write among them) to about 10 s with its retries: the
+    // feed delay (30 s) is chosen above it (docs/notifications.md).
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 1000, requestTimeout: 2000 },
   });
+  const dynamo = new DynamoJobStore({ client: dynamodb, tableName });
   const iot = new IoTDataPlaneClient({
     endpoint: iotEndpointUrl(iotEndpoint),
     region,
@@ -116,7 +124,8 @@ function notifierDeps(config: Config, overrides: Overrides): NotifierDeps {
     ...credentialsOf(overrides),
   });
   return {
-    jobs: guardJobStore(new DynamoJobStore({ client: dynamodb, tableName })),
+    jobs: guardJobStore(dynamo),
+    feed: dynamo,
     publisher: new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs }),
     clock: overrides.clock ?? systemClock,
     ids: overrides.ids ?? randomIds,
