@@ -234,6 +234,9 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}): Promi
     reportBodyLimit: config.reportBodyLimit,
     log: overrides.log ?? stdoutLines,
     sweep: config.sweep,
+    // API Gateway's HTTP API buffers a Lambda's whole answer: the feed's stream answers
+    // the rows there now with `retry:` and ends (EventSource reconnects with Last-Event-ID).
+    feed: { streaming: false },
   });
 }
 

@@ -112,7 +112,9 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     ...(opts.jsonBodyLimit === undefined ? {} : { jsonBodyLimit: opts.jsonBodyLimit }),
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
-    ...(opts.feed === undefined ? {} : { feed: opts.feed }),
+    // Through app.request() a stream is read to its end: by default the feed's stream
+    // answers the rows there now and ends (as on Lambda); feed suites ask for streaming.
+    feed: opts.feed ?? { streaming: false },
   };
   const app = createApp(appOpts) as unknown as Hono;
   const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);

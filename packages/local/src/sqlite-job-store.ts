@@ -299,58 +299,64 @@ export class SqliteJobStore implements JobStore {
   async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     const owed = owedColumns(intent);
     this.#write(() => {
-      const before = this.#readOwed(jobId);
-      const result = this.#run(
+      const row = this.#all<{ doc: string; feed_before: string }>(
         `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?,
-       owed_quarantined_id = ?, owed_revision = NULL
-       WHERE job_id = ?`,
+       owed_quarantined_id = ?, owed_revision = NULL, feed_before = ${OWED_BEFORE}
+       WHERE job_id = ? RETURNING doc, feed_before`,
         [JSON.stringify(intent), intent.id, owed.at, owed.quarantinedId, jobId],
-      );
-      if (result.changes === 0 || before === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-      this.#recordChanges(before, { ...before, pending_notification: intent }, note);
+      )[0];
+      if (row === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+      const after = JSON.parse(row.doc) as JobRecord;
+      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
     });
   }
 
   async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
     return this.#write(() => {
-      const before = this.#readOwed(jobId);
-      const written = this.#revise(jobId, intent);
-      if (written && before !== undefined) this.#recordChanges(before, { ...before, pending_notification: intent }, note);
-      return written;
+      const row = this.#revise(jobId, intent);
+      if (row === undefined) return false;
+      const after = { ...(JSON.parse(row.doc) as JobRecord), pending_notification: intent };
+      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
+      return true;
     });
   }
 
-  #revise(jobId: string, intent: NotificationIntent): boolean {
+  /** The revise's write; the row it wrote (its doc, and the owed intent before it), or undefined. */
+  #revise(jobId: string, intent: NotificationIntent): { doc: string; feed_before: string } | undefined {
     const owed = owedColumns(intent);
     const json = JSON.stringify(intent);
     // One statement each, both conditional on the intent id; which one writes depends
     // on whether SQLite can still rewrite the doc (`json_valid`), never on a read.
-    const intoDoc = this.#run(
-      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_at = ?, owed_quarantined_id = ?, owed_revision = NULL
-       WHERE job_id = ? AND owed_intent_id = ? AND json_valid(doc)`,
+    const intoDoc = this.#all<{ doc: string; feed_before: string }>(
+      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_at = ?, owed_quarantined_id = ?, owed_revision = NULL,
+       feed_before = ${OWED_BEFORE}
+       WHERE job_id = ? AND owed_intent_id = ? AND json_valid(doc) RETURNING doc, feed_before`,
       [json, owed.at, owed.quarantinedId, jobId, intent.id],
-    );
-    if (intoDoc.changes === 1) return true;
+    )[0];
+    if (intoDoc !== undefined) return intoDoc;
+    // Rare (a doc past SQLite's JSON depth): the intent before it is read, under the write's lock.
+    const before = this.#readOwed(jobId);
     const beside = this.#run(
       `UPDATE jobs SET owed_at = ?, owed_quarantined_id = ?, owed_revision = ?
        WHERE job_id = ? AND owed_intent_id = ? AND NOT json_valid(doc)`,
       [owed.at, owed.quarantinedId, json, jobId, intent.id],
     );
-    return beside.changes === 1;
+    if (beside.changes !== 1 || before === undefined) return undefined;
+    const { pending_notification, ...rest } = before;
+    return { doc: JSON.stringify(rest), feed_before: JSON.stringify({ pending_notification: pending_notification ?? null }) };
   }
 
   async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     return this.#write(() => {
-      const before = this.#readOwed(jobId);
-      const result = this.#run(
+      const row = this.#all<{ doc: string; feed_before: string }>(
         `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL,
-       owed_quarantined_id = NULL, owed_revision = NULL
-       WHERE job_id = ? AND owed_intent_id = ?`,
+       owed_quarantined_id = NULL, owed_revision = NULL, feed_before = ${OWED_BEFORE}
+       WHERE job_id = ? AND owed_intent_id = ? RETURNING doc, feed_before`,
         [jobId, intentId],
-      );
-      if (result.changes !== 1 || before === undefined) return false;
-      const { pending_notification: _settled, ...after } = before;
-      this.#recordChanges(before, after, note);
+      )[0];
+      if (row === undefined) return false;
+      const after = JSON.parse(row.doc) as JobRecord;
+      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
       return true;
     });
   }
@@ -582,6 +588,9 @@ CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);
 const FEED_BEFORE = `json_object('status', status, 'transition_seq', transition_seq,
   'evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0), 'latest_attempt', json_extract(doc, '$.latest_attempt'),
   'finalized_report', json_extract(doc, '$.finalized_report'), 'pending_notification', json_extract(doc, '$.pending_notification'))`;
+
+/** What a bookkeeping write's rows compare: the owed intent before it (a revision kept beside the doc included). */
+const OWED_BEFORE = `json_object('pending_notification', json(coalesce(owed_revision, json_extract(doc, '$.pending_notification'))))`;
 
 /** The record before a write, as far as the feed reads it: `after` with the old values of what `changeRowsOf` compares. */
 function beforeOf(after: JobRecord, captured: string): JobRecord {
