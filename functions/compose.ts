@@ -63,7 +63,10 @@ export interface Overrides {
 }
 
 /** What the stream publisher and the sweep need: no report store, no tokens. */
-export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics">;
+export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics"> & {
+  /** Where the stream function writes the change feed's rows (functions/job-stream.ts), before it publishes. */
+  readonly feed?: Pick<DynamoJobStore, "writeStreamChanges">;
+};
 
 /** A build that runs once; a failure is not remembered, so the next call retries. */
 export function once<T>(build: () => Promise<T>): () => Promise<T> {
@@ -111,6 +114,10 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
     region,
     ...(config.aws.dynamodbEndpoint === undefined ? {} : { endpoint: config.aws.dynamodbEndpoint }),
     ...credentialsOf(overrides),
+    // Bounds every call (a feed write among them) to about 10 s with its retries: the
+    // feed delay (30 s) is chosen above it (docs/notifications.md).
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 1000, requestTimeout: 2000 },
   });
   // The IoT client and its SDK are loaded on the first publish, not at cold start:
   // most requests of the http function (reads, refusals) never publish.
@@ -127,8 +134,10 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
     });
     return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
+  const dynamo = new DynamoJobStore({ client: dynamodb, tableName });
   return {
-    jobs: guardJobStore(new DynamoJobStore({ client: dynamodb, tableName })),
+    jobs: guardJobStore(dynamo),
+    feed: dynamo,
     publisher,
     clock: overrides.clock ?? systemClock,
     ids: overrides.ids ?? randomIds,
@@ -270,6 +279,9 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}, metric
     sweepGraceSeconds: config.sweepGraceSeconds,
     // One publish path per process: the stream publisher publishes every commit.
     publishInline: false,
+    // API Gateway's HTTP API buffers a Lambda's whole answer: the feed's stream answers
+    // the rows there now with `retry:` and ends (EventSource reconnects with Last-Event-ID).
+    feed: { streaming: false },
   });
 }
 

@@ -1,6 +1,7 @@
 /**
- * Reading the job table's stream: which records carry an intent to publish, and
- * the job record inside one.
+ * Reading the job table's stream: the change feed's rows each record's write produced
+ * (`DynamoJobStore.writeStreamChanges`, written before anything is published), which
+ * records carry an intent to publish, and the job record inside one.
  *
  * A record owes a publish when its write committed an intent: the new image is a
  * job item (`sk = JOB`) whose `pending_notification` is not the one the old image
@@ -33,8 +34,13 @@ export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
   return jobRecordOfNewImage(image, `stream record ${record.dynamodb?.SequenceNumber ?? "?"}`);
 }
 
-/** Publish and settle the intent a stream record committed; throws if the publish failed. */
+/**
+ * The change feed's rows of a stream record first (idempotent: a replayed record
+ * writes nothing new), then publish and settle the intent it committed; throws if
+ * either failed, so the record is retried (its feed rows are not written twice).
+ */
 export async function flushStreamRecord(deps: NotifierDeps, record: DynamoDBRecord, log: LogSink): Promise<void> {
+  await deps.feed?.writeStreamChanges(record);
   const job = owedJobRecord(record);
   if (job === undefined) return;
   const result = await flushRecord(deps, job);

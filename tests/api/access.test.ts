@@ -12,7 +12,7 @@ const agent: Principal & { kind: "agent" } = {
 
 describe("route permissions (DESIGN.md, HTTP API)", () => {
   it("are exactly the design's table", () => {
-    // operator scope / agent binding: `job` = its job, `attempt` = its job and attempt, absent = operator only.
+    // operator scope / agent binding: `job` = its job, `attempt` = its job and attempt, `self` = its own job's part (no job in the path), absent = operator only.
     expect(ROUTE_PERMISSIONS).toEqual({
       "POST /v1/jobs": { kind: "protected", scope: "write" },
       "GET /v1/jobs": { kind: "protected", scope: "read" },
@@ -26,6 +26,8 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "POST /v1/jobs/{job_id}/evaluations": { kind: "protected", scope: "gate" },
       "POST /v1/jobs/{job_id}/events": { kind: "protected", scope: "write", agent: "job" },
       "GET /v1/jobs/{job_id}/events": { kind: "protected", scope: "read", agent: "job" },
+      "GET /v1/events": { kind: "protected", scope: "read", agent: "self" },
+      "GET /v1/events/stream": { kind: "protected", scope: "read", agent: "self" },
       "POST /v1/recovery-sweeps": { kind: "protected", scope: "ops" },
       "POST /v1/jobs/{job_id}/notification-release": { kind: "protected", scope: "ops" },
       "GET /openapi.json": { kind: "public" },

@@ -83,7 +83,7 @@ describe("createJobTable", () => {
       expect(indexes[g.IndexName]?.KeySchema).toEqual(g.KeySchema);
       expect(indexes[g.IndexName]?.Projection).toEqual({ ProjectionType: "ALL" });
     }
-    expect(Object.keys(indexes).sort()).toEqual(["all", "by-status", "owed"]);
+    expect(Object.keys(indexes).sort()).toEqual(["all", "by-status", "feed-by-job", "owed"]);
     // DynamoDB Local keeps the stream, as DynamoDB does. dynalite accepts the
     // StreamSpecification and keeps no stream (gaps.noStreams; locally the change
     // relay stands in for DynamoDB Streams).

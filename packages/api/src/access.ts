@@ -10,12 +10,13 @@ import { invalidInput } from "./validation.ts";
  * operator scope and, if an agent may call it too, what the agent's token must be
  * bound to:
  * - `job`: the path's job is the token's job;
- * - `attempt`: that, and the path's attempt is the token's attempt.
+ * - `attempt`: that, and the path's attempt is the token's attempt;
+ * - `self`: the path names no job; the handler confines the agent to its own (the change feed).
  * On top of the binding, an agent's attempt must still be the job's latest
  * dispatch (a newer dispatch retires it). Which transitions and which fields an
  * agent may use is the engine's table (core's TRANSITIONS and FIELD_WRITERS), not this.
  */
-export type AgentBinding = "job" | "attempt";
+export type AgentBinding = "job" | "attempt" | "self";
 
 export type Access = { readonly kind: "public" } | { readonly kind: "protected"; readonly scope: Scope; readonly agent?: AgentBinding };
 
@@ -85,6 +86,7 @@ export function authorize(principal: Principal, access: Access, params: PathPara
   if (access.agent === undefined) {
     throw new MamError("auth.forbidden", "an agent token may not call this route; it is operator-only");
   }
+  if (access.agent === "self") return;
   if (params.jobId !== principal.jobId) {
     throw new MamError("auth.forbidden", `this agent token is bound to job ${principal.jobId}, not ${String(params.jobId)}`);
   }

@@ -4,10 +4,11 @@ import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";
 import { notJson } from "./body.ts";
-import type { AppEnv, Services } from "./context.ts";
+import type { AppEnv, FeedOptions, Services } from "./context.ts";
 import { problemBody, problemFor, problemResponse } from "./problem.ts";
 import { requestLog, saneRequestId } from "./request-log.ts";
 import { eventRoutes } from "./routes/events.ts";
+import { feedRoutes } from "./routes/feed.ts";
 import { jobRoutes } from "./routes/jobs.ts";
 import { metaRoutes } from "./routes/meta.ts";
 import { operationRoutes } from "./routes/operations.ts";
@@ -51,6 +52,8 @@ export interface AppOptions {
    * and the answer then carries no `published`: the request does not know.
    */
   readonly publishInline?: boolean;
+  /** The change feed's stream: streaming or not, its wake-up signal, its bounds, the shutdown signal. */
+  readonly feed?: FeedOptions;
 }
 
 /**
@@ -75,6 +78,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
     publishInline: opts.publishInline ?? true,
+    ...(opts.feed === undefined ? {} : { feed: opts.feed }),
   };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
@@ -104,6 +108,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   jobRoutes(open, services);
   reportRoutes(open, services);
   eventRoutes(open, services);
+  feedRoutes(open, services);
   operationRoutes(open, services);
   metaRoutes(open, () => {
     generated ??= app.getOpenAPI31Document(DOCUMENT);

@@ -29,4 +29,24 @@ export interface Services {
   readonly sweepGraceSeconds: number;
   /** Whether a request that commits an intent publishes it itself (false: another path of this process does). */
   readonly publishInline: boolean;
+  /** How the change feed's stream runs here (`routes/feed.ts`); defaults when absent. */
+  readonly feed?: FeedOptions;
+}
+
+/** The change feed's stream in this process. */
+export interface FeedOptions {
+  /** False where a response cannot stream (AWS Lambda behind HTTP API): the stream answers the rows there now, with `retry:`. */
+  readonly streaming?: boolean;
+  /** A signal after every commit this process makes (`mam serve`'s change relay): open streams read at once. */
+  readonly onCommitted?: (listener: () => void) => () => void;
+  /** How often an open stream reads rows no signal announced (another process's commits); 1 s by default. */
+  readonly pollMs?: number;
+  /** Open streams at once; past it a stream answers what is there and ends. 64 by default. */
+  readonly maxStreams?: number;
+  /** The longest a stream stays open before it ends (the client reconnects); 15 minutes by default. */
+  readonly maxStreamMs?: number;
+  /** What a client waits before reconnecting (`retry:`), ms; 2 s by default. */
+  readonly retryMs?: number;
+  /** Aborted when the service stops: every open stream ends at once. */
+  readonly shutdown?: AbortSignal;
 }

@@ -7,14 +7,20 @@ import {
   QueryCommand,
   type QueryCommandInput,
   type QueryCommandOutput,
+  TransactWriteCommand,
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
 import {
+  type ChangeNote,
+  type ChangeQuery,
+  type ChangeRow,
+  type Clock,
   conflictFor,
   type DispatchRecord,
   EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  type FeedPage,
   invalidCursor,
   type JobChange,
   type JobRecord,
@@ -26,12 +32,19 @@ import {
   type Page,
   type Status,
 } from "@mam/core";
+import type { DynamoDBRecord } from "aws-lambda";
 import {
   ALL_JOBS,
   dispatchSk,
   dueBound,
   EVENT_PREFIX,
   eventSk,
+  FEED_HOURS,
+  FEED_NOTE,
+  type FeedRowItem,
+  feedPk,
+  feedWriteOfStreamRecord,
+  hourOf,
   JOB_ITEM_SK,
   jobItem,
   jobPk,
@@ -51,7 +64,19 @@ export interface DynamoJobStoreOptions {
   /** The low-level client; the store wraps it in a document client of its own. */
   readonly client: DynamoDBClient;
   readonly tableName: string;
+  /**
+   * The change feed hands out only rows written at least this long ago (ms), so a row
+   * whose write was still in flight when a reader passed its time is never skipped.
+   * It must exceed the longest a feed write can take (the stream function's SDK
+   * timeouts bound it: docs/notifications.md). 30 s by default.
+   */
+  readonly feedDelayMs?: number;
+  /** What "now" is for the feed delay; the system clock by default. */
+  readonly clock?: Clock;
 }
+
+/** The feed delay's default: above the stream function's bounded feed write (2 calls of at most ~10 s each) and clock skew. */
+export const DEFAULT_FEED_DELAY_MS = 30_000;
 
 const isConditionalFailure = (err: unknown): boolean => (err as { name?: string } | null)?.name === "ConditionalCheckFailedException";
 
@@ -121,6 +146,8 @@ function decodeEventCursor(raw: string): string {
 export class DynamoJobStore implements JobStore {
   readonly tableName: string;
   readonly #doc: DynamoDBDocumentClient;
+  readonly #feedDelayMs: number;
+  readonly #clock: Clock;
 
   /**
    * The document client shares the low-level client's config object, translation
@@ -129,6 +156,8 @@ export class DynamoJobStore implements JobStore {
    */
   constructor(opts: DynamoJobStoreOptions) {
     this.tableName = opts.tableName;
+    this.#feedDelayMs = opts.feedDelayMs ?? DEFAULT_FEED_DELAY_MS;
+    this.#clock = opts.clock ?? { now: () => new Date() };
     this.#doc = DynamoDBDocumentClient.from(opts.client, {
       // progress is free-form JSON: numbers keep JSON's (double) meaning both ways.
       marshallOptions: { removeUndefinedValues: true, allowImpreciseNumbers: true },
@@ -136,8 +165,124 @@ export class DynamoJobStore implements JobStore {
     });
   }
 
-  async create(record: JobRecord): Promise<void> {
-    await this.#putOnce(jobItem(record), () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
+  /**
+   * The feed, as the stream function wrote it (`writeStreamChanges`): only rows written
+   * at or before now minus the feed delay. The whole feed is read hour by hour in
+   * `(written_at, stream sequence)` order (`FEEDHOURS` names the hours holding rows);
+   * one job's rows by the `feed-by-job` index, in stream order. Never a Scan.
+   */
+  async listChanges(query: ChangeQuery): Promise<FeedPage> {
+    let upTo = new Date(this.#clock.now().getTime() - this.#feedDelayMs).toISOString();
+    if (query.upTo !== undefined && sortableTimeOf(query.upTo) < upTo) upTo = sortableTimeOf(query.upTo);
+    const from = query.after === undefined ? START : decodeFeedPosition(query.after);
+    const items: ChangeRow[] = [];
+    let position = from;
+    const take = (item: Record<string, unknown>): boolean => {
+      const row = item as unknown as FeedRowItem;
+      if (row.written_at > upTo) return false;
+      position = { h: hourOf(row.written_at), s: row.sk, j: row.feed_job_sk };
+      items.push({ ...row.row, cursor: encodeFeedPosition(position) } as ChangeRow);
+      return items.length < query.limit;
+    };
+    if (query.jobId !== undefined) {
+      await this.#queryEach(
+        {
+          TableName: this.tableName,
+          IndexName: JOB_TABLE_INDEX.feedByJob,
+          KeyConditionExpression: from.j === "" ? "feed_job = :j" : "feed_job = :j AND feed_job_sk > :after",
+          ExpressionAttributeValues: { ":j": query.jobId, ...(from.j === "" ? {} : { ":after": from.j }) },
+          ScanIndexForward: true,
+        },
+        take,
+        "read a job's change feed",
+      );
+    } else {
+      const lastHour = hourOf(upTo);
+      const hours: string[] = [];
+      await this.#queryEach(
+        {
+          TableName: this.tableName,
+          KeyConditionExpression: "pk = :p AND sk BETWEEN :from AND :to",
+          // A key value is never empty: "0000" sorts before every hour.
+          ExpressionAttributeValues: { ":p": FEED_HOURS, ":from": from.h === "" ? "0000" : from.h, ":to": lastHour },
+          ScanIndexForward: true,
+          ConsistentRead: true,
+        },
+        (item) => {
+          hours.push(String(item.sk));
+          return true;
+        },
+        "read the change feed's hours",
+      );
+      for (const hour of hours) {
+        const more = await this.#queryEach(
+          {
+            TableName: this.tableName,
+            KeyConditionExpression: "pk = :p AND sk <= :upTo",
+            ExpressionAttributeValues: { ":p": feedPk(hour), ":upTo": `${upTo}#~` },
+            ScanIndexForward: true,
+            ConsistentRead: true,
+            ...(hour === from.h && from.s !== "" ? { ExclusiveStartKey: { pk: feedPk(hour), sk: from.s } } : {}),
+          },
+          take,
+          "read the change feed",
+        );
+        if (!more) break;
+      }
+    }
+    return { items, cursor: encodeFeedPosition(position) };
+  }
+
+  /**
+   * The stream function's half of the feed: the rows one stream record's write produced
+   * (`feedWriteOfStreamRecord`), filed now, written with the record's marker in one
+   * transaction that only commits if the marker is absent: a replayed record writes
+   * nothing new. Returns how many rows were written.
+   */
+  async writeStreamChanges(record: DynamoDBRecord): Promise<number> {
+    const write = feedWriteOfStreamRecord(record, this.#clock.now().toISOString());
+    if (write === undefined) return 0;
+    try {
+      await this.#doc.send(new PutCommand({ TableName: this.tableName, Item: write.hour }));
+      await this.#doc.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            { Put: { TableName: this.tableName, Item: write.marker, ConditionExpression: "attribute_not_exists(pk)" } },
+            ...write.rows.map((row) => ({ Put: { TableName: this.tableName, Item: row } })),
+          ],
+        }),
+      );
+      return write.rows.length;
+    } catch (err) {
+      const reasons = (err as { name?: string; CancellationReasons?: { Code?: string }[] }).CancellationReasons;
+      if ((err as { name?: string }).name === "TransactionCanceledException" && reasons?.[0]?.Code === "ConditionalCheckFailed") return 0;
+      // A DynamoDB without transactions (dynalite, the npm test peer, which has no stream
+      // either) cannot keep the feed: nothing is written, and publishing goes on.
+      if ((err as { name?: string }).name === "UnknownOperationException") return 0;
+      throw storeFailure(err, `write the change feed rows of stream record ${record.dynamodb?.SequenceNumber ?? "?"}`);
+    }
+  }
+
+  /** Query page by page, handing each item to `take` until it says stop; false if it stopped. */
+  async #queryEach(input: QueryCommandInput, take: (item: Record<string, unknown>) => boolean, what: string): Promise<boolean> {
+    let start = input.ExclusiveStartKey;
+    for (;;) {
+      let out: QueryCommandOutput;
+      try {
+        out = await this.#doc.send(new QueryCommand({ ...input, ...(start === undefined ? {} : { ExclusiveStartKey: start }) }));
+      } catch (err) {
+        throw storeFailure(err, what);
+      }
+      for (const item of out.Items ?? []) if (!take(item)) return false;
+      start = out.LastEvaluatedKey;
+      if (start === undefined) return true;
+    }
+  }
+
+  async create(record: JobRecord, note?: ChangeNote): Promise<void> {
+    const item = jobItem(record);
+    if (note !== undefined) item[FEED_NOTE] = JSON.stringify(note);
+    await this.#putOnce(item, () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
@@ -149,7 +294,17 @@ export class DynamoJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, { from: NON_TERMINAL, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+    return this.#update(
+      jobId,
+      null,
+      {
+        from: NON_TERMINAL,
+        set: change.set ?? {},
+        evidence: { ...change.guard, bump: true },
+        ...(change.note ? { note: change.note } : {}),
+      },
+      false,
+    );
   }
 
   /**
@@ -213,6 +368,7 @@ export class DynamoJobStore implements JobStore {
     } else if (unset.has("pending_notification")) {
       removes.push("owed_pk", "owed_at");
     }
+    noteUpdate(change.note, values, sets, removes);
 
     const conditions = ["attribute_exists(pk)"];
     if (expectedSeq !== null) {
@@ -272,13 +428,13 @@ export class DynamoJobStore implements JobStore {
     }
   }
 
-  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    if (!(await this.#writeIntent(jobId, intent, "replace", "attribute_exists(pk)"))) throw notFound(jobId);
+  async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
+    if (!(await this.#writeIntent(jobId, intent, "replace", "attribute_exists(pk)", {}, note))) throw notFound(jobId);
   }
 
-  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+  async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
     // Only the intent the sweep (or the operator) read: a newer one, or none, is left alone.
-    return this.#writeIntent(jobId, intent, "revise", "pending_notification.id = :id", { ":id": intent.id });
+    return this.#writeIntent(jobId, intent, "revise", "pending_notification.id = :id", { ":id": intent.id }, note);
   }
 
   /** Bookkeeping: write `intent` as the owed notification, and its place in the owed index, if `condition` holds. */
@@ -288,16 +444,21 @@ export class DynamoJobStore implements JobStore {
     what: string,
     condition: string,
     values: Record<string, unknown> = {},
+    note?: ChangeNote,
   ): Promise<boolean> {
     const keys = owedKeys(intent, jobId);
+    const sets = ["pending_notification = :intent", "owed_pk = :owed", "owed_at = :owedAt"];
+    const removes: string[] = [];
+    const noteValues: Record<string, unknown> = {};
+    noteUpdate(note, noteValues, sets, removes);
     try {
       await this.#doc.send(
         new UpdateCommand({
           TableName: this.tableName,
           Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: "SET pending_notification = :intent, owed_pk = :owed, owed_at = :owedAt",
+          UpdateExpression: `SET ${sets.join(", ")}${removes.length > 0 ? ` REMOVE ${removes.join(", ")}` : ""}`,
           ConditionExpression: condition,
-          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at, ...values },
+          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at, ...values, ...noteValues },
         }),
       );
       return true;
@@ -307,16 +468,20 @@ export class DynamoJobStore implements JobStore {
     }
   }
 
-  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
+  async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    const sets: string[] = [];
+    const removes = ["pending_notification", "owed_pk", "owed_at"];
+    const values: Record<string, unknown> = { ":id": intentId };
+    noteUpdate(note, values, sets, removes);
     try {
       await this.#doc.send(
         new UpdateCommand({
           TableName: this.tableName,
           Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: "REMOVE pending_notification, owed_pk, owed_at",
+          UpdateExpression: `${sets.length > 0 ? `SET ${sets.join(", ")} ` : ""}REMOVE ${removes.join(", ")}`,
           // Only the intent that was sent: a newer one written meanwhile stays owed.
           ConditionExpression: "pending_notification.id = :id",
-          ExpressionAttributeValues: { ":id": intentId },
+          ExpressionAttributeValues: values,
         }),
       );
       return true;
@@ -549,4 +714,48 @@ function jobPage(items: Record<string, unknown>[], limit: number, index: string,
 
 function notFound(jobId: string): MamError {
   return new MamError("job.notFound", `no job ${jobId}`);
+}
+
+/** Every job write leaves its note on the item for the stream function (or removes the last one: the service's own). */
+function noteUpdate(note: ChangeNote | undefined, values: Record<string, unknown>, sets: string[], removes: string[]): void {
+  if (note === undefined) {
+    removes.push(FEED_NOTE);
+    return;
+  }
+  values[":feedNote"] = JSON.stringify(note);
+  sets.push(`${FEED_NOTE} = :feedNote`);
+}
+
+/** A feed position: the hour and sort key of the last row read (whole feed), and its key in its job's rows. */
+interface FeedPosition {
+  readonly h: string;
+  readonly s: string;
+  readonly j: string;
+}
+
+const START: FeedPosition = { h: "", s: "", j: "" };
+
+function encodeFeedPosition(p: FeedPosition): string {
+  return JSON.stringify([p.h, p.s, p.j]);
+}
+
+function decodeFeedPosition(raw: string): FeedPosition {
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch (e) {
+    throw invalidCursor(e);
+  }
+  if (!Array.isArray(value) || value.length !== 3 || !value.every((v) => typeof v === "string" && v.length <= 256)) throw invalidCursor();
+  const [h, s, j] = value as [string, string, string];
+  // Within the keys this feed writes, so every Query's key condition still holds for it.
+  if ((h !== "" && !/^\d{4}-\d{2}-\d{2}T\d{2}$/.test(h)) || (s !== "" && !s.startsWith(h)) || (j !== "" && !/^\d{40}#\d+$/.test(j))) {
+    throw invalidCursor();
+  }
+  return { h, s, j };
+}
+
+function sortableTimeOf(iso: string): string {
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? iso : new Date(t).toISOString();
 }

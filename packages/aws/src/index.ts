@@ -1,7 +1,9 @@
 export { countRequests, type MiddlewareHost, type RequestCounter } from "./count-requests.ts";
-export { DynamoJobStore, type DynamoJobStoreOptions, recordFromConditionFailure } from "./dynamo-job-store.ts";
+export { DEFAULT_FEED_DELAY_MS, DynamoJobStore, type DynamoJobStoreOptions, recordFromConditionFailure } from "./dynamo-job-store.ts";
 export { IOT_MAX_PAYLOAD_BYTES, IotPublisher, type IotPublisherOptions } from "./iot-publisher.ts";
 export {
+  type FeedWrite,
+  feedWriteOfStreamRecord,
   isJobImage,
   JOB_ITEM_SK,
   jobItem,

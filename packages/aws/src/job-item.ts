@@ -1,7 +1,19 @@
 import type { AttributeValue } from "@aws-sdk/client-dynamodb";
 import { unmarshall } from "@aws-sdk/util-dynamodb";
-import { type EventLogEntry, type JobRecord, JobRecordSchema, MamError, type NotificationIntent, type Status, zodIssues } from "@mam/core";
-import type { AttributeValue as StreamAttributeValue } from "aws-lambda";
+import {
+  type ChangeNote,
+  ChangeNoteSchema,
+  type ChangeRow,
+  changeRowsOf,
+  type EventLogEntry,
+  type JobRecord,
+  JobRecordSchema,
+  MamError,
+  type NotificationIntent,
+  type Status,
+  zodIssues,
+} from "@mam/core";
+import type { DynamoDBRecord, AttributeValue as StreamAttributeValue } from "aws-lambda";
 import { JOB_TABLE_DEFINITION } from "./job-table.ts";
 
 /**
@@ -15,6 +27,12 @@ import { JOB_TABLE_DEFINITION } from "./job-table.ts";
 
 /** The table's key and index attributes: derived, never part of a record. */
 export const KEY_ATTRIBUTES: readonly string[] = JOB_TABLE_DEFINITION.AttributeDefinitions.map((a) => a.AttributeName);
+
+/**
+ * The note of the job item's last write (core's `ChangeNote`, as JSON): who made it,
+ * for the feed rows the stream function derives from that write. Never part of a record.
+ */
+export const FEED_NOTE = "feed_note";
 
 export const JOB_ITEM_SK = "JOB";
 export const ALL_JOBS = "JOBS";
@@ -68,6 +86,7 @@ export function jobItem(record: JobRecord): Record<string, unknown> {
 export function stripKeys<T>(item: Record<string, unknown>): T {
   const out: Record<string, unknown> = { ...item };
   for (const k of KEY_ATTRIBUTES) delete out[k];
+  delete out[FEED_NOTE];
   return out as T;
 }
 
@@ -120,4 +139,81 @@ export function jobRecordOfNewImage(image: StreamImage, where: string): JobRecor
     throw new MamError("internal", `${where} holds a job item that is not a job record`, { issues: zodIssues(parsed.error, "NewImage") });
   }
   return parsed.data;
+}
+
+// ---- the change feed, derived from the stream
+
+export const FEED_HOURS = "FEEDHOURS";
+export const feedPk = (hour: string): string => `FEED#${hour}`;
+/** The hour a feed row is filed under: `2026-11-20T10`. */
+export const hourOf = (iso: string): string => iso.slice(0, 13);
+const paddedSeq = (sequenceNumber: string): string => sequenceNumber.padStart(40, "0");
+
+/** What one stream record adds to the feed: its rows, the hour they are filed under, and the record's idempotency marker. */
+export interface FeedWrite {
+  readonly hour: { readonly pk: string; readonly sk: string };
+  /** Written only if absent, in the rows' transaction: a replayed record writes nothing new. */
+  readonly marker: { readonly pk: string; readonly sk: string };
+  readonly rows: readonly FeedRowItem[];
+}
+
+export interface FeedRowItem {
+  readonly pk: string;
+  readonly sk: string;
+  readonly feed_job: string;
+  readonly feed_job_sk: string;
+  /** When the stream function wrote it: the global feed's order, and what the feed delay is counted from. */
+  readonly written_at: string;
+  readonly row: Omit<ChangeRow, "cursor">;
+}
+
+/**
+ * The feed rows a stream record's write produces (core's `changeRowsOf` on its old and
+ * new images, with the note the write left on the item), filed at `writtenAt`; undefined
+ * when the record adds nothing (a REMOVE, an item that is not a job record, a write the
+ * feed does not tell). Pure: the same record gives the same rows and the same keys but
+ * for `writtenAt`, and the same marker, whatever the time.
+ */
+export function feedWriteOfStreamRecord(record: DynamoDBRecord, writtenAt: string): FeedWrite | undefined {
+  if (record.eventName === "REMOVE") return undefined;
+  const image = record.dynamodb?.NewImage;
+  if (image === undefined || !isJobImage(image)) return undefined;
+  const sequence = record.dynamodb?.SequenceNumber;
+  if (sequence === undefined || !/^[0-9]{1,40}$/.test(sequence)) {
+    throw new MamError("internal", `a stream record of a job item has no usable SequenceNumber (${String(sequence)})`);
+  }
+  const where = `stream record ${sequence}`;
+  const after = jobRecordOfNewImage(image, where);
+  const old = record.dynamodb?.OldImage;
+  const before = old !== undefined && isJobImage(old) ? jobRecordOfNewImage(old, `${where} (old image)`) : undefined;
+  const drafts = changeRowsOf(before, after, noteOfImage(image));
+  if (drafts.length === 0) return undefined;
+  const created = record.dynamodb?.ApproximateCreationDateTime;
+  const at = typeof created === "number" ? new Date(created * 1000).toISOString() : writtenAt;
+  const seq = paddedSeq(sequence);
+  const hour = hourOf(writtenAt);
+  return {
+    hour: { pk: FEED_HOURS, sk: hour },
+    marker: { pk: `FEEDREC#${after.job_id}`, sk: seq },
+    rows: drafts.map((draft, n) => ({
+      pk: feedPk(hour),
+      sk: `${writtenAt}#${seq}#${n}`,
+      feed_job: draft.job_id,
+      feed_job_sk: `${seq}#${n}`,
+      written_at: writtenAt,
+      row: { ...draft, at },
+    })),
+  };
+}
+
+/** The note a write left on the item; none (the service's own) when absent or unreadable. */
+function noteOfImage(image: StreamImage): ChangeNote | undefined {
+  const text = image[FEED_NOTE]?.S;
+  if (text === undefined) return undefined;
+  try {
+    const parsed = ChangeNoteSchema.safeParse(JSON.parse(text));
+    return parsed.success ? (parsed.data as ChangeNote) : undefined;
+  } catch {
+    return undefined;
+  }
 }

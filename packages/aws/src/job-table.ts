@@ -27,6 +27,20 @@ import { storeFailure } from "./sdk-errors.ts";
  *   (`owed_at = <quarantined_at>#<job_id>`): listed for operators, never read by the
  *   sweep, and unable to crowd out the others.
  *
+ * The change feed (derived from the stream by the stream function, `job-item.ts`'s
+ * `feedWriteOfStreamRecord`):
+ *
+ * | item              | pk                 | sk                                        |
+ * |-------------------|--------------------|-------------------------------------------|
+ * | feed row          | `FEED#<hour>`      | `<written_at>#<stream seq, 40 digits>#<n>` |
+ * | hours with rows   | `FEEDHOURS`        | `<hour>` (`2026-11-20T10`)                 |
+ * | record seen       | `FEEDREC#<job id>` | `<stream seq, 40 digits>`                  |
+ *
+ * - `feed-by-job` (`feed_job = <job id>`, `feed_job_sk = <stream seq>#<n>`): sparse,
+ *   feed rows only: one job's rows in stream order, for an agent's own feed.
+ * The global feed is read hour by hour (`FEEDHOURS` says which hours hold rows), by
+ * key, never by Scan.
+ *
  * Times in sort keys are normalised to UTC `toISOString()` form (fixed width), so the
  * string order is the time order whatever offset the record was written with.
  *
@@ -34,7 +48,7 @@ import { storeFailure } from "./sdk-errors.ts";
  * CloudFormation's `AWS::DynamoDB::Table` takes (its `StreamSpecification` has no
  * `StreamEnabled`); `createJobTable` adds what the CreateTable API needs on top.
  */
-export const JOB_TABLE_INDEX = { byStatus: "by-status", all: "all", owed: "owed" } as const;
+export const JOB_TABLE_INDEX = { byStatus: "by-status", all: "all", owed: "owed", feedByJob: "feed-by-job" } as const;
 
 export const JOB_TABLE_DEFINITION = {
   BillingMode: "PAY_PER_REQUEST",
@@ -47,6 +61,8 @@ export const JOB_TABLE_DEFINITION = {
     { AttributeName: "gsi2sk", AttributeType: "S" },
     { AttributeName: "owed_pk", AttributeType: "S" },
     { AttributeName: "owed_at", AttributeType: "S" },
+    { AttributeName: "feed_job", AttributeType: "S" },
+    { AttributeName: "feed_job_sk", AttributeType: "S" },
   ],
   KeySchema: [
     { AttributeName: "pk", KeyType: "HASH" },
@@ -74,6 +90,14 @@ export const JOB_TABLE_DEFINITION = {
       KeySchema: [
         { AttributeName: "owed_pk", KeyType: "HASH" },
         { AttributeName: "owed_at", KeyType: "RANGE" },
+      ],
+      Projection: { ProjectionType: "ALL" },
+    },
+    {
+      IndexName: JOB_TABLE_INDEX.feedByJob,
+      KeySchema: [
+        { AttributeName: "feed_job", KeyType: "HASH" },
+        { AttributeName: "feed_job_sk", KeyType: "RANGE" },
       ],
       Projection: { ProjectionType: "ALL" },
     },

@@ -22,8 +22,12 @@ export interface Backend {
   finalize(jobId: string, input: ReportInput): Promise<FinalizeAnswer>;
   /** Re-derive the report's hash and check the manifest; a failed verification is an answer (`ok: false`). */
   verify(jobId: string, input: VerifyInput): Promise<VerificationAnswer>;
+  /** One page of the change feed after `after` (from the beginning without it). */
+  listChanges(query: { after?: string | undefined; limit: number }): Promise<ChangePageAnswer>;
   close(): Promise<void>;
 }
+
+export type ChangePageAnswer = Answer<"/v1/events", "get">;
 
 export type PublishEventAnswer = Answer<"/v1/jobs/{job_id}/events", "post">;
 export type FinalizeAnswer = Answer<"/v1/jobs/{job_id}/attempts/{attempt}/finalize", "post">;

@@ -25,6 +25,8 @@ export interface CliIo {
   readonly stderr: (s: string) => void;
   /** API mode's fetch; the global one by default (tests pass an app's `request`). */
   readonly fetch?: typeof fetch;
+  /** Ends a long-running command (`mam events --follow`); SIGINT and SIGTERM when absent. */
+  readonly signal?: AbortSignal;
 }
 
 type Options = NonNullable<Parameters<typeof parseArgs>[0]>["options"];
@@ -261,6 +263,59 @@ reason when it does not.
       return answer.ok ? EXIT_OK : EXIT_REFUSED;
     },
   },
+  events: {
+    summary: "print the change feed (every committed change), and with --follow keep printing it",
+    usage: `mam events [--follow] [--after CURSOR] [--limit N] [--interval MS] [--json]
+    [--data-dir DIR] | [--api URL --token TOKEN]
+
+Prints the change feed from the beginning (or after CURSOR, a row's or a page's
+cursor), one line per committed change: when, what, which job, the intent it
+carries, by whom. Without --follow it prints what is there and exits 0. With
+--follow it keeps printing rows as they commit (reading again every --interval ms,
+1000 by default, at once while pages are full) until interrupted (SIGINT or
+SIGTERM: exit 0); it says on stderr which --after resumes where it stopped.
+
+--json prints one JSON object per line: the feed's row
+{cursor, at, job_id, kind, actor, intent_id?, data?}. Exit 2 when the service (or
+the store) cannot be reached, with the --after that resumes.`,
+    modes: "both",
+    options: {
+      follow: { type: "boolean" },
+      after: { type: "string" },
+      limit: { type: "string" },
+      interval: { type: "string" },
+    },
+    async run(v, ctx) {
+      const limit = positiveInt("limit", v.limit) ?? 100;
+      if (limit > 1000) throw new MamError("input.invalid", `--limit is at most 1000, not ${limit}`);
+      const interval = positiveInt("interval", v.interval) ?? 1000;
+      const follow = v.follow === true;
+      const json = v.json === true;
+      let after = str(v.after);
+      const stop = stopSignal(ctx.io);
+      try {
+        for (;;) {
+          let page: Awaited<ReturnType<Backend["listChanges"]>>;
+          try {
+            page = await ctx.backend().listChanges({ after, limit });
+          } catch (e) {
+            if (after !== undefined && isMamError(e) && EXIT_CODES[e.code] === EXIT_UNREACHABLE) ctx.say(`resume with --after ${after}`);
+            throw e;
+          }
+          for (const row of page.items) ctx.io.stdout(`${json ? JSON.stringify(row) : changeLine(row)}\n`);
+          after = page.cursor;
+          if (page.items.length === limit) continue;
+          if (!follow || stop.signal.aborted) break;
+          await stop.wait(interval);
+          if (stop.signal.aborted) break;
+        }
+      } finally {
+        stop.dispose();
+      }
+      if (follow) ctx.say(`stopped; resume with --after ${after}`);
+      return EXIT_OK;
+    },
+  },
   "token create": {
     summary: "mint an operator token with narrower scopes, signed with the data dir's key",
     usage: `mam token create --scope read[,write,gate,ops] [--ttl SECONDS] [--data-dir DIR] [--json]
@@ -300,6 +355,47 @@ those scopes. It signs locally: there is no API mode.
     },
   },
 };
+
+type ChangeRowAnswer = Awaited<ReturnType<Backend["listChanges"]>>["items"][number];
+
+/** One feed row as a line: when, what, which job, the intent, the data, by whom. */
+function changeLine(row: ChangeRowAnswer): string {
+  const data = Object.entries(row.data ?? {})
+    .map(([k, x]) => `${k}=${String(x)}`)
+    .join(" ");
+  const by = row.actor.token_id === undefined ? row.actor.type : `${row.actor.type} ${row.actor.token_id}`;
+  return [row.at, row.kind, row.job_id, row.intent_id === undefined ? "" : `intent ${row.intent_id}`, data, `(by ${by})`]
+    .filter((p) => p !== "")
+    .join("  ");
+}
+
+/** Interrupting `--follow`: the io's own signal (tests), else SIGINT and SIGTERM. */
+function stopSignal(io: CliIo): { signal: AbortSignal; wait(ms: number): Promise<void>; dispose(): void } {
+  const controller = new AbortController();
+  const signal = io.signal ?? controller.signal;
+  const onSignal = () => controller.abort();
+  if (io.signal === undefined) {
+    process.once("SIGINT", onSignal);
+    process.once("SIGTERM", onSignal);
+  }
+  return {
+    signal,
+    wait: (ms) =>
+      new Promise<void>((resolveWait) => {
+        const timer = setTimeout(done, ms);
+        function done() {
+          clearTimeout(timer);
+          signal.removeEventListener("abort", done);
+          resolveWait();
+        }
+        signal.addEventListener("abort", done, { once: true });
+      }),
+    dispose() {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    },
+  };
+}
 
 /** Command groups (`mam token ...`): the first word of a two-word command. */
 const GROUPS = new Set(Object.keys(COMMANDS).flatMap((n) => (n.includes(" ") ? [n.split(" ")[0]!] : [])));

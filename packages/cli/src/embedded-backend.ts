@@ -31,6 +31,8 @@ export interface EmbeddedOptions {
  * one (that is `mam serve`'s).
  */
 export function embeddedBackend(opts: EmbeddedOptions): Backend {
+  // The feed's store, opened on the first read and kept for the next (`mam events --follow`).
+  let feed: ReturnType<typeof openDataDir> | undefined;
   return {
     mode: "embedded",
 
@@ -102,8 +104,35 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
       return answer;
     },
 
-    async close() {},
+    async listChanges(query) {
+      feed ??= openDataDir(existingStore(opts).root);
+      const page = await feed.jobs.listChanges({ limit: query.limit, ...(query.after === undefined ? {} : { after: query.after }) });
+      return onTheWire({ items: [...page.items], cursor: page.cursor });
+    },
+
+    async close() {
+      feed?.close();
+      feed = undefined;
+    },
   };
+}
+
+/** The data dir named, when it holds a store; refused, creating nothing, otherwise. */
+function existingStore(opts: EmbeddedOptions): ReturnType<typeof dataDirPaths> {
+  if (opts.dataDir === undefined) {
+    throw new MamError(
+      "input.invalid",
+      "no data dir: give --data-dir DIR (or MAM_DATA_DIR) to work on a store directly, or --api URL (or MAM_API_URL) to call the service",
+    );
+  }
+  const paths = dataDirPaths(opts.dataDir);
+  if (!existsSync(paths.database)) {
+    throw new MamError(
+      "input.invalid",
+      `${paths.root} holds no mam store (no mam.db); the CLI never creates one: mam serve does (MAM_DATA_DIR=${paths.root} npm start)`,
+    );
+  }
+  return paths;
 }
 
 /** A value as JSON carries it: a key whose value is `undefined` is not there. */
@@ -124,19 +153,7 @@ function onTheWire<T>(value: T): Wire<T> {
 /** The data dir's stores and the broker the service publishes to; refused, creating nothing, when there is no store. */
 async function openStore(opts: EmbeddedOptions): Promise<Deps & { close(): Promise<void> }> {
   const { config } = opts;
-  if (opts.dataDir === undefined) {
-    throw new MamError(
-      "input.invalid",
-      "no data dir: give --data-dir DIR (or MAM_DATA_DIR) to work on a store directly, or --api URL (or MAM_API_URL) to call the service",
-    );
-  }
-  const paths = dataDirPaths(opts.dataDir);
-  if (!existsSync(paths.database)) {
-    throw new MamError(
-      "input.invalid",
-      `${paths.root} holds no mam store (no mam.db); the CLI never creates one: mam serve does (MAM_DATA_DIR=${paths.root} npm start)`,
-    );
-  }
+  const paths = existingStore(opts);
   const creds = await readCredentials(paths.root);
   const url = opts.mqttUrl ?? config.mqttUrl ?? `mqtt://127.0.0.1:${config.mqttPort}`;
   // On MAM_MQTT_URL's external broker, the service's login from the environment;

@@ -59,6 +59,14 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
       );
     },
 
+    async listChanges(query) {
+      return ok(
+        client.GET("/v1/events", {
+          params: { query: { limit: query.limit, ...(query.after === undefined ? {} : { after: query.after }) } },
+        }),
+      );
+    },
+
     async close() {},
   };
 }

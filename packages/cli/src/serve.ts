@@ -194,6 +194,9 @@ export async function startService(
     }),
     config.operatorToken,
   );
+  // Open feed streams wake on this process's commits (the relay sees each one) and end
+  // at once when the service stops; another process's commits are found by their poll.
+  const shutdown = new AbortController();
   const app = createApp({
     deps,
     tokens,
@@ -207,6 +210,7 @@ export async function startService(
     // One publish path per process: the relay publishes every commit, so a request
     // that commits does not publish too (it answers without `published`).
     publishInline: false,
+    feed: { onCommitted: (listener) => jobs.onCommitted(listener), shutdown: shutdown.signal },
   });
 
   const sweep = async () => {
@@ -253,6 +257,7 @@ export async function startService(
     stop() {
       stopping ??= (async () => {
         clearInterval(timer);
+        shutdown.abort();
         await new Promise<void>((r) => server.close(() => r()));
         await queue.drain();
         await sweeping;

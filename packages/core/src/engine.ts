@@ -1,6 +1,7 @@
 import { conflictFor } from "./conflicts.ts";
 import type { Actor, Deps, Using } from "./deps.ts";
 import { MamError } from "./errors.ts";
+import { noteOf } from "./feed.ts";
 import { attemptReportLocation, type PreparedFinalize, verifyFinalizedEvidence } from "./finalize.ts";
 import type { EvidenceGuard, JobChange, JobRecords, OwedNotifications } from "./ports.ts";
 import {
@@ -67,7 +68,12 @@ export async function getJob(deps: Using<Pick<JobRecords, "get">>, jobId: string
 }
 
 /** Register a job: status pending, transition_seq 0. */
-export async function registerJob(deps: Using<Pick<JobRecords, "create">, "clock" | "ids">, input: RegisterJob): Promise<JobRecord> {
+export async function registerJob(
+  deps: Using<Pick<JobRecords, "create">, "clock" | "ids">,
+  input: RegisterJob,
+  /** Who registers it, for the change feed; the service itself when absent. */
+  actor?: Actor,
+): Promise<JobRecord> {
   const parsed = RegisterJobSchema.safeParse(input);
   if (!parsed.success) throw new MamError("input.invalid", "invalid job registration", { issues: zodIssues(parsed.error) });
   const req = parsed.data;
@@ -86,7 +92,7 @@ export async function registerJob(deps: Using<Pick<JobRecords, "create">, "clock
     created_at: now,
     updated_at: now,
   };
-  await deps.jobs.create(record);
+  await deps.jobs.create(record, actor === undefined ? undefined : noteOf(actor));
   return record;
 }
 
@@ -287,7 +293,12 @@ export async function transitionJob(
 
   const notify = input.notify ?? terminal;
   if (notify) set.pending_notification = newIntent(deps, rule.event, nextSeq, input.reason, actor.kind);
-  const change: JobChange = { from: rule.from, set: set as JobChange["set"], ...(Object.keys(evidence).length === 0 ? {} : { evidence }) };
+  const change: JobChange = {
+    from: rule.from,
+    set: set as JobChange["set"],
+    ...(Object.keys(evidence).length === 0 ? {} : { evidence }),
+    note: noteOf(actor),
+  };
   const record = await deps.jobs.transition(jobId, expectedSeq, change);
   deps.metrics?.transition(input.action);
   return record;

@@ -1,4 +1,5 @@
-import type { EvidenceChange, JobChange, JobStore, OwedQuery, Page } from "./ports.ts";
+import type { ChangeNote, ChangeQuery } from "./feed.ts";
+import type { EvidenceChange, FeedPage, JobChange, JobStore, OwedQuery, Page } from "./ports.ts";
 import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
 
 /**
@@ -12,8 +13,8 @@ export class ForwardingJobStore implements JobStore {
     this.inner = inner;
   }
 
-  create(record: JobRecord): Promise<void> {
-    return this.inner.create(record);
+  create(record: JobRecord, note?: ChangeNote): Promise<void> {
+    return this.inner.create(record, note);
   }
   get(jobId: string): Promise<JobRecord | undefined> {
     return this.inner.get(jobId);
@@ -39,14 +40,17 @@ export class ForwardingJobStore implements JobStore {
   listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
     return this.inner.listEvents(jobId, query);
   }
-  replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    return this.inner.replaceNotification(jobId, intent);
+  replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
+    return this.inner.replaceNotification(jobId, intent, note);
   }
-  reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
-    return this.inner.reviseNotification(jobId, intent);
+  reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
+    return this.inner.reviseNotification(jobId, intent, note);
   }
-  settleNotification(jobId: string, intentId: string): Promise<boolean> {
-    return this.inner.settleNotification(jobId, intentId);
+  settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.inner.settleNotification(jobId, intentId, note);
+  }
+  listChanges(query: ChangeQuery): Promise<FeedPage> {
+    return this.inner.listChanges(query);
   }
   listOwed(limit: number, query?: OwedQuery): Promise<readonly JobRecord[]> {
     return this.inner.listOwed(limit, query);

@@ -154,6 +154,7 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
         pending_notification: newIntent(deps, "completed", job.transition_seq + 1, "auto_complete", "gate"),
       },
       evidence: { seq: job.evidence_seq, attempt: dispatch.attempt_id },
+      note: { actor: { type: "gate" } },
     });
     return { committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record };
   } catch (e) {

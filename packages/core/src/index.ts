@@ -5,6 +5,7 @@ export * from "./conflicts.ts";
 export * from "./deps.ts";
 export * from "./engine.ts";
 export * from "./errors.ts";
+export * from "./feed.ts";
 export * from "./finalize.ts";
 export * from "./forwarding-store.ts";
 export * from "./gate.ts";

@@ -2,7 +2,8 @@ import { createHash } from "node:crypto";
 import { EVENT_PAGE_MAX_BYTES, invalidCursor } from "./bounds.ts";
 import { conflictFor } from "./conflicts.ts";
 import { MamError } from "./errors.ts";
-import type { EvidenceChange, JobChange, JobStore, OwedQuery, Page, ReportStore } from "./ports.ts";
+import { type ChangeNote, type ChangeQuery, type ChangeRow, changeRowsOf } from "./feed.ts";
+import type { Clock, EvidenceChange, FeedPage, JobChange, JobStore, OwedQuery, Page, ReportStore } from "./ports.ts";
 import { type DispatchRecord, type EventLogEntry, type JobRecord, NON_TERMINAL, type NotificationIntent, type Status } from "./schemas.ts";
 
 /**
@@ -21,10 +22,44 @@ export class MemoryJobStore implements JobStore {
   readonly #jobs = new Map<string, JobRecord>();
   readonly #dispatches = new Map<string, DispatchRecord>();
   readonly #events = new Map<string, EventLogEntry[]>();
+  /** The change feed: a row's position is its index + 1. */
+  readonly #changes: ChangeRow[] = [];
+  readonly #clock: Clock;
 
-  async create(record: JobRecord): Promise<void> {
+  /** `clock` stamps each feed row's commit time (`at`); the system clock by default. */
+  constructor(options: { clock?: Clock } = {}) {
+    this.#clock = options.clock ?? { now: () => new Date() };
+  }
+
+  /** Append the rows a committed write produces, in the same synchronous step as the write. */
+  #record(before: JobRecord | undefined, after: JobRecord, note: ChangeNote | undefined): void {
+    const at = this.#clock.now().toISOString();
+    for (const draft of changeRowsOf(before, after, note)) {
+      this.#changes.push({ ...structuredClone(draft), cursor: String(this.#changes.length + 1), at });
+    }
+  }
+
+  async create(record: JobRecord, note?: ChangeNote): Promise<void> {
     if (this.#jobs.has(record.job_id)) throw new MamError("job.exists", `job ${record.job_id} already exists`);
     this.#jobs.set(record.job_id, structuredClone(record));
+    this.#record(undefined, record, note);
+  }
+
+  async listChanges(query: ChangeQuery): Promise<FeedPage> {
+    let from = 0;
+    if (query.after !== undefined) {
+      from = /^(0|[1-9][0-9]{0,15})$/.test(query.after) ? Number(query.after) : Number.NaN;
+      if (!(from <= this.#changes.length)) throw invalidCursor();
+    }
+    const items: ChangeRow[] = [];
+    let position = from;
+    for (const row of this.#changes.slice(from)) {
+      if (items.length === query.limit) break;
+      if (query.upTo !== undefined && sortableTime(row.at) > sortableTime(query.upTo)) break;
+      position = Number(row.cursor);
+      if (query.jobId === undefined || row.job_id === query.jobId) items.push(structuredClone(row));
+    }
+    return { items, cursor: String(position) };
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
@@ -37,7 +72,17 @@ export class MemoryJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, { from: NON_TERMINAL, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+    return this.#update(
+      jobId,
+      null,
+      {
+        from: NON_TERMINAL,
+        set: change.set ?? {},
+        evidence: { ...change.guard, bump: true },
+        ...(change.note ? { note: change.note } : {}),
+      },
+      false,
+    );
   }
 
   #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): JobRecord {
@@ -62,27 +107,33 @@ export class MemoryJobStore implements JobStore {
     if (evidence.bump) next.evidence_seq = current.evidence_seq + 1;
     const record = next as JobRecord;
     this.#jobs.set(jobId, record);
+    this.#record(current, record, change.note);
     return structuredClone(record);
   }
 
-  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+  async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     const current = this.#jobs.get(jobId);
     if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    this.#jobs.set(jobId, { ...current, pending_notification: structuredClone(intent) });
+    const next = { ...current, pending_notification: structuredClone(intent) };
+    this.#jobs.set(jobId, next);
+    this.#record(current, next, note);
   }
 
-  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+  async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
     const current = this.#jobs.get(jobId);
     if (current?.pending_notification?.id !== intent.id) return false;
-    this.#jobs.set(jobId, { ...current, pending_notification: structuredClone(intent) });
+    const next = { ...current, pending_notification: structuredClone(intent) };
+    this.#jobs.set(jobId, next);
+    this.#record(current, next, note);
     return true;
   }
 
-  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
+  async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     const current = this.#jobs.get(jobId);
     if (current?.pending_notification?.id !== intentId) return false;
     const { pending_notification: _settled, ...rest } = current;
     this.#jobs.set(jobId, rest);
+    this.#record(current, rest, note);
     return true;
   }
 

@@ -1,6 +1,7 @@
-import type { Using } from "./deps.ts";
+import type { Actor, Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { type ErrorCode, isMamError, MamError } from "./errors.ts";
+import { noteOf } from "./feed.ts";
 import type { JobEventLog, JobRecords, OwedNotifications } from "./ports.ts";
 import { JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
 
@@ -385,7 +386,7 @@ export interface ReleaseResult {
 export async function releaseNotification(
   deps: Using<OwedNotifications & Pick<JobRecords, "get">>,
   jobId: string,
-  opts: { intentId?: string } = {},
+  opts: { intentId?: string; actor?: Actor } = {},
 ): Promise<ReleaseResult> {
   const record = await getJob(deps, jobId);
   const intent = record.pending_notification;
@@ -394,7 +395,7 @@ export async function releaseNotification(
     return { released: false, reason: `job ${jobId} owes notification ${intent.id}, not ${opts.intentId}`, record };
   }
   const { failures: _f, retry_at: _r, quarantined_at: quarantinedAt, ...cleared } = intent;
-  if (!(await deps.jobs.reviseNotification(jobId, cleared))) {
+  if (!(await deps.jobs.reviseNotification(jobId, cleared, opts.actor === undefined ? undefined : noteOf(opts.actor)))) {
     const current = (await deps.jobs.get(jobId)) ?? record;
     return { released: false, reason: `the notification owed by job ${jobId} changed meanwhile; read it again`, record: current };
   }

@@ -1,3 +1,4 @@
+import type { ChangeNote, ChangeQuery, ChangeRow } from "./feed.ts";
 import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
 
 /** Fields no change writes: the job's identity, its two counters (the store bumps them) and its birth. */
@@ -19,6 +20,8 @@ export interface JobChange {
   readonly unset?: readonly UnsettableJobField[];
   /** Conditions on the job's evidence, checked in the same write (and bumping `evidence_seq` when asked). */
   readonly evidence?: EvidenceGuard;
+  /** Who made the change, for the change feed (`ChangeFeed`); the service's own when absent. */
+  readonly note?: ChangeNote;
 }
 
 /**
@@ -42,6 +45,8 @@ export interface EvidenceGuard {
 export interface EvidenceChange {
   readonly guard: Omit<EvidenceGuard, "bump">;
   readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
+  /** Who made the change and what it staged, for the change feed; the service's own when absent. */
+  readonly note?: ChangeNote;
 }
 
 export interface OwedQuery {
@@ -90,7 +95,31 @@ export interface Page<T> {
  * front of its adapter. An adapter only translates to its storage, and may assume
  * what the guard checked.
  */
-export interface JobStore extends JobRecords, DispatchRecords, JobEventLog, OwedNotifications {}
+export interface JobStore extends JobRecords, DispatchRecords, JobEventLog, OwedNotifications, ChangeFeed {}
+
+/** A feed page: `cursor` is always there, to continue from (even after an empty page). */
+export interface FeedPage extends Page<ChangeRow> {
+  readonly cursor: string;
+}
+
+/**
+ * The change feed: one row per committed change of a job (core's `changeRowsOf`
+ * decides which), read in pages after a cursor. Guarantees, for every adapter:
+ * - a write and its rows commit together, or neither does (SQLite: one transaction;
+ *   DynamoDB: derived from the table's stream, idempotently, so a replayed stream
+ *   record writes nothing new);
+ * - one job's rows come in the order its writes committed;
+ * - a reader paging with cursors never skips a row: a row that becomes readable
+ *   later than a row after it (a late commit) is never handed out behind its cursor.
+ *   SQLite hands out rows in commit order (writers are serialized); DynamoDB reads
+ *   only rows older than its feed delay (docs/notifications.md);
+ * - `jobId` reads one job's rows by an index, never by filtering the whole feed;
+ * - the cursor of a page is always present, and a cursor this feed did not hand out
+ *   is `invalidCursor()` naming `query.after` (the guard checks the envelope).
+ */
+export interface ChangeFeed {
+  listChanges(query: ChangeQuery): Promise<FeedPage>;
+}
 
 /**
  * The job records themselves: created once, read, listed, and changed only by the two
@@ -99,7 +128,7 @@ export interface JobStore extends JobRecords, DispatchRecords, JobEventLog, Owed
  */
 export interface JobRecords {
   /** Fails with `job.exists` if the id is taken. */
-  create(record: JobRecord): Promise<void>;
+  create(record: JobRecord, note?: ChangeNote): Promise<void>;
   get(jobId: string): Promise<JobRecord | undefined>;
   transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord>;
   /** The evidence write: see the guarantees above. */
@@ -132,16 +161,16 @@ export interface JobEventLog {
 /** Each job's owed notification: bookkeeping (never a state change) and the owed index. */
 export interface OwedNotifications {
   /** Bookkeeping: write `intent` as the owed notification, whatever was owed before. `job.notFound` if there is no such job. */
-  replaceNotification(jobId: string, intent: NotificationIntent): Promise<void>;
+  replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void>;
   /**
    * Bookkeeping: write `intent` (the owed intent with new delivery marks: `failures`,
    * `retry_at`, `quarantined_at`, `last_error`) iff the owed intent's id is
    * `intent.id`, and move the job in the owed index accordingly. True if written;
    * false when that intent was settled or superseded meanwhile (then nothing is written).
    */
-  reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean>;
+  reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean>;
   /** Bookkeeping: clear the owed notification iff its id is `intentId`. True if cleared. */
-  settleNotification(jobId: string, intentId: string): Promise<boolean>;
+  settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean>;
   /**
    * Jobs owing a notification that is not quarantined, the soonest due first (due:
    * `retry_at`, else `created_at`); with `dueBy` (an ISO-8601 instant), only those due

@@ -2,6 +2,7 @@ import { conflictFor, TransitionConflict } from "./conflicts.ts";
 import type { Actor, Deps, Using } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
 import { isMamError, MamError } from "./errors.ts";
+import { noteOf } from "./feed.ts";
 import {
   applyFinalize,
   attemptReportLocation,
@@ -48,6 +49,8 @@ export async function recordDispatch(
   deps: Using<Pick<JobRecords, "get" | "recordEvidence"> & DispatchRecords, "clock">,
   jobId: string,
   req: DispatchRequest,
+  /** Who dispatches, for the change feed; the service itself when absent. */
+  actor?: Actor,
 ): Promise<DispatchRecord> {
   const parsed = DispatchRequestSchema.safeParse(req);
   if (!parsed.success) throw new MamError("input.invalid", "invalid dispatch", { issues: zodIssues(parsed.error) });
@@ -68,7 +71,7 @@ export async function recordDispatch(
     recorded_at: now,
   };
   try {
-    await deps.jobs.recordEvidence(jobId, { guard: { newAttempt: d.attempt_id } });
+    await deps.jobs.recordEvidence(jobId, { guard: { newAttempt: d.attempt_id }, ...(actor === undefined ? {} : { note: noteOf(actor) }) });
   } catch (e) {
     if (!(e instanceof TransitionConflict)) throw e;
     if (isTerminal(e.current.status)) throw notDispatchedAgain(e.current);
@@ -117,6 +120,8 @@ export async function stageAttemptReport(
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
+  /** Who stages it, for the change feed; the service itself when absent. */
+  actor?: Actor,
 ): Promise<{ sha256: string; bytes: number }> {
   const location = await writableAttempt(deps, jobId, attemptId);
   const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
@@ -126,7 +131,7 @@ export async function stageAttemptReport(
     // A declared upload binds the staged name: only its bytes may take it.
     const declared = await readUploadDeclaration(deps.reports, location);
     if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
-    await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId } });
+    await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId }, note: { ...noteOf(actor), staged } });
   } catch (e) {
     await deps.reports.delete(location, upload).catch(() => undefined);
     throw e;
@@ -146,6 +151,8 @@ export async function finalizeAttemptReport(
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
+  /** Who finalizes, for the change feed; the service itself when absent. */
+  actor?: Actor,
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
   const location = await writableAttempt(deps, jobId, attemptId);
@@ -153,6 +160,7 @@ export async function finalizeAttemptReport(
   const committed = await deps.jobs.recordEvidence(jobId, {
     guard: { attempt: attemptId },
     set: { finalized_report: pointerOf(prepared) },
+    ...(actor === undefined ? {} : { note: noteOf(actor) }),
   });
   await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
   return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };

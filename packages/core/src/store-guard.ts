@@ -1,8 +1,10 @@
 import { invalidCursor, JOB_PAGE_MAX_BYTES, utf8Bytes } from "./bounds.ts";
 import { assertJobId } from "./engine.ts";
 import { MamError } from "./errors.ts";
+import { type ChangeNote, ChangeNoteSchema, type ChangeQuery } from "./feed.ts";
 import {
   type EvidenceChange,
+  type FeedPage,
   FIXED_JOB_FIELDS,
   type JobChange,
   type JobStore,
@@ -101,18 +103,30 @@ function checkChange(change: JobChange): JobChange {
     set: set as JobChange["set"],
     ...(unset.length === 0 ? {} : { unset }),
     ...(change.evidence === undefined ? {} : { evidence: change.evidence }),
+    ...(change.note === undefined ? {} : { note: checkNote(change.note) }),
   };
 }
 
+/** A note is core's own: one that is not a `ChangeNote` is core's bug (`internal`), and nothing is written. */
+function checkNote(note: ChangeNote): ChangeNote;
+function checkNote(note: ChangeNote | undefined): ChangeNote | undefined;
+function checkNote(note: ChangeNote | undefined): ChangeNote | undefined {
+  if (note === undefined) return undefined;
+  const parsed = ChangeNoteSchema.safeParse(note);
+  if (!parsed.success) throw new MamError("internal", "a change note is not valid", { issues: zodIssues(parsed.error, "note") });
+  return parsed.data as ChangeNote;
+}
+
 function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
-  if (change.set === undefined) return change;
+  const note = change.note === undefined ? {} : { note: checkNote(change.note) };
+  if (change.set === undefined) return { guard: change.guard, ...note };
   const set: Record<string, unknown> = {};
   for (const [field, value] of Object.entries(change.set)) {
     if (value === undefined) continue;
     if (!EVIDENCE_SETTABLE.has(field)) throw new MamError("internal", `an evidence write may not set ${field}`);
     set[field] = value;
   }
-  return { guard: change.guard, set: set as NonNullable<EvidenceChange["set"]> };
+  return { guard: change.guard, set: set as NonNullable<EvidenceChange["set"]>, ...note };
 }
 
 // ---- cursors: the adapter's position, in an envelope naming the listing it belongs to
@@ -151,6 +165,30 @@ function unwrapCursor(listing: string, cursor: string): string {
 const jobsListing = (status: Status | undefined): string => (status === undefined ? "jobs" : `jobs/${status}`);
 const QUARANTINED_LISTING = "quarantined";
 const eventsListing = (jobId: string): string => `events/${jobId}`;
+/** One listing for the whole feed and each job's part of it: a position is the same row either way. */
+const FEED_LISTING = "feed";
+
+/** A feed cursor's refusal names `query.after`, the parameter it came in. */
+function unwrapFeedCursor(cursor: string): string {
+  try {
+    return unwrapCursor(FEED_LISTING, cursor);
+  } catch (e) {
+    throw feedCursorRefusal(e);
+  }
+}
+
+function feedCursorRefusal(cause: unknown): MamError {
+  return new MamError(
+    "input.invalid",
+    "after is not a cursor this feed handed out; start without one, or pass a row's or a page's cursor",
+    {
+      issues: [{ path: "query.after", message: "not a cursor this feed handed out" }],
+      cause,
+    },
+  );
+}
+
+const wrapFeedPosition = (position: string): string => toBase64Url(JSON.stringify({ l: FEED_LISTING, c: position }));
 
 function withCursor<Q extends { cursor?: string }>(query: Q, listing: string): Q {
   if (query.cursor === undefined) return query;
@@ -189,13 +227,13 @@ class GuardedJobStore implements JobStore {
     this.#store = store;
   }
 
-  async create(record: JobRecord): Promise<void> {
+  async create(record: JobRecord, note?: ChangeNote): Promise<void> {
     assertJobId(record.job_id);
     const parsed = JobRecordSchema.safeParse(record);
     if (!parsed.success) {
       throw new MamError("input.invalid", `job record ${record.job_id} is not valid`, { issues: zodIssues(parsed.error, "record") });
     }
-    return this.#store.create(parsed.data);
+    return note === undefined ? this.#store.create(parsed.data) : this.#store.create(parsed.data, checkNote(note));
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
@@ -213,19 +251,46 @@ class GuardedJobStore implements JobStore {
     return this.#store.recordEvidence(jobId, checkEvidenceChange(change));
   }
 
-  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+  async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     assertJobId(jobId);
-    return this.#store.replaceNotification(jobId, intent);
+    return note === undefined
+      ? this.#store.replaceNotification(jobId, intent)
+      : this.#store.replaceNotification(jobId, intent, checkNote(note));
   }
 
-  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+  async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
     assertJobId(jobId);
-    return this.#store.reviseNotification(jobId, intent);
+    return note === undefined
+      ? this.#store.reviseNotification(jobId, intent)
+      : this.#store.reviseNotification(jobId, intent, checkNote(note));
   }
 
-  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
+  async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     assertJobId(jobId);
-    return this.#store.settleNotification(jobId, intentId);
+    return note === undefined
+      ? this.#store.settleNotification(jobId, intentId)
+      : this.#store.settleNotification(jobId, intentId, checkNote(note));
+  }
+
+  async listChanges(query: ChangeQuery): Promise<FeedPage> {
+    checkLimit(query.limit);
+    if (query.jobId !== undefined) assertJobId(query.jobId);
+    const after = query.after === undefined ? undefined : unwrapFeedCursor(query.after);
+    let page: FeedPage;
+    try {
+      page = await this.#store.listChanges({
+        limit: query.limit,
+        ...(after === undefined ? {} : { after }),
+        ...(query.jobId === undefined ? {} : { jobId: query.jobId }),
+        ...(query.upTo === undefined ? {} : { upTo: query.upTo }),
+      });
+    } catch (e) {
+      // A position forged inside a well-formed envelope: the adapter's refusal, named as the feed names it.
+      if (e instanceof MamError && e.code === "input.invalid" && e.issues.some((i) => i.path === "query.cursor"))
+        throw feedCursorRefusal(e);
+      throw e;
+    }
+    return { items: page.items.map((row) => ({ ...row, cursor: wrapFeedPosition(row.cursor) })), cursor: wrapFeedPosition(page.cursor) };
   }
 
   async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {

@@ -1,4 +1,12 @@
-import { type EvidenceChange, ForwardingJobStore, type JobChange, type JobRecord, type JobStore, type NotificationIntent } from "@mam/core";
+import {
+  type ChangeNote,
+  type EvidenceChange,
+  ForwardingJobStore,
+  type JobChange,
+  type JobRecord,
+  type JobStore,
+  type NotificationIntent,
+} from "@mam/core";
 
 export interface CachedJobStoreOptions {
   /**
@@ -82,8 +90,8 @@ export class CachedJobStore extends ForwardingJobStore {
     this.#generation += 1;
   }
 
-  override create(record: JobRecord): Promise<void> {
-    return this.#write(() => this.inner.create(record));
+  override create(record: JobRecord, note?: ChangeNote): Promise<void> {
+    return this.#write(() => this.inner.create(record, note));
   }
   override transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
     return this.#write(() => this.inner.transition(jobId, expectedSeq, change));
@@ -91,17 +99,18 @@ export class CachedJobStore extends ForwardingJobStore {
   override recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     return this.#write(() => this.inner.recordEvidence(jobId, change));
   }
-  override replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    return this.#write(() => this.inner.replaceNotification(jobId, intent));
+  override replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
+    return this.#write(() => this.inner.replaceNotification(jobId, intent, note));
   }
-  override reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
-    return this.#write(() => this.inner.reviseNotification(jobId, intent));
+  override reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
+    return this.#write(() => this.inner.reviseNotification(jobId, intent, note));
   }
-  override settleNotification(jobId: string, intentId: string): Promise<boolean> {
-    return this.#write(() => this.inner.settleNotification(jobId, intentId));
+  override settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#write(() => this.inner.settleNotification(jobId, intentId, note));
   }
-  // Reads other than `get`, dispatches and the event log pass through: dispatches and
-  // log lines are not job records, so writing them leaves the cache as it is.
+  // Reads other than `get` (the change feed included), dispatches and the event log
+  // pass through: dispatches and log lines are not job records, so writing them
+  // leaves the cache as it is.
 }
 
 function deepFreeze<T>(value: T): T {

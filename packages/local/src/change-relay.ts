@@ -1,4 +1,12 @@
-import { ForwardingJobStore, type JobChange, type JobRecord, type JobStore, type NotificationIntent } from "@mam/core";
+import {
+  type ChangeNote,
+  type EvidenceChange,
+  ForwardingJobStore,
+  type JobChange,
+  type JobRecord,
+  type JobStore,
+  type NotificationIntent,
+} from "@mam/core";
 
 /**
  * The embedded stand-in for DynamoDB Streams: a JobStore decorator that sees every
@@ -12,10 +20,47 @@ import { ForwardingJobStore, type JobChange, type JobRecord, type JobStore, type
  */
 export class ChangeRelay extends ForwardingJobStore {
   readonly #onOwed: (record: JobRecord) => void;
+  readonly #committed = new Set<() => void>();
 
   constructor(inner: JobStore, onOwed: (record: JobRecord) => void) {
     super(inner);
     this.#onOwed = onOwed;
+  }
+
+  /**
+   * Call `listener` after every write through this relay that may have added feed
+   * rows (it is a signal, not the rows: a listener reads the feed after its cursor).
+   * Writes by another process are not seen here. Returns the unsubscribe.
+   */
+  onCommitted(listener: () => void): () => void {
+    this.#committed.add(listener);
+    return () => this.#committed.delete(listener);
+  }
+
+  #signal(): void {
+    for (const listener of this.#committed) listener();
+  }
+
+  /** Run a write and signal once it is over, committed or not (a refused write signals nothing new, harmlessly). */
+  async #signalled<T>(write: Promise<T>): Promise<T> {
+    try {
+      return await write;
+    } finally {
+      if (this.#committed.size > 0) this.#signal();
+    }
+  }
+
+  override create(record: JobRecord, note?: ChangeNote): Promise<void> {
+    return this.#signalled(this.inner.create(record, note));
+  }
+  override recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
+    return this.#signalled(this.inner.recordEvidence(jobId, change));
+  }
+  override reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
+    return this.#signalled(this.inner.reviseNotification(jobId, intent, note));
+  }
+  override settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#signalled(this.inner.settleNotification(jobId, intentId, note));
   }
 
   #observe(record: JobRecord | undefined): void {
@@ -23,13 +68,13 @@ export class ChangeRelay extends ForwardingJobStore {
   }
 
   override async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
-    const record = await this.inner.transition(jobId, expectedSeq, change);
+    const record = await this.#signalled(this.inner.transition(jobId, expectedSeq, change));
     this.#observe(record);
     return record;
   }
 
-  override async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
-    await this.inner.replaceNotification(jobId, intent);
+  override async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
+    await this.#signalled(this.inner.replaceNotification(jobId, intent, note));
     this.#observe(await this.inner.get(jobId));
   }
 

@@ -1,9 +1,14 @@
 import {
+  type ChangeNote,
+  type ChangeQuery,
+  type ChangeRow,
+  changeRowsOf,
   conflictFor,
   type DispatchRecord,
   EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  type FeedPage,
   invalidCursor,
   type JobChange,
   type JobRecord,
@@ -40,6 +45,14 @@ import Database from "better-sqlite3";
  *   read it in place of the doc's copy, so such a record is still counted, backed off
  *   and quarantined instead of stopping the sweep.
  *
+ * The change feed is the `changes` table: every write and the rows core's
+ * `changeRowsOf` makes of it commit in one `BEGIN IMMEDIATE` transaction (the record
+ * before the write is read under the write lock, so the rows describe exactly this
+ * write). `cursor` is `INTEGER PRIMARY KEY AUTOINCREMENT`, assigned while the writer
+ * holds SQLite's one write lock and never reused: a row with a higher cursor commits
+ * after every row with a lower one, so cursor order is commit order and a reader
+ * paging after a cursor can never miss a row that commits later. The feed delay is 0.
+ *
  * What every store must keep (job ids, limits, which fields a change writes, a valid
  * record on create, the cursor and limit refusals) is core's `guardJobStore`, in
  * front of this adapter; the record cache `mam serve` reads through is
@@ -48,6 +61,7 @@ import Database from "better-sqlite3";
 export class SqliteJobStore implements JobStore {
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Database.Statement>();
+  #transaction: Database.Transaction<(fn: () => unknown) => unknown> | undefined;
   #dataVersion: Database.Statement | undefined;
 
   /** A database file (made if absent), `:memory:`, or a connection opened by the caller (the store then owns it). */
@@ -63,10 +77,12 @@ export class SqliteJobStore implements JobStore {
     this.#db.exec(SCHEMA);
     // Databases made before the owed columns below existed get them here.
     const columns = new Set((this.#db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
-    for (const column of ["owed_quarantined_id", "owed_revision"]) {
+    for (const column of ["owed_quarantined_id", "owed_revision", "feed_before"]) {
       if (!columns.has(column)) this.#db.exec(`ALTER TABLE jobs ADD COLUMN ${column} TEXT NULL`);
     }
     this.#db.exec(OWED_INDEXES);
+    // The change feed (made here for a database from before it: the feed starts when it does).
+    this.#db.exec(CHANGES_SCHEMA);
     // Version 1: every record carries evidence_seq (records made before it existed are at 0).
     if ((this.#db.pragma("user_version", { simple: true }) as number) < 1) {
       this.#db.exec(`UPDATE jobs SET doc = json_set(doc, '$.evidence_seq', 0) WHERE json_type(doc, '$.evidence_seq') IS NULL;
@@ -74,25 +90,28 @@ export class SqliteJobStore implements JobStore {
     }
   }
 
-  async create(record: JobRecord): Promise<void> {
+  async create(record: JobRecord, note?: ChangeNote): Promise<void> {
     const owed = record.pending_notification;
     const columns = owed === undefined ? undefined : owedColumns(owed);
-    const result = this.#run(
-      `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id, doc)
+    this.#write(() => {
+      const result = this.#run(
+        `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id, doc)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
-      [
-        record.job_id,
-        record.status,
-        record.transition_seq,
-        record.created_at,
-        record.updated_at,
-        owed?.id ?? null,
-        columns?.at ?? null,
-        columns?.quarantinedId ?? null,
-        JSON.stringify(record),
-      ],
-    );
-    if (result.changes === 0) throw new MamError("job.exists", `job ${record.job_id} already exists`);
+        [
+          record.job_id,
+          record.status,
+          record.transition_seq,
+          record.created_at,
+          record.updated_at,
+          owed?.id ?? null,
+          columns?.at ?? null,
+          columns?.quarantinedId ?? null,
+          JSON.stringify(record),
+        ],
+      );
+      if (result.changes === 0) throw new MamError("job.exists", `job ${record.job_id} already exists`);
+      this.#recordChanges(undefined, record, note);
+    });
   }
 
   async get(jobId: string): Promise<JobRecord | undefined> {
@@ -120,7 +139,69 @@ export class SqliteJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, { from: NON_TERMINAL, set: change.set ?? {}, evidence: { ...change.guard, bump: true } }, false);
+    return this.#update(
+      jobId,
+      null,
+      {
+        from: NON_TERMINAL,
+        set: change.set ?? {},
+        evidence: { ...change.guard, bump: true },
+        ...(change.note ? { note: change.note } : {}),
+      },
+      false,
+    );
+  }
+
+  /**
+   * The feed after `query.after` (a cursor as this store hands it out: the decimal
+   * position of a row, `0` before the first), in cursor order; a job's rows by
+   * `changes_by_job`. Rows are stepped one at a time and the statement abandoned once
+   * the page is full or a row is later than `upTo`.
+   */
+  async listChanges(query: ChangeQuery): Promise<FeedPage> {
+    const after = query.after === undefined ? 0 : decodeFeedPosition(query.after);
+    const sql =
+      query.jobId === undefined
+        ? "SELECT cursor, job_id, at, row FROM changes WHERE cursor > ? ORDER BY cursor LIMIT ?"
+        : "SELECT cursor, job_id, at, row FROM changes WHERE job_id = ? AND cursor > ? ORDER BY cursor LIMIT ?";
+    const params = query.jobId === undefined ? [after, query.limit] : [query.jobId, after, query.limit];
+    const upTo = query.upTo === undefined ? undefined : sortableTime(query.upTo);
+    return this.#call(sql, (statement) => {
+      const items: ChangeRow[] = [];
+      let position = after;
+      for (const r of statement.iterate(...params) as IterableIterator<{ cursor: number; job_id: string; at: string; row: string }>) {
+        if (upTo !== undefined && r.at > upTo) break;
+        items.push({
+          cursor: String(r.cursor),
+          at: r.at,
+          job_id: r.job_id,
+          ...(JSON.parse(r.row) as Omit<ChangeRow, "cursor" | "at" | "job_id">),
+        });
+        position = r.cursor;
+      }
+      return { items, cursor: String(position) };
+    });
+  }
+
+  /** The rows a committed write produces, inserted in its transaction, stamped with SQLite's clock. */
+  #recordChanges(before: JobRecord | undefined, after: JobRecord, note: ChangeNote | undefined): void {
+    for (const draft of changeRowsOf(before, after, note)) {
+      const { job_id, ...row } = draft;
+      this.#run("INSERT INTO changes (job_id, at, row) VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?)", [
+        job_id,
+        JSON.stringify(row),
+      ]);
+    }
+  }
+
+  /** One write and its feed rows, in one `BEGIN IMMEDIATE` transaction (the write lock first, then the read of what stands). */
+  #write<T>(body: () => T): T {
+    this.#transaction ??= this.#db.transaction((fn: () => unknown) => fn());
+    try {
+      return this.#transaction.immediate(body) as T;
+    } catch (e) {
+      throw storeError(e);
+    }
   }
 
   /**
@@ -192,56 +273,92 @@ export class SqliteJobStore implements JobStore {
       params.push(evidence.newAttempt);
     }
 
-    // `.all()`, not `.get()`: a statement stepped only to its first row never
-    // finishes, and SQLite then never reaches its WAL auto-checkpoint (measured:
-    // 12 KiB of WAL per transition, never reclaimed).
-    const row = this.#all<{ doc: string }>(`UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`, params)[0];
-    if (row !== undefined) return JSON.parse(row.doc) as JobRecord;
-
-    // Nothing committed. Read what stands now only to say why; the write is over.
-    const current = this.#read(jobId);
-    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    throw conflictFor(current, expectedSeq, change.from, evidence);
+    // What the feed needs of the record before the write, captured by the write itself
+    // (an assignment's right side reads the old row): no read precedes the write.
+    assignments.push(`feed_before = ${FEED_BEFORE}`);
+    return this.#write(() => {
+      // `.all()`, not `.get()`: a statement stepped only to its first row never
+      // finishes, and SQLite then never reaches its WAL auto-checkpoint (measured:
+      // 12 KiB of WAL per transition, never reclaimed).
+      const row = this.#all<{ doc: string; feed_before: string }>(
+        `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc, feed_before`,
+        params,
+      )[0];
+      if (row !== undefined) {
+        const after = JSON.parse(row.doc) as JobRecord;
+        this.#recordChanges(beforeOf(after, row.feed_before), after, change.note);
+        return after;
+      }
+      // Nothing committed. Read what stands now only to say why; the write is over.
+      const current = this.#read(jobId);
+      if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+      throw conflictFor(current, expectedSeq, change.from, evidence);
+    });
   }
 
-  async replaceNotification(jobId: string, intent: NotificationIntent): Promise<void> {
+  async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     const owed = owedColumns(intent);
-    const result = this.#run(
-      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?,
-       owed_quarantined_id = ?, owed_revision = NULL
-       WHERE job_id = ?`,
-      [JSON.stringify(intent), intent.id, owed.at, owed.quarantinedId, jobId],
-    );
-    if (result.changes === 0) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+    this.#write(() => {
+      const row = this.#all<{ doc: string; feed_before: string }>(
+        `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?,
+       owed_quarantined_id = ?, owed_revision = NULL, feed_before = ${OWED_BEFORE}
+       WHERE job_id = ? RETURNING doc, feed_before`,
+        [JSON.stringify(intent), intent.id, owed.at, owed.quarantinedId, jobId],
+      )[0];
+      if (row === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+      const after = JSON.parse(row.doc) as JobRecord;
+      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
+    });
   }
 
-  async reviseNotification(jobId: string, intent: NotificationIntent): Promise<boolean> {
+  async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
+    return this.#write(() => {
+      const row = this.#revise(jobId, intent);
+      if (row === undefined) return false;
+      const after = { ...(JSON.parse(row.doc) as JobRecord), pending_notification: intent };
+      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
+      return true;
+    });
+  }
+
+  /** The revise's write; the row it wrote (its doc, and the owed intent before it), or undefined. */
+  #revise(jobId: string, intent: NotificationIntent): { doc: string; feed_before: string } | undefined {
     const owed = owedColumns(intent);
     const json = JSON.stringify(intent);
     // One statement each, both conditional on the intent id; which one writes depends
     // on whether SQLite can still rewrite the doc (`json_valid`), never on a read.
-    const intoDoc = this.#run(
-      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_at = ?, owed_quarantined_id = ?, owed_revision = NULL
-       WHERE job_id = ? AND owed_intent_id = ? AND json_valid(doc)`,
+    const intoDoc = this.#all<{ doc: string; feed_before: string }>(
+      `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_at = ?, owed_quarantined_id = ?, owed_revision = NULL,
+       feed_before = ${OWED_BEFORE}
+       WHERE job_id = ? AND owed_intent_id = ? AND json_valid(doc) RETURNING doc, feed_before`,
       [json, owed.at, owed.quarantinedId, jobId, intent.id],
-    );
-    if (intoDoc.changes === 1) return true;
+    )[0];
+    if (intoDoc !== undefined) return intoDoc;
+    // Rare (a doc past SQLite's JSON depth): the intent before it is read, under the write's lock.
+    const before = this.#readOwed(jobId);
     const beside = this.#run(
       `UPDATE jobs SET owed_at = ?, owed_quarantined_id = ?, owed_revision = ?
        WHERE job_id = ? AND owed_intent_id = ? AND NOT json_valid(doc)`,
       [owed.at, owed.quarantinedId, json, jobId, intent.id],
     );
-    return beside.changes === 1;
+    if (beside.changes !== 1 || before === undefined) return undefined;
+    const { pending_notification, ...rest } = before;
+    return { doc: JSON.stringify(rest), feed_before: JSON.stringify({ pending_notification: pending_notification ?? null }) };
   }
 
-  async settleNotification(jobId: string, intentId: string): Promise<boolean> {
-    const result = this.#run(
-      `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL,
-       owed_quarantined_id = NULL, owed_revision = NULL
-       WHERE job_id = ? AND owed_intent_id = ?`,
-      [jobId, intentId],
-    );
-    return result.changes === 1;
+  async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#write(() => {
+      const row = this.#all<{ doc: string; feed_before: string }>(
+        `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL,
+       owed_quarantined_id = NULL, owed_revision = NULL, feed_before = ${OWED_BEFORE}
+       WHERE job_id = ? AND owed_intent_id = ? RETURNING doc, feed_before`,
+        [jobId, intentId],
+      )[0];
+      if (row === undefined) return false;
+      const after = JSON.parse(row.doc) as JobRecord;
+      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
+      return true;
+    });
   }
 
   async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
@@ -372,6 +489,12 @@ export class SqliteJobStore implements JobStore {
     if (this.#db.open) this.#db.close();
   }
 
+  /** The record with its owed intent as the owed listings read it (a revision kept beside the doc included). */
+  #readOwed(jobId: string): JobRecord | undefined {
+    const row = this.#get<OwedRow>("SELECT doc, owed_intent_id, owed_revision FROM jobs WHERE job_id = ?", [jobId]);
+    return row === undefined ? undefined : owedRecord(row);
+  }
+
   #read(jobId: string): JobRecord | undefined {
     const row = this.#get<{ doc: string }>("SELECT doc FROM jobs WHERE job_id = ?", [jobId]);
     return row === undefined ? undefined : (JSON.parse(row.doc) as JobRecord);
@@ -441,6 +564,52 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_time ON events (job_id, at, id);
 `;
+
+/**
+ * The change feed: one row per change a write made (core's `changeRowsOf`), `row` the
+ * row's JSON without its cursor, time and job. AUTOINCREMENT: a cursor is never
+ * reused, even after the newest rows were deleted.
+ */
+const CHANGES_SCHEMA = `
+CREATE TABLE IF NOT EXISTS changes (
+  cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  at TEXT NOT NULL,
+  row TEXT NOT NULL CHECK (json_valid(row))
+);
+CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);
+`;
+
+/**
+ * What `changeRowsOf` reads of the record before a transition or an evidence write,
+ * as the write's own assignment computes it from the old row (into `feed_before`,
+ * handed back by RETURNING).
+ */
+const FEED_BEFORE = `json_object('status', status, 'transition_seq', transition_seq,
+  'evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0), 'latest_attempt', json_extract(doc, '$.latest_attempt'),
+  'finalized_report', json_extract(doc, '$.finalized_report'), 'pending_notification', json_extract(doc, '$.pending_notification'))`;
+
+/** What a bookkeeping write's rows compare: the owed intent before it (a revision kept beside the doc included). */
+const OWED_BEFORE = `json_object('pending_notification', json(coalesce(owed_revision, json_extract(doc, '$.pending_notification'))))`;
+
+/** The record before a write, as far as the feed reads it: `after` with the old values of what `changeRowsOf` compares. */
+function beforeOf(after: JobRecord, captured: string): JobRecord {
+  const old = JSON.parse(captured) as Record<string, unknown>;
+  const before: Record<string, unknown> = { ...after };
+  for (const [field, value] of Object.entries(old)) {
+    if (value === null) delete before[field];
+    else before[field] = value;
+  }
+  return before as JobRecord;
+}
+
+/** A feed position as this store hands it out: a row's cursor, or 0 before the first. */
+function decodeFeedPosition(position: string): number {
+  if (!/^(0|[1-9][0-9]{0,15})$/.test(position)) throw invalidCursor();
+  const n = Number(position);
+  if (!Number.isSafeInteger(n)) throw invalidCursor();
+  return n;
+}
 
 /**
  * The two parts of the owed index. A query is served by a partial index only when its

@@ -1,5 +1,6 @@
 import type { Access } from "../access.ts";
 import * as events from "./events.ts";
+import * as feed from "./feed.ts";
 import * as jobs from "./jobs.ts";
 import * as meta from "./meta.ts";
 import * as operations from "./operations.ts";
@@ -11,6 +12,7 @@ type Route =
   | Declared<typeof jobs>
   | Declared<typeof reports>
   | Declared<typeof events>
+  | Declared<typeof feed>
   | Declared<typeof operations>
   | Declared<typeof meta>;
 
@@ -21,7 +23,7 @@ const isRoute = (x: unknown): x is Route => typeof x === "object" && x !== null 
  * added by its declaration and its handler, nothing else. What the tests hold the
  * served document and the access rules against.
  */
-export const ROUTES: readonly Route[] = [jobs, reports, events, operations, meta].flatMap((m) => Object.values(m).filter(isRoute));
+export const ROUTES: readonly Route[] = [jobs, reports, events, feed, operations, meta].flatMap((m) => Object.values(m).filter(isRoute));
 
 type KeyOf<R> = R extends { method: infer M extends string; path: infer P extends string } ? `${Uppercase<M>} ${P}` : never;
 

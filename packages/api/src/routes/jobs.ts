@@ -138,7 +138,7 @@ export const recordDispatch = defineRoute(
 
 export function jobRoutes(app: RouteOpener, { deps, tokens }: Services): void {
   app(registerJob, async (c) => {
-    const job = await register(deps, c.req.valid("json"));
+    const job = await register(deps, c.req.valid("json"), actorOf(c.get("principal")));
     return recordAnswer(c, job, 201, { location: `/v1/jobs/${job.job_id}` });
   });
 
@@ -190,7 +190,7 @@ export function jobRoutes(app: RouteOpener, { deps, tokens }: Services): void {
 
   app(recordDispatch, async (c) => {
     const { job_id: jobId } = c.req.valid("param");
-    const dispatch = await withCurrentRecord(deps, jobId, () => record(deps, jobId, c.req.valid("json")));
+    const dispatch = await withCurrentRecord(deps, jobId, () => record(deps, jobId, c.req.valid("json"), actorOf(c.get("principal"))));
     const minted = tokens.mintAgent(jobId, dispatch.attempt_id);
     return c.json({ dispatch, agent_token: minted.token, expires_at: minted.expiresAt }, 201);
   });

@@ -10,7 +10,7 @@ import {
   RecoverySweepRequestSchema,
   RecoverySweepResultSchema,
 } from "../wire.ts";
-import type { RouteOpener } from "./support.ts";
+import { actorOf, type RouteOpener } from "./support.ts";
 
 const OPTIONAL_BODY = "Optional: no body at all, or JSON.";
 
@@ -105,7 +105,8 @@ export function operationRoutes(app: RouteOpener, { deps, log, sweep, sweepGrace
 
   app(releaseNotification, async (c) => {
     const { intent_id } = c.req.valid("json");
-    const r = await release(deps, c.req.valid("param").job_id, intent_id === undefined ? {} : { intentId: intent_id });
+    const actor = actorOf(c.get("principal"));
+    const r = await release(deps, c.req.valid("param").job_id, intent_id === undefined ? { actor } : { intentId: intent_id, actor });
     return c.json({ released: r.released, reason: r.reason, record: r.record }, 200);
   });
 }

@@ -19,7 +19,7 @@ import {
   VerificationQuerySchema,
   VerificationSchema,
 } from "../wire.ts";
-import { type RouteOpener, withBodyPaths } from "./support.ts";
+import { actorOf, type RouteOpener, withBodyPaths } from "./support.ts";
 
 export const stageReport = defineRoute(
   operatorOrAgent("write", "attempt"),
@@ -197,7 +197,7 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
       const declared = await readUploadDeclaration(deps.reports, attemptReportLocation(jobId, attempt));
       if (declared !== undefined) upload.allow(Math.min(declared.bytes, reportUpload.maxBytes));
     }
-    const staged = await upload.pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body));
+    const staged = await upload.pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body, actorOf(c.get("principal"))));
     return c.json({ sha256: staged.sha256, bytes: staged.bytes }, 201);
   });
 
@@ -228,7 +228,7 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
 
   app(finalizeReport, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
-    const f = await finalizeAttemptReport(deps, jobId, attempt, c.req.valid("json").side_effects);
+    const f = await finalizeAttemptReport(deps, jobId, attempt, c.req.valid("json").side_effects, actorOf(c.get("principal")));
     return c.json({ manifest: f.manifest, manifest_sha256: f.manifestSha256 }, 200);
   });
 

@@ -45,7 +45,8 @@ export function recordAnswer<S extends 200 | 201>(c: Context<AppEnv>, record: Jo
 }
 
 export function actorOf(principal: Principal | undefined): Actor {
-  if (principal?.kind === "agent") return { kind: "agent", jobId: principal.jobId, attemptId: principal.attemptId };
+  if (principal?.kind === "agent")
+    return { kind: "agent", jobId: principal.jobId, attemptId: principal.attemptId, tokenId: principal.tokenId };
   return principal === undefined ? { kind: "operator" } : { kind: "operator", id: principal.tokenId };
 }
 

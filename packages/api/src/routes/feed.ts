@@ -1,0 +1,292 @@
+import { z } from "@hono/zod-openapi";
+import { CHANGE_KINDS, ChangeActorSchema, ChangeDataSchema, type ChangeRow, IsoTime, JobId, type JobStore } from "@mam/core";
+import type { Context } from "hono";
+import { streamSSE } from "hono/streaming";
+import { assertLatestAttempt, operatorOrAgent } from "../access.ts";
+import type { AppEnv, FeedOptions, Services } from "../context.ts";
+import { EXAMPLE } from "../examples.ts";
+import { defineRoute, exampleProblem, jsonAnswer, REQUEST_ID_HEADER } from "../openapi.ts";
+import type { Principal } from "../tokens.ts";
+import type { RouteOpener } from "./support.ts";
+
+/**
+ * The change feed over HTTP: `GET /v1/events` (pages after a cursor) and
+ * `GET /v1/events/stream` (the same rows as Server-Sent Events). The rows are the
+ * store's (`ChangeFeed`, decided by core's `changeRowsOf`); this module only reads
+ * them, confines an agent to its own job, and keeps a stream open.
+ */
+
+const FEED_CURSOR_EXAMPLE = "eyJsIjoiZmVlZCIsImMiOiI0MiJ9";
+
+/** A query parameter as a form sends it: an empty one is absent, and of a repeated one the first counts. */
+function formValue<S extends z.ZodType>(schema: S) {
+  return z.preprocess((v) => {
+    const first = Array.isArray(v) ? v[0] : v;
+    return first === "" ? undefined : first;
+  }, schema);
+}
+
+const AfterParam = formValue(z.string().min(1).max(1024).optional()).openapi({
+  description: "A cursor this feed handed out (a row's `cursor`, or a page's): the rows after it. Absent: from the beginning.",
+  example: FEED_CURSOR_EXAMPLE,
+});
+
+export const FeedQuerySchema = z.strictObject({
+  after: AfterParam,
+  limit: formValue(z.coerce.number().int().min(1).max(1000).default(100)).openapi({
+    description: "At most this many rows (1-1000, 100 by default).",
+    example: 100,
+  }),
+});
+
+export const FeedStreamQuerySchema = z.strictObject({ after: AfterParam });
+
+export const FeedStreamHeadersSchema = z.object({
+  "last-event-id": z.string().min(1).max(1024).optional().openapi({
+    description: "The last row's cursor the client received (EventSource sends it on reconnecting); wins over `after`.",
+    example: FEED_CURSOR_EXAMPLE,
+  }),
+});
+
+export const ChangeRowWire = z
+  .strictObject({
+    cursor: z.string().min(1).max(1024).describe("Opaque: pass it as `after` (or `Last-Event-ID`) to read what follows this row."),
+    at: IsoTime.describe("When the change committed."),
+    job_id: JobId,
+    kind: z.enum(CHANGE_KINDS),
+    actor: ChangeActorSchema.clone().describe("Who caused the change: its token's id (`jti`) when a token did, never the token."),
+    intent_id: z
+      .string()
+      .min(1)
+      .max(128)
+      .optional()
+      .describe("The intent the change carries, publishes, fails, supersedes or quarantines."),
+    data: ChangeDataSchema.clone().optional().describe("Small, kind-specific facts (docs/notifications.md)."),
+  })
+  .openapi("ChangeRow", { description: "One committed change." });
+
+export const ChangePageSchema = z
+  .strictObject({
+    items: z.array(ChangeRowWire),
+    cursor: z.string().min(1).describe("Opaque: pass it as `after` to continue; present even when `items` is empty."),
+  })
+  .openapi("ChangePage");
+
+const ROW_EXAMPLE = {
+  cursor: FEED_CURSOR_EXAMPLE,
+  at: "2026-11-20T10:02:41.000Z",
+  job_id: EXAMPLE.jobId,
+  kind: "job.transitioned",
+  actor: { type: "agent", token_id: "5b8f6a43-0e39-4d5e-8a0c-2f1c4b9d7e10" },
+  intent_id: "9d1c2b3a-4e5f-4a6b-8c7d-0e1f2a3b4c5d",
+  data: { action: "completed", status: "completed", transition_seq: 2 },
+} as const;
+
+const BAD_CURSOR = exampleProblem(
+  "input.invalid",
+  "after is not a cursor this feed handed out; start without one, or pass a row's or a page's cursor",
+  {
+    issues: [{ path: "query.after", message: "not a cursor this feed handed out" }],
+  },
+);
+
+export const listChanges = defineRoute(
+  operatorOrAgent("read", "self"),
+  {
+    operationId: "listChanges",
+    method: "get",
+    path: "/v1/events",
+    tags: ["events"],
+    summary: "The change feed: every committed change, oldest first, after a cursor",
+    description:
+      "One row per committed change of any job (registered, transitioned, dispatched, report staged or finalized, intent published, failed, superseded, quarantined or released). " +
+      "An operator token with the `read` scope reads every job's rows; an agent token reads only its own job's. " +
+      "The page's `cursor` is always present: pass it as `after` to continue (an empty page means nothing newer yet). " +
+      "A cursor this feed did not hand out is a 400 naming `query.after`.",
+    request: { query: FeedQuerySchema },
+    responses: { 200: jsonAnswer("One page of the feed.", ChangePageSchema, { items: [ROW_EXAMPLE], cursor: FEED_CURSOR_EXAMPLE }) },
+  },
+  [BAD_CURSOR],
+);
+
+export const streamChanges = defineRoute(
+  operatorOrAgent("read", "self"),
+  {
+    operationId: "streamChanges",
+    method: "get",
+    path: "/v1/events/stream",
+    tags: ["events"],
+    summary: "The change feed as Server-Sent Events, resuming after Last-Event-ID",
+    description:
+      "The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. " +
+      "Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is " +
+      "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
+      "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
+      "Tokens travel in the Authorization header only (EventSource polyfills send it).",
+    request: { query: FeedStreamQuerySchema, headers: FeedStreamHeadersSchema },
+    responses: {
+      200: {
+        description: "A stream of change rows (text/event-stream).",
+        headers: REQUEST_ID_HEADER,
+        content: {
+          "text/event-stream": {
+            schema: z.string(),
+            example: `id: ${FEED_CURSOR_EXAMPLE}\nevent: job.transitioned\ndata: ${JSON.stringify(ROW_EXAMPLE)}\n\n`,
+          },
+        },
+      },
+    },
+  },
+  [BAD_CURSOR],
+);
+
+/** The rows a principal may read: an agent's own job, or every job. */
+const scopeOf = (principal: Principal): { jobId?: string } => (principal.kind === "agent" ? { jobId: principal.jobId } : {});
+
+/** One stream's page of rows per read. */
+const STREAM_PAGE = 100;
+
+export const FEED_DEFAULTS = {
+  /** How often an open stream looks for rows no signal announced (another process's commits). */
+  pollMs: 1000,
+  /** Open streams per process; past it, a stream answers what is there and ends (the client reconnects). */
+  maxStreams: 64,
+  /** A stream ends after this long, whatever happens; the client reconnects with Last-Event-ID. */
+  maxStreamMs: 15 * 60 * 1000,
+  /** What a client waits before reconnecting (`retry:`). */
+  retryMs: 2000,
+} as const;
+
+export function feedRoutes(app: RouteOpener, { deps, feed = {} }: Services): void {
+  const options = { ...FEED_DEFAULTS, ...definedOnly(feed) };
+  let open = 0;
+
+  app(listChanges, async (c) => {
+    const q = c.req.valid("query");
+    const page = await deps.jobs.listChanges({
+      limit: q.limit,
+      ...(q.after === undefined ? {} : { after: q.after }),
+      ...scopeOf(c.get("principal")!),
+    });
+    return c.json({ items: page.items.map(wireRow), cursor: page.cursor }, 200);
+  });
+
+  app(streamChanges, async (c) => {
+    const principal = c.get("principal")!;
+    const headerCursor = c.req.valid("header")["last-event-id"];
+    const after = headerCursor ?? c.req.valid("query").after;
+    // The first page is read before the answer starts, so a bad cursor is a 400, not a broken stream.
+    const first = await deps.jobs.listChanges({ limit: STREAM_PAGE, ...(after === undefined ? {} : { after }), ...scopeOf(principal) });
+    if (options.streaming === false || open >= options.maxStreams) return answerNow(c, first.items, options.retryMs);
+    open += 1;
+    return streamSSE(
+      c,
+      async (stream) => {
+        const wake = new Wake();
+        const stopWaking = [
+          options.onCommitted?.(() => wake.ring()),
+          on(options.shutdown, () => wake.ring()),
+          on(c.req.raw.signal, () => wake.ring()),
+        ];
+        stream.onAbort(() => wake.ring());
+        const ends = Date.now() + options.maxStreamMs;
+        try {
+          await stream.writeSSE({ event: "open", data: "{}", retry: options.retryMs });
+          let page = first;
+          for (;;) {
+            for (const row of page.items) await stream.writeSSE({ id: row.cursor, event: row.kind, data: JSON.stringify(wireRow(row)) });
+            const cursor = page.cursor;
+            if (stream.aborted || stream.closed || isAborted(options.shutdown) || Date.now() >= ends) return;
+            const reason = await closeReason(deps.jobs, deps.clock.now(), principal);
+            if (reason !== undefined) {
+              await stream.writeSSE({ event: "close", data: JSON.stringify({ reason }) });
+              return;
+            }
+            if (page.items.length < STREAM_PAGE) await wake.wait(options.pollMs);
+            if (stream.aborted || stream.closed || isAborted(options.shutdown)) return;
+            page = await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scopeOf(principal) });
+          }
+        } finally {
+          open -= 1;
+          for (const stop of stopWaking) stop?.();
+        }
+      },
+      async () => {
+        // A read that failed mid-stream ends the stream; the client reconnects with Last-Event-ID.
+      },
+    );
+  });
+}
+
+/** Why an open stream must end now: its token expired, or its agent's attempt was retired. */
+async function closeReason(jobs: Pick<JobStore, "get">, now: Date, principal: Principal): Promise<string | undefined> {
+  if (principal.expiresAt !== undefined && now.getTime() >= Date.parse(principal.expiresAt)) return "the token expired";
+  if (principal.kind !== "agent") return undefined;
+  try {
+    assertLatestAttempt(principal, (await jobs.get(principal.jobId))?.latest_attempt);
+  } catch (e) {
+    return e instanceof Error ? e.message : "the attempt was retired";
+  }
+  return undefined;
+}
+
+/** The rows available now as one SSE body, with `retry:`, ending the stream: an EventSource reconnects after it with Last-Event-ID. */
+function answerNow(c: Context<AppEnv>, rows: readonly ChangeRow[], retryMs: number): Response {
+  let body = `retry: ${retryMs}\n\n`;
+  for (const row of rows) body += `id: ${row.cursor}\nevent: ${row.kind}\ndata: ${JSON.stringify(wireRow(row))}\n\n`;
+  return c.body(body, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+}
+
+/** The row as the wire names its fields, in a stable order. */
+function wireRow(row: ChangeRow): ChangeRow {
+  return {
+    cursor: row.cursor,
+    at: row.at,
+    job_id: row.job_id,
+    kind: row.kind,
+    actor: row.actor,
+    ...(row.intent_id === undefined ? {} : { intent_id: row.intent_id }),
+    ...(row.data === undefined ? {} : { data: row.data }),
+  };
+}
+
+/** Read each time: an abort lands while the stream awaits. */
+const isAborted = (signal: AbortSignal | undefined): boolean => signal?.aborted === true;
+
+function definedOnly<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+function on(signal: AbortSignal | undefined, listener: () => void): (() => void) | undefined {
+  if (signal === undefined) return undefined;
+  signal.addEventListener("abort", listener, { once: true });
+  return () => signal.removeEventListener("abort", listener);
+}
+
+/** A wake-up: `ring()` ends the current (or the next) `wait`; a wait also ends after `ms`. */
+class Wake {
+  #rung = false;
+  #resolve: (() => void) | undefined;
+
+  ring(): void {
+    this.#rung = true;
+    this.#resolve?.();
+  }
+
+  async wait(ms: number): Promise<void> {
+    if (this.#rung) {
+      this.#rung = false;
+      return;
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await new Promise<void>((resolve) => {
+      this.#resolve = resolve;
+      timer = setTimeout(resolve, ms);
+    });
+    clearTimeout(timer);
+    this.#resolve = undefined;
+    this.#rung = false;
+  }
+}
+
+export type { FeedOptions };

@@ -1,0 +1,207 @@
+import * as z from "zod";
+import type { Actor } from "./deps.ts";
+import { IsoTime, JobId, type JobRecord, type NotificationIntent, type Status } from "./schemas.ts";
+
+/**
+ * The change feed: one row per committed change of any kind, in commit order, each
+ * with an opaque cursor to resume after. What rows a write produces is decided here,
+ * once, from the record before and after the write (`changeRowsOf`): the SQLite and
+ * in-memory stores call it in the write's own transaction, the DynamoDB stream
+ * function calls it on the stream record's old and new images. No adapter decides
+ * what a change is.
+ */
+export const CHANGE_KINDS = [
+  "job.registered",
+  "job.transitioned",
+  "dispatch.recorded",
+  "report.staged",
+  "report.finalized",
+  "intent.published",
+  "intent.failed",
+  "intent.superseded",
+  "intent.quarantined",
+  "intent.released",
+] as const;
+export const ChangeKindSchema = z.enum(CHANGE_KINDS);
+export type ChangeKind = z.infer<typeof ChangeKindSchema>;
+
+export const CHANGE_ACTOR_TYPES = ["operator", "agent", "gate", "service"] as const;
+export const ChangeActorSchema = z.strictObject({
+  type: z.enum(CHANGE_ACTOR_TYPES),
+  /** The token's id (its `jti`), when a token caused the change; never the token. */
+  token_id: z.string().min(1).max(128).optional(),
+});
+export type ChangeActor = z.infer<typeof ChangeActorSchema>;
+
+/** mam's own doing (the sweep, a relay, a write made without a caller): no token. */
+export const SERVICE_ACTOR: ChangeActor = { type: "service" };
+
+/** The small, kind-specific facts of a row: scalars only. */
+export const ChangeDataSchema = z.record(z.string().max(64), z.union([z.string().max(1024), z.number(), z.boolean()]));
+
+export const ChangeRowSchema = z.strictObject({
+  /** Opaque: pass it as `after` to read what follows this row. */
+  cursor: z.string().min(1).max(1024),
+  /** When the change committed (the store's clock), ISO-8601. */
+  at: IsoTime,
+  job_id: JobId,
+  kind: ChangeKindSchema,
+  actor: ChangeActorSchema,
+  /** The intent the change carries, publishes, fails, supersedes, quarantines or releases. */
+  intent_id: z.string().min(1).max(128).optional(),
+  data: ChangeDataSchema.optional(),
+});
+export type ChangeRow = z.infer<typeof ChangeRowSchema>;
+
+/** A row as a write produces it: the store adds where it sits (`cursor`) and when it committed (`at`). */
+export type ChangeDraft = Omit<ChangeRow, "cursor" | "at">;
+
+/**
+ * What core tells the store about a write, beyond the record it changes: who made it,
+ * and facts the record does not keep (a staged report's digest). Optional on every
+ * write; absent, the change is the service's own.
+ */
+export interface ChangeNote {
+  readonly actor?: ChangeActor;
+  /** A report stage: what was staged. */
+  readonly staged?: { readonly sha256: string; readonly bytes: number };
+}
+
+export const ChangeNoteSchema = z.strictObject({
+  actor: ChangeActorSchema.optional(),
+  staged: z.strictObject({ sha256: z.string().max(64), bytes: z.number().int().min(0) }).optional(),
+});
+
+/** The feed actor of an engine actor: an operator or an agent, with its token's id when a token was used. */
+export function changeActorOf(actor: Actor | undefined): ChangeActor {
+  if (actor === undefined) return SERVICE_ACTOR;
+  const tokenId = actor.kind === "operator" ? actor.id : actor.tokenId;
+  return { type: actor.kind, ...(tokenId === undefined ? {} : { token_id: tokenId }) };
+}
+
+/** The note a write made for `actor` carries. */
+export function noteOf(actor: Actor | undefined, extra: Omit<ChangeNote, "actor"> = {}): ChangeNote {
+  return { actor: changeActorOf(actor), ...extra };
+}
+
+/** Which action moved a job from `from` to `to` (the engine's table, read backwards). */
+function actionOf(from: Status, to: Status): string {
+  if (to === "running") return from === "pending" ? "claim" : "progress";
+  if (to === "cancelled") return "cancel";
+  return to;
+}
+
+const samePending = (a: NotificationIntent | undefined, b: NotificationIntent | undefined): boolean => a?.id === b?.id;
+
+/**
+ * The rows one committed write of a job record produces, from the record before it
+ * (`undefined`: the write created it) and after it. Pure, so every adapter and the
+ * DynamoDB stream function derive the same rows from the same write:
+ * - created: `job.registered`;
+ * - `transition_seq` moved: `job.transitioned` (`intent_id` the intent it committed),
+ *   `report.finalized` when it committed a finalize, and `intent.superseded` when it
+ *   replaced an owed intent that was never settled (`data.by` the newer one);
+ * - `evidence_seq` moved: `dispatch.recorded` (the latest attempt moved),
+ *   `report.finalized` (the finalized report changed), else `report.staged`;
+ * - neither (bookkeeping on the owed intent): `intent.published` (settled),
+ *   `intent.quarantined`, `intent.released`, `intent.failed`, or `intent.superseded`
+ *   (replaced by another intent).
+ * A write that changed nothing the feed tells (a revise that rewrote the same marks)
+ * produces no row. Of `before` it reads only `status`, `transition_seq`,
+ * `evidence_seq`, `latest_attempt`, `finalized_report` and `pending_notification`
+ * (what an adapter must capture of the record before its write; `FEED_BEFORE_FIELDS`).
+ */
+export function changeRowsOf(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
+  const actor = note.actor ?? SERVICE_ACTOR;
+  const row = (kind: ChangeKind, extra: { intent_id?: string | undefined; data?: Record<string, string | number | boolean> } = {}) => ({
+    job_id: after.job_id,
+    kind,
+    actor,
+    ...(extra.intent_id === undefined ? {} : { intent_id: extra.intent_id }),
+    ...(extra.data === undefined ? {} : { data: extra.data }),
+  });
+  if (before === undefined) return [row("job.registered", { data: { status: after.status } })];
+
+  const rows: ChangeDraft[] = [];
+  const superseded = (): void => {
+    const old = before.pending_notification;
+    const now = after.pending_notification;
+    if (old !== undefined && now !== undefined && old.id !== now.id) {
+      rows.push(row("intent.superseded", { intent_id: old.id, data: { by: now.id } }));
+    }
+  };
+  const finalized = (): boolean => {
+    const f = after.finalized_report;
+    if (f === undefined || f.manifest_sha256 === before.finalized_report?.manifest_sha256) return false;
+    rows.push(row("report.finalized", { data: { attempt_id: f.attempt_id, sha256: f.report_sha256 } }));
+    return true;
+  };
+
+  if (after.transition_seq !== before.transition_seq) {
+    const committed = samePending(before.pending_notification, after.pending_notification) ? undefined : after.pending_notification?.id;
+    finalized();
+    rows.push(
+      row("job.transitioned", {
+        intent_id: committed,
+        data: { action: actionOf(before.status, after.status), status: after.status, transition_seq: after.transition_seq },
+      }),
+    );
+    superseded();
+    return rows;
+  }
+  if ((after.evidence_seq ?? 0) !== (before.evidence_seq ?? 0)) {
+    if (after.latest_attempt !== undefined && after.latest_attempt !== before.latest_attempt) {
+      return [row("dispatch.recorded", { data: { attempt_id: after.latest_attempt } })];
+    }
+    if (finalized()) return rows;
+    const attempt = after.latest_attempt;
+    return [
+      row("report.staged", {
+        data: {
+          ...(attempt === undefined ? {} : { attempt_id: attempt }),
+          ...(note.staged === undefined ? {} : { sha256: note.staged.sha256, bytes: note.staged.bytes }),
+        },
+      }),
+    ];
+  }
+
+  const old = before.pending_notification;
+  const now = after.pending_notification;
+  if (old !== undefined && now === undefined) return [row("intent.published", { intent_id: old.id })];
+  if (now === undefined) return [];
+  if (old === undefined || old.id !== now.id) {
+    superseded();
+    return rows;
+  }
+  if (now.quarantined_at !== undefined && old.quarantined_at === undefined) {
+    return [row("intent.quarantined", { intent_id: now.id, ...(now.last_error ? { data: { code: now.last_error.code } } : {}) })];
+  }
+  if ((now.failures ?? 0) > (old.failures ?? 0)) {
+    return [row("intent.failed", { intent_id: now.id, data: { code: now.last_error?.code ?? "unknown" } })];
+  }
+  if (now.failures === undefined && now.quarantined_at === undefined && (old.failures !== undefined || old.quarantined_at !== undefined)) {
+    return [row("intent.released", { intent_id: now.id })];
+  }
+  return [];
+}
+
+/** The fields of the record before a write that `changeRowsOf` compares. */
+export const FEED_BEFORE_FIELDS = [
+  "status",
+  "transition_seq",
+  "evidence_seq",
+  "latest_attempt",
+  "finalized_report",
+  "pending_notification",
+] as const;
+
+/** What a feed read asks for. */
+export interface ChangeQuery {
+  /** A cursor this feed handed out: rows after it. Absent: from the beginning. */
+  readonly after?: string;
+  readonly limit: number;
+  /** Only this job's rows (an agent's own job). */
+  readonly jobId?: string;
+  /** Only rows committed at or before this instant (ISO-8601): the page stops at the first later row. */
+  readonly upTo?: string;
+}

@@ -1,0 +1,98 @@
+import type { AttributeValue } from "@aws-sdk/client-dynamodb";
+import { marshall } from "@aws-sdk/util-dynamodb";
+import { feedWriteOfStreamRecord, jobItem } from "@mam/aws";
+import type { ChangeNote, JobRecord } from "@mam/core";
+import type { DynamoDBRecord } from "aws-lambda";
+import { describe, expect, it } from "vitest";
+import { jobRecord as job } from "../support/records.ts";
+
+// The DynamoDB feed's derivation: a pure function of a Lambda stream record (its old and
+// new images, and the note the write left on the item). Here on constructed records, in
+// npm test with Node alone; end to end on DynamoDB Local's real stream in tests/engine/feed.test.ts.
+
+const WRITTEN_AT = "2026-11-20T10:15:00.000Z";
+
+function image(record: JobRecord, note?: ChangeNote) {
+  const item = { ...jobItem(record), ...(note === undefined ? {} : { feed_note: JSON.stringify(note) }) };
+  return marshall(item, { removeUndefinedValues: true }) as Record<string, AttributeValue>;
+}
+
+function streamRecord(
+  before: JobRecord | undefined,
+  after: JobRecord | undefined,
+  opts: { note?: ChangeNote; seq?: string; name?: DynamoDBRecord["eventName"] } = {},
+): DynamoDBRecord {
+  return {
+    eventID: "e-1",
+    eventName: opts.name ?? (before === undefined ? "INSERT" : after === undefined ? "REMOVE" : "MODIFY"),
+    dynamodb: {
+      ApproximateCreationDateTime: Date.parse("2026-11-20T10:14:58Z") / 1000,
+      SequenceNumber: opts.seq ?? "4421584500000000017450439091",
+      ...(before === undefined ? {} : { OldImage: image(before) as never }),
+      ...(after === undefined ? {} : { NewImage: image(after, opts.note) as never }),
+      StreamViewType: "NEW_AND_OLD_IMAGES",
+    },
+  } as DynamoDBRecord;
+}
+
+describe("feedWriteOfStreamRecord (DynamoDB's feed, derived from the stream)", () => {
+  const agent: ChangeNote = { actor: { type: "agent", token_id: "jti-7" } };
+
+  it("an INSERT of a job item is job.registered, filed under the hour it is written, keyed by the stream record", () => {
+    const write = feedWriteOfStreamRecord(streamRecord(undefined, job("s-1"), { note: agent }), WRITTEN_AT);
+    expect(write?.hour).toEqual({ pk: "FEEDHOURS", sk: "2026-11-20T10" });
+    expect(write?.marker).toEqual({ pk: "FEEDREC#s-1", sk: "4421584500000000017450439091".padStart(40, "0") });
+    expect(write?.rows).toEqual([
+      {
+        pk: "FEED#2026-11-20T10",
+        sk: `${WRITTEN_AT}#${"4421584500000000017450439091".padStart(40, "0")}#0`,
+        feed_job: "s-1",
+        feed_job_sk: `${"4421584500000000017450439091".padStart(40, "0")}#0`,
+        written_at: WRITTEN_AT,
+        row: { job_id: "s-1", kind: "job.registered", actor: agent.actor, data: { status: "pending" }, at: "2026-11-20T10:14:58.000Z" },
+      },
+    ]);
+  });
+
+  it("a MODIFY superseding an owed intent gives the transition and the supersede, numbered in the record", () => {
+    const before = job("s-2", {
+      status: "running",
+      transition_seq: 1,
+      pending_notification: { id: "old", event: "progress", seq: 1, created_at: WRITTEN_AT },
+    });
+    const after = {
+      ...before,
+      status: "completed" as const,
+      transition_seq: 2,
+      pending_notification: { id: "new", event: "completed", seq: 2, created_at: WRITTEN_AT },
+    };
+    const rows = feedWriteOfStreamRecord(streamRecord(before, after), WRITTEN_AT)?.rows ?? [];
+    expect(rows.map((r) => [r.row.kind, r.row.intent_id, r.row.data, r.feed_job_sk.slice(-2)])).toEqual([
+      ["job.transitioned", "new", { action: "completed", status: "completed", transition_seq: 2 }, "#0"],
+      ["intent.superseded", "old", { by: "new" }, "#1"],
+    ]);
+    expect(rows.every((r) => r.row.actor.type === "service")).toBe(true);
+  });
+
+  it("a replayed record derives the same marker and the same per-job keys, whenever it is written", () => {
+    const record = streamRecord(job("s-3"), job("s-3", { status: "running", transition_seq: 1 }));
+    const first = feedWriteOfStreamRecord(record, WRITTEN_AT);
+    const replay = feedWriteOfStreamRecord(record, "2026-11-20T11:00:00.000Z");
+    expect(replay?.marker).toEqual(first?.marker);
+    expect(replay?.rows.map((r) => [r.feed_job_sk, r.row])).toEqual(first?.rows.map((r) => [r.feed_job_sk, r.row]));
+  });
+
+  it("adds nothing for a REMOVE, a dispatch or event-log item, or a write the feed does not tell", () => {
+    expect(feedWriteOfStreamRecord(streamRecord(job("s-4"), undefined), WRITTEN_AT)).toBeUndefined();
+    const dispatchItem = marshall({ pk: "JOB#s-4", sk: "DISPATCH#0000001", job_id: "s-4", attempt_id: 1 });
+    const dispatch = { eventName: "INSERT", dynamodb: { SequenceNumber: "1", NewImage: dispatchItem } } as unknown as DynamoDBRecord;
+    expect(feedWriteOfStreamRecord(dispatch, WRITTEN_AT)).toBeUndefined();
+    expect(feedWriteOfStreamRecord(streamRecord(job("s-4"), job("s-4")), WRITTEN_AT)).toBeUndefined();
+  });
+
+  it("refuses a job record's image without a sequence number (internal), rather than keying rows by nothing", () => {
+    const record = streamRecord(undefined, job("s-5"));
+    delete (record.dynamodb as { SequenceNumber?: string }).SequenceNumber;
+    expect(() => feedWriteOfStreamRecord(record, WRITTEN_AT)).toThrow(expect.objectContaining({ code: "internal" }));
+  });
+});
