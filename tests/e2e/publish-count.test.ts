@@ -24,7 +24,7 @@ import { randomUUID } from "node:crypto";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type RunningService, runCli, startService } from "@mam/cli";
-import { bookkeeping, type JobRecord, parseConfig, transitionJob } from "@mam/core";
+import { bookkeeping, type ChangeFeed, type JobRecord, parseConfig, transitionJob } from "@mam/core";
 import { dataDirPaths, openDataDir } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CANDIDATE_DISPATCH, candidateScenario } from "../api/harness.ts";
@@ -72,17 +72,14 @@ function tally(sub: Subscription): { byIntent: Map<string, Tally>; other: string
 }
 
 /**
- * Delivered exactly once per topic, or superseded: never delivered, and a newer
- * intent of the same job was committed while it was still owed (the store's event
- * log shows no publish of it). Nothing delivered that was not committed.
- *
- * TODO(feed): once the change feed lands, count superseded intents from its
- * `intent.superseded` rows (GET /v1/events) instead of inferring them here.
+ * Delivered exactly once per topic, or superseded: never delivered, a newer intent
+ * of the same job committed after it, and the change feed records it superseded (an
+ * `intent.superseded` row naming it). Nothing delivered that was not committed.
  */
 async function expectDeliveredOrSuperseded(
   sub: Subscription,
   committed: readonly Committed[],
-  publishedIds: (job: string) => Promise<ReadonlySet<string>>,
+  supersededIds: (job: string) => Promise<ReadonlySet<string>>,
 ): Promise<{ delivered: number; superseded: number }> {
   const { byIntent, other } = tally(sub);
   expect(other, "only notifications on mam/#").toEqual([]);
@@ -93,7 +90,9 @@ async function expectDeliveredOrSuperseded(
     if (t.job === 0 && t.fanIn === 0) {
       const newer = committed.slice(i + 1).some((later) => later.job === c.job);
       expect(newer, `${c.what} (${c.intent}) was neither delivered nor superseded`).toBe(true);
-      expect((await publishedIds(c.job)).has(c.intent), `${c.what}: published but never arrived`).toBe(false);
+      expect((await supersededIds(c.job)).has(c.intent), `${c.what}: never arrived, and the feed does not say it was superseded`).toBe(
+        true,
+      );
       superseded++;
       continue;
     }
@@ -106,6 +105,14 @@ async function expectDeliveredOrSuperseded(
     "messages for intents nobody committed",
   ).toEqual([]);
   return { delivered, superseded };
+}
+
+/** The intents the change feed records as superseded on one job (`intent.superseded` rows). */
+function supersededIn(feed: ChangeFeed): (job: string) => Promise<ReadonlySet<string>> {
+  return async (job) => {
+    const page = await feed.listChanges({ jobId: job, limit: 1000 });
+    return new Set(page.items.filter((r) => r.kind === "intent.superseded" && r.intent_id !== undefined).map((r) => r.intent_id as string));
+  };
 }
 
 describe("publish count: one message per topic per intent (B-13, B-40 unchanged)", () => {
@@ -278,15 +285,7 @@ describe("publish count: one message per topic per intent (B-13, B-40 unchanged)
     noteIntent("progress notify right after (s)", rec, true);
 
     await sweepThenSentinel();
-    const published = async (job: string) => {
-      const events = await call(operator, "GET", `/v1/jobs/${job}/events?limit=100`);
-      return new Set<string>(
-        events.body.items
-          .filter((i: { event: string }) => i.event === "published")
-          .map((i: { data: { payload: { data: { notification_intent: { id: string } } } } }) => i.data.payload.data.notification_intent.id),
-      );
-    };
-    const counts = await expectDeliveredOrSuperseded(sub, committed, published);
+    const counts = await expectDeliveredOrSuperseded(sub, committed, supersededIn(service.deps.jobs));
     expect(counts.delivered + counts.superseded).toBe(committed.length);
   });
 
@@ -343,17 +342,7 @@ describe("publish count: one message per topic per intent (B-13, B-40 unchanged)
       const sentinel = await sweepThenSentinel();
       const store = openDataDir(dir.dir);
       try {
-        const published = async (job: string) => {
-          const page = await store.jobs.listEvents(job, { limit: 100 });
-          return new Set(
-            page.items
-              .filter((i) => i.event === "published")
-              .map((i) =>
-                String((i.data as { payload: { data: { notification_intent: { id: string } } } }).payload.data.notification_intent.id),
-              ),
-          );
-        };
-        const counts = await expectDeliveredOrSuperseded(sub, committed, published);
+        const counts = await expectDeliveredOrSuperseded(sub, committed, supersededIn(store.jobs));
         expect(counts.delivered + counts.superseded).toBe(committed.length);
         // Nothing is left owed (the sentinel's settle may still be on its way).
         expect((await store.jobs.listOwed(100)).map((j) => j.job_id).filter((j) => j !== sentinel)).toEqual([]);

@@ -294,17 +294,13 @@ export interface FeedRow {
 }
 
 /**
- * FEED CHECK — fill in at merge. Every row of the change feed from the beginning:
- * `GET /v1/events?after=<cursor>&limit=1000` page by page, then — while some intent
- * of `ledger` has no `job.transitioned` row yet (the feed shows rows only up to now
- * minus its stated delay) — `GET /v1/events/stream?after=<last cursor>` (Server-Sent
- * Events) until every one has one, or `timeoutMs` passes (then the check fails on
- * what is missing). The change feed is being built on the `feed` branch and is not
- * on this one: until it lands, the route answers 404 and this returns undefined, and
- * the callers judge against the committed intents (the API's answers and the job
- * records) instead. At merge, drop the 404 branch so a missing feed fails the test.
+ * Every row of the change feed from the beginning: `GET /v1/events?after=<cursor>&limit=1000`
+ * page by page, then — while some intent of `ledger` has no `job.transitioned` row yet
+ * (the feed shows rows only up to now minus its stated delay) — `GET /v1/events/stream?after=<last cursor>`
+ * (Server-Sent Events) until every one has one, or `timeoutMs` passes (then the check
+ * fails on what is missing).
  */
-export async function feedRows(service: ServiceHandle, ledger: Ledger, timeoutMs = 30_000): Promise<FeedRow[] | undefined> {
+export async function feedRows(service: ServiceHandle, ledger: Ledger, timeoutMs = 30_000): Promise<FeedRow[]> {
   const url = await service.up();
   const rows: FeedRow[] = [];
   const unseen = new Set(ledger.byId.keys());
@@ -320,7 +316,6 @@ export async function feedRows(service: ServiceHandle, ledger: Ledger, timeoutMs
       "GET",
       `/v1/events?limit=1000${after === undefined ? "" : `&after=${encodeURIComponent(after)}`}`,
     );
-    if (r.status === 404 && after === undefined) return undefined;
     if (r.status !== 200) throw new Error(`GET /v1/events: ${r.status} ${JSON.stringify(r.body)}`);
     for (const row of r.body.items as FeedRow[]) take(row);
     after = String(r.body.cursor);
