@@ -213,12 +213,11 @@ export async function startService(
     feed: { onCommitted: (listener) => jobs.onCommitted(listener), shutdown: shutdown.signal },
   });
 
-  const sweep = async () => {
+  const sweep = async (graceMs: number) => {
     try {
       const r = await recoverNotifications(deps, {
         policy: config.sweep,
-        // Fresh intents are the relay's: the sweep takes only what it missed.
-        graceMs: config.sweepGraceSeconds * 1000,
+        graceMs,
         log: (entry) => log(JSON.stringify({ msg: entry.event, ...entry })),
       });
       if (r.owed > 0) {
@@ -235,9 +234,15 @@ export async function startService(
   // they return (clean-session subscribers catch up from the feed). On an external
   // broker the sweep's publish connects after that broker accepts connections, which
   // it does once its own sessions are loaded. Then one sweep an interval.
-  let sweeping: Promise<void> = sweep();
+  //
+  // The start-up sweep takes every intent owed, however fresh: it reads the owed
+  // index before the API listens, so nothing it finds was committed through this
+  // process's relay — what was owed at the restart goes out now, not one interval
+  // later. Every later sweep leaves fresh intents to the relay for the grace
+  // period (MAM_SWEEP_GRACE_SECONDS), so the two never race.
+  let sweeping: Promise<void> = sweep(0);
   const timer = setInterval(() => {
-    sweeping = sweeping.then(sweep);
+    sweeping = sweeping.then(() => sweep(config.sweepGraceSeconds * 1000));
   }, config.sweepIntervalSeconds * 1000);
 
   const server = await new Promise<ReturnType<typeof serveHttp>>((resolveServer) => {
