@@ -32,25 +32,17 @@ import {
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import type { DynamoDBRecord } from "aws-lambda";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createStreamPublisherHandler } from "../../functions/compose.ts";
-import { streamMappingOf } from "../../scripts/offline/serverless-yml.ts";
 import { type DynamoDbLocal, startDynamoDbLocal } from "../../scripts/peers/dynamodb-local.ts";
 import { type IotStandIn, startIotStandIn } from "../../scripts/peers/iot-stand-in.ts";
-import {
-  type Invocation,
-  type OnFailureMessage,
-  type StreamHandler,
-  type StreamPoller,
-  startStreamPoller,
-} from "../../scripts/peers/stream-poller.ts";
+import type { Invocation, StreamHandler } from "../../scripts/peers/stream-poller.ts";
+import { STREAM_MAPPING, type StreamPath, streamPath } from "../support/stream-path.ts";
 import { barrier, type ReceivedMessage, type Subscription, subscribe } from "../support/subscriber.ts";
 
 const REGION = "us-east-1";
 const CREDENTIALS = { accessKeyId: "local", secretAccessKey: "local" };
 /** Every commit is a few DynamoDB Local writes and two publishes: on a busy 2-core machine a test runs for tens of seconds. */
 const PATH_TIMEOUT_MS = 180_000;
-/** The event source mapping exactly as serverless.yml configures the stream publisher's. */
-const MAPPING = streamMappingOf("streamPublisher");
+const MAPPING = STREAM_MAPPING;
 
 let ddb: DynamoDbLocal;
 let broker: EmbeddedBroker;
@@ -72,18 +64,9 @@ afterAll(async () => {
   await ddb?.close();
 });
 
-interface Pipeline {
+interface Pipeline extends StreamPath {
   readonly jobs: JobStore;
   readonly tableName: string;
-  readonly invocations: Invocation[];
-  readonly failures: OnFailureMessage[];
-  /** Resolves with the first message the poller sends to the on-failure destination. */
-  readonly firstFailure: Promise<OnFailureMessage>;
-  /** Resolves with the first call of the handler (past or future) that matches. */
-  invocation(match: (i: Invocation) => boolean): Promise<Invocation>;
-  /** Starts the poller (TRIM_HORIZON: it reads what was committed before it started too). */
-  start(onInvocation?: (i: Invocation) => void | Promise<void>): Promise<StreamPoller>;
-  close(): Promise<void>;
 }
 
 const open: Pipeline[] = [];
@@ -104,57 +87,21 @@ async function pipeline(around: (handler: StreamHandler) => StreamHandler = (h) 
     MAM_IOT_ENDPOINT: standIn.endpoint,
     MAM_DYNAMODB_ENDPOINT: ddb.endpoint,
   };
-  const log: string[] = [];
-  const real = createStreamPublisherHandler(env, { credentials: CREDENTIALS, log: (line) => log.push(line) });
-  const handler = around((event) => real(event));
-  const invocations: Invocation[] = [];
-  const waiters = new Set<() => void>();
-  const failures: OnFailureMessage[] = [];
-  let poller: StreamPoller | undefined;
-  let failed: (m: OnFailureMessage) => void = () => undefined;
-  const firstFailure = new Promise<OnFailureMessage>((resolve) => {
-    failed = resolve;
+  const path = streamPath({
+    dynamodb: ddb.client,
+    streams: ddb.streams,
+    tableName,
+    env,
+    overrides: { credentials: CREDENTIALS },
+    region: REGION,
+    around,
   });
   const p: Pipeline = {
+    ...path,
     jobs: guardJobStore(new DynamoJobStore({ client: ddb.client, tableName })),
     tableName,
-    invocations,
-    failures,
-    firstFailure,
-    invocation(match) {
-      return new Promise((resolve) => {
-        const check = (): void => {
-          const hit = invocations.find(match);
-          if (hit === undefined) return;
-          waiters.delete(check);
-          resolve(hit);
-        };
-        waiters.add(check);
-        check();
-      });
-    },
-    async start(onInvocation) {
-      poller = await startStreamPoller({
-        streams: ddb.streams,
-        dynamodb: ddb.client,
-        tableName,
-        handler: (event) => handler(event),
-        mapping: MAPPING,
-        region: REGION,
-        onInvocation: async (i) => {
-          invocations.push(i);
-          for (const w of [...waiters]) w();
-          await onInvocation?.(i);
-        },
-        onFailure: (m) => {
-          failures.push(m);
-          failed(m);
-        },
-      });
-      return poller;
-    },
     async close() {
-      await poller?.close();
+      await path.close();
       await ddb.client.send(new DeleteTableCommand({ TableName: tableName }));
     },
   };
