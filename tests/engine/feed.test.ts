@@ -3,16 +3,13 @@
  * dynalite lacks: a stream and transactions. The Lambda's poller is stood in for by a
  * pump that reads the table's real stream (every shard, in order) and hands each record,
  * in Lambda's shape, to the stream function's feed write (`writeStreamChanges`). Needs
- * Java (scripts/peers/dynamodb-local.ts).
+ * Java: the engine tier starts DynamoDB Local through the one peer factory.
  */
-import { spawn } from "node:child_process";
-import net from "node:net";
-import path from "node:path";
-import { DeleteTableCommand, DescribeTableCommand, DynamoDBClient, ListTablesCommand } from "@aws-sdk/client-dynamodb";
+import { DeleteTableCommand, DescribeTableCommand } from "@aws-sdk/client-dynamodb";
 import {
   type _Record,
   DescribeStreamCommand,
-  DynamoDBStreamsClient,
+  type DynamoDBStreamsClient,
   GetRecordsCommand,
   GetShardIteratorCommand,
 } from "@aws-sdk/client-dynamodb-streams";
@@ -32,83 +29,21 @@ import {
 } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type DynamoDbLocal, dynamoDbLocalDir } from "../../scripts/peers/dynamodb-local.ts";
 import { changeFeedContract } from "../contract/feed.suite.ts";
+import { type DynamoPeer, startDynamoPeer } from "../support/aws-peers.ts";
 
-let peer: DynamoDbLocal;
+let peer: DynamoPeer & { readonly streams: DynamoDBStreamsClient };
 let tables = 0;
 
 beforeAll(async () => {
-  peer = await startPeer();
+  const started = await startDynamoPeer();
+  // The feed on DynamoDB is derived from the table's stream: only an engine with one shows it.
+  if (started.streams === undefined) throw new Error(`tests/engine needs DynamoDB Local's stream; ${started.engine} keeps none`);
+  peer = { ...started, streams: started.streams, close: () => started.close() };
 }, 300_000);
 afterAll(async () => {
   await peer?.close();
 });
-
-/**
- * DynamoDB Local from its npm package's jar (`dynamoDbLocalDir`), waited for until it
- * answers: scripts/peers' helper gives up after 50 refused connections, which a loaded
- * machine outlasts (its listener binds seconds after it prints its configuration).
- * Each retry follows a refusal, until a deadline.
- */
-async function startPeer(): Promise<DynamoDbLocal> {
-  const dir = dynamoDbLocalDir();
-  const port = await freePort();
-  const child = spawn(
-    "java",
-    [
-      `-Djava.library.path=${path.join(dir, "DynamoDBLocal_lib")}`,
-      "-jar",
-      path.join(dir, "DynamoDBLocal.jar"),
-      "-inMemory",
-      "-sharedDb",
-      "-disableTelemetry",
-      "-port",
-      String(port),
-    ],
-    { stdio: ["ignore", "ignore", "ignore"] },
-  );
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const endpoint = `http://127.0.0.1:${port}`;
-  const credentials = { accessKeyId: "local", secretAccessKey: "local" };
-  const client = new DynamoDBClient({ endpoint, region: "us-east-1", credentials });
-  const streams = new DynamoDBStreamsClient({ endpoint, region: "us-east-1", credentials });
-  const deadline = Date.now() + 240_000;
-  for (;;) {
-    try {
-      await client.send(new ListTablesCommand({ Limit: 1 }));
-      break;
-    } catch (e) {
-      if (Date.now() > deadline || child.exitCode !== null) {
-        child.kill("SIGKILL");
-        throw e;
-      }
-      await new Promise((r) => setImmediate(r));
-    }
-  }
-  return {
-    endpoint,
-    client,
-    streams,
-    async close() {
-      client.destroy();
-      streams.destroy();
-      if (child.exitCode === null) child.kill("SIGTERM");
-      await exited;
-    },
-  };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Reads a table's stream from its start, shard by shard, remembering where each shard was left. */
 class StreamPump {
