@@ -8,7 +8,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { connect, type MqttClient } from "mqtt";
 
-function listen(server: http.Server): Promise<number> {
+/** Listen on a free loopback port; its number. (Also the local peers' in tests/support/aws-peers.ts.) */
+export function listen(server: http.Server): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => {
@@ -18,7 +19,8 @@ function listen(server: http.Server): Promise<number> {
   });
 }
 
-function closeServer(server: http.Server): Promise<void> {
+/** Close, dropping kept-alive connections. */
+export function closeServer(server: http.Server): Promise<void> {
   return new Promise((resolve) => {
     server.close(() => resolve());
     server.closeAllConnections?.();

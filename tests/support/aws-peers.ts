@@ -23,6 +23,7 @@ import { DynamoDBStreamsClient } from "@aws-sdk/client-dynamodb-streams";
 import type { S3Client } from "@aws-sdk/client-s3";
 import { createS3Client } from "@mam/aws";
 import { type DynamoDbLocal, startDynamoDbLocal } from "../../scripts/peers/dynamodb-local.ts";
+import { closeServer, listen } from "../../scripts/peers/iot-stand-in.ts";
 import { tempDir } from "./temp-dir.ts";
 import { TEST_ENV } from "./test-env.ts";
 
@@ -45,23 +46,6 @@ type S3rverClass = new (options: {
 }) => S3rverInstance;
 
 const REGION = "us-east-1";
-
-function listen(server: http.Server): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      server.off("error", reject);
-      resolve((server.address() as AddressInfo).port);
-    });
-  });
-}
-
-function closeServer(server: http.Server): Promise<void> {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections?.();
-  });
-}
 
 /** The DynamoDB engines a test can run on. */
 export type DynamoEngine = "dynalite" | "dynamodb-local";
