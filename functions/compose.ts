@@ -49,7 +49,7 @@ import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
 import { flushStreamRecord } from "./job-stream.ts";
 import { type LogSink, logJson, stdoutLines } from "./log.ts";
-import { createMetrics, flushMetrics, metricsSink } from "./metrics.ts";
+import { createMetrics } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -300,7 +300,7 @@ export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promi
 export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const lambda = once(async () => handle(await composeHttpApp(env, overrides, metricsSink(metrics))));
+  const lambda = once(async () => handle(await composeHttpApp(env, overrides, metrics.sink)));
   return async (event, context) => {
     let run: Awaited<ReturnType<typeof lambda>>;
     try {
@@ -313,7 +313,7 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
     try {
       return await run(event, context);
     } finally {
-      flushMetrics(metrics);
+      await metrics.flush();
     }
   };
 }
@@ -348,7 +348,7 @@ export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Cont
 export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const deps = once(() => composeNotifier(env, overrides, metricsSink(metrics)));
+  const deps = once(() => composeNotifier(env, overrides, metrics.sink));
   // DynamoDBStreams, not SQS: the type decides which field names a failed record.
   const processor = new BatchProcessor(EventType.DynamoDBStreams);
   return async (event, context) => {
@@ -360,7 +360,7 @@ export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}
         processInParallel: false,
       });
     } finally {
-      flushMetrics(metrics);
+      await metrics.flush();
     }
   };
 }
@@ -389,7 +389,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,
-      deps: notifierDeps(parsed, overrides, metricsSink(metrics)),
+      deps: notifierDeps(parsed, overrides, metrics.sink),
     };
   });
   return async () => {
@@ -399,7 +399,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
       result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
     } finally {
-      flushMetrics(metrics);
+      await metrics.flush();
     }
     const counts: SweepCounts = {
       owed: result.owed,
