@@ -143,7 +143,7 @@ describe("npm run package", () => {
     expect(readdirSync(join(ROOT, ".build", "http", "node_modules", "swagger-ui-dist")).sort()).toEqual(docs.sort());
   });
 
-  it("each zip holds every chunk its bundle imports; the http cold start loads no SSM, S3 or IoT client (chunks of their own)", () => {
+  it("each zip holds every chunk its bundle imports; the http cold start loads no SSM, S3 or IoT client and no Powertools Metrics (chunks of their own)", () => {
     for (const [name, f] of Object.entries(FUNCTIONS)) {
       const { outputs } = JSON.parse(readFileSync(join(ROOT, ".build", `${f.bundle}.meta.json`), "utf8")) as Metafile;
       const entries = new Set(zipEntries(join(outDir, `${name}.zip`)));
@@ -160,15 +160,15 @@ describe("npm run package", () => {
       }
       const loaded = [...eager].flatMap((file) => Object.keys(outputs[file]?.inputs ?? {}));
       expect(loaded).toContain("functions/compose.ts");
-      for (const client of ["client-ssm", "client-s3", "client-iot-data-plane"]) {
+      for (const pkg of ["@aws-sdk/client-ssm", "@aws-sdk/client-s3", "@aws-sdk/client-iot-data-plane", "@aws-lambda-powertools/metrics"]) {
         expect(
-          loaded.filter((input) => input.includes(`node_modules/@aws-sdk/${client}/`)),
-          client,
+          loaded.filter((input) => input.includes(`node_modules/${pkg}/`)),
+          pkg,
         ).toEqual([]);
         const lazy = Object.keys(outputs).filter((file) =>
-          Object.keys(outputs[file]?.inputs ?? {}).some((input) => input.includes(`node_modules/@aws-sdk/${client}/`)),
+          Object.keys(outputs[file]?.inputs ?? {}).some((input) => input.includes(`node_modules/${pkg}/`)),
         );
-        expect(lazy.length, client).toBeGreaterThan(0);
+        expect(lazy.length, pkg).toBeGreaterThan(0);
       }
     }
   });
