@@ -19,7 +19,8 @@
 
 import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import { GetParameterCommand, SSMClient } from "@aws-sdk/client-ssm";
+import type { SSMClient } from "@aws-sdk/client-ssm";
+import { fromEnv } from "@aws-sdk/credential-providers";
 import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
 import { s3Uri } from "@mam/aws/s3-keys";
@@ -42,18 +43,19 @@ import {
   recoverNotifications,
   systemClock,
 } from "@mam/core";
+import type { AwsCredentialIdentityProvider } from "@smithy/types";
 import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
 import { flushStreamRecord } from "./job-stream.ts";
 import { type LogSink, logJson, stdoutLines } from "./log.ts";
-import { createMetrics, flushMetrics, metricsSink } from "./metrics.ts";
+import { createMetrics } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
 /** What a test (or another runtime) may swap; every field has a real default. */
 export interface Overrides {
-  /** Credentials for every client; default: the SDK's chain (the Lambda role). */
+  /** Credentials for every client; default: the environment's (the Lambda role's, `fromEnv()`). */
   readonly credentials?: { readonly accessKeyId: string; readonly secretAccessKey: string; readonly sessionToken?: string };
   /** Where the signing key is read from when only its parameter name is configured. */
   readonly ssm?: Pick<SSMClient, "send">;
@@ -104,8 +106,14 @@ function iotEndpointUrl(endpoint: string): string {
   return /^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint) ? endpoint : `https://${endpoint}`;
 }
 
-function credentialsOf(overrides: Overrides): { credentials?: NonNullable<Overrides["credentials"]> } {
-  return overrides.credentials === undefined ? {} : { credentials: overrides.credentials };
+/**
+ * On Lambda the role's credentials are always in the environment (AWS_ACCESS_KEY_ID,
+ * AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN): `fromEnv()` reads exactly those, so no
+ * client resolves the SDK's default chain (profiles, SSO, IMDS, ...) at cold start.
+ * `npm run offline` sets the same variables.
+ */
+function credentialsOf(overrides: Overrides): { credentials: NonNullable<Overrides["credentials"]> | AwsCredentialIdentityProvider } {
+  return { credentials: overrides.credentials ?? fromEnv() };
 }
 
 function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): NotifierDeps {
@@ -224,7 +232,11 @@ export async function readSigningKey(config: Config, overrides: Overrides = {}):
       { issues: [{ path: "MAM_TOKEN_SIGNING_KEY_PARAMETER", message: "required on AWS" }] },
     );
   }
-  const ssm = overrides.ssm ?? new SSMClient({ ...awsSettings(config, ["region"]), ...credentialsOf(overrides) });
+  const region = awsSettings(config, ["region"]);
+  // The SSM client is loaded only here, on the branch that reads SSM (a chunk of its
+  // own): a function given its key in the environment never loads it.
+  const { GetParameterCommand, SSMClient } = await import("@aws-sdk/client-ssm");
+  const ssm = overrides.ssm ?? new SSMClient({ ...region, ...credentialsOf(overrides) });
   let value: string | undefined;
   try {
     const out = await ssm.send(new GetParameterCommand({ Name: name, WithDecryption: true }));
@@ -300,7 +312,7 @@ export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promi
 export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const lambda = once(async () => handle(await composeHttpApp(env, overrides, metricsSink(metrics))));
+  const lambda = once(async () => handle(await composeHttpApp(env, overrides, metrics.sink)));
   return async (event, context) => {
     let run: Awaited<ReturnType<typeof lambda>>;
     try {
@@ -313,7 +325,7 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
     try {
       return await run(event, context);
     } finally {
-      flushMetrics(metrics);
+      await metrics.flush();
     }
   };
 }
@@ -348,7 +360,7 @@ export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Cont
 export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const deps = once(() => composeNotifier(env, overrides, metricsSink(metrics)));
+  const deps = once(() => composeNotifier(env, overrides, metrics.sink));
   // DynamoDBStreams, not SQS: the type decides which field names a failed record.
   const processor = new BatchProcessor(EventType.DynamoDBStreams);
   return async (event, context) => {
@@ -360,7 +372,7 @@ export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}
         processInParallel: false,
       });
     } finally {
-      flushMetrics(metrics);
+      await metrics.flush();
     }
   };
 }
@@ -389,7 +401,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,
-      deps: notifierDeps(parsed, overrides, metricsSink(metrics)),
+      deps: notifierDeps(parsed, overrides, metrics.sink),
     };
   });
   return async () => {
@@ -399,7 +411,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
       result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
     } finally {
-      flushMetrics(metrics);
+      await metrics.flush();
     }
     const counts: SweepCounts = {
       owed: result.owed,

@@ -1,8 +1,9 @@
 /**
  * Core's metrics port on Powertools Metrics: CloudWatch Embedded Metric Format lines
  * on stdout, which Lambda's log stream turns into metrics. One `Metrics` instance per
- * function (per container); each invocation's stored metrics are flushed at its end
- * (`publishStoredMetrics`, in the handler's `finally`).
+ * function (per container), loaded on the first metric recorded; each invocation's
+ * stored metrics are flushed at its end (`publishStoredMetrics`, in the handler's
+ * `finally`).
  *
  * Namespace `Mam` and a `service` dimension on every metric (both Powertools' own
  * variables, POWERTOOLS_METRICS_NAMESPACE and POWERTOOLS_SERVICE_NAME, which
@@ -19,7 +20,7 @@
  *   PublishLatency       Milliseconds  [service]
  *   OldestOwedIntentAge  Seconds       [service]   (the sweep, once per run)
  */
-import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import type { Metrics } from "@aws-lambda-powertools/metrics";
 import { METRIC_NAMES, type MetricsSink } from "@mam/core";
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -27,43 +28,80 @@ export type Env = Readonly<Record<string, string | undefined>>;
 export const DEFAULT_NAMESPACE = "Mam";
 export const DEFAULT_SERVICE = "mam";
 
-/** The function's one `Metrics` instance, from Powertools' own variables in the function's environment. */
-export function createMetrics(env: Env): Metrics {
-  return new Metrics({
-    namespace: env.POWERTOOLS_METRICS_NAMESPACE || DEFAULT_NAMESPACE,
-    serviceName: env.POWERTOOLS_SERVICE_NAME || DEFAULT_SERVICE,
-  });
+/**
+ * The function's metrics: core's port over one Powertools `Metrics` instance, built
+ * from Powertools' own variables in the function's environment. Powertools is loaded
+ * (a chunk of its own) on the first metric recorded, not at cold start: a read
+ * records none. What is recorded before it has loaded is applied, in order, as soon
+ * as it has; `flush` waits for that, so nothing recorded is lost.
+ */
+export interface FunctionMetrics {
+  readonly sink: MetricsSink;
+  /** The end of an invocation: what it stored goes out as one line (nothing when it stored nothing). */
+  flush(): Promise<void>;
 }
 
-/** Core's port over that instance. */
-export function metricsSink(metrics: Metrics): MetricsSink {
+type Powertools = typeof import("@aws-lambda-powertools/metrics");
+type Recording = (metrics: Metrics, unit: Powertools["MetricUnit"]) => void;
+
+export function createMetrics(env: Env): FunctionMetrics {
+  let loaded: { metrics: Metrics; unit: Powertools["MetricUnit"] } | undefined;
+  let loading: Promise<void> | undefined;
+  const queued: Recording[] = [];
+  const load = (): Promise<void> =>
+    (loading ??= import("@aws-lambda-powertools/metrics").then(({ Metrics, MetricUnit }) => {
+      const metrics = new Metrics({
+        namespace: env.POWERTOOLS_METRICS_NAMESPACE || DEFAULT_NAMESPACE,
+        serviceName: env.POWERTOOLS_SERVICE_NAME || DEFAULT_SERVICE,
+      });
+      loaded = { metrics, unit: MetricUnit };
+      for (const record of queued.splice(0)) record(metrics, MetricUnit);
+    }));
+  const record = (r: Recording): void => {
+    if (loaded !== undefined) {
+      r(loaded.metrics, loaded.unit);
+      return;
+    }
+    queued.push(r);
+    // A failed load is reported by the next flush (it awaits the same promise).
+    load().catch(() => undefined);
+  };
   return {
-    gateAnswer(outcome, reasonClass) {
-      // Two lines, one dimension set each: Powertools warns when two sets of one line share a key.
-      metrics.singleMetric().addDimension("outcome", outcome).addMetric(METRIC_NAMES.gateAnswers, MetricUnit.Count, 1);
-      if (reasonClass === undefined) return;
-      metrics
-        .singleMetric()
-        .addDimension("outcome", outcome)
-        .addDimension("reason_class", reasonClass)
-        .addMetric(METRIC_NAMES.gateAnswers, MetricUnit.Count, 1);
-    },
-    transition(action) {
-      metrics.singleMetric().addDimension("action", action).addMetric(METRIC_NAMES.transitions, MetricUnit.Count, 1);
-    },
-    intent(outcome) {
-      metrics.addMetric(METRIC_NAMES.intents[outcome], MetricUnit.Count, 1);
-    },
-    publishLatency(ms) {
-      metrics.addMetric(METRIC_NAMES.publishLatency, MetricUnit.Milliseconds, Math.round(ms * 1000) / 1000);
-    },
-    oldestOwedIntentAge(seconds) {
-      metrics.addMetric(METRIC_NAMES.oldestOwedIntentAge, MetricUnit.Seconds, seconds);
+    sink: metricsSink(record),
+    async flush() {
+      if (loading === undefined) return; // nothing was recorded
+      await loading;
+      if (loaded?.metrics.hasStoredMetrics()) loaded.metrics.publishStoredMetrics();
     },
   };
 }
 
-/** The end of an invocation: what it stored goes out as one line (nothing when it stored nothing). */
-export function flushMetrics(metrics: Metrics): void {
-  if (metrics.hasStoredMetrics()) metrics.publishStoredMetrics();
+/** Core's port: each call records through Powertools once it is loaded. */
+function metricsSink(record: (r: Recording) => void): MetricsSink {
+  return {
+    gateAnswer(outcome, reasonClass) {
+      // Two lines, one dimension set each: Powertools warns when two sets of one line share a key.
+      record((metrics, unit) => {
+        metrics.singleMetric().addDimension("outcome", outcome).addMetric(METRIC_NAMES.gateAnswers, unit.Count, 1);
+        if (reasonClass === undefined) return;
+        metrics
+          .singleMetric()
+          .addDimension("outcome", outcome)
+          .addDimension("reason_class", reasonClass)
+          .addMetric(METRIC_NAMES.gateAnswers, unit.Count, 1);
+      });
+    },
+    transition(action) {
+      record((metrics, unit) => metrics.singleMetric().addDimension("action", action).addMetric(METRIC_NAMES.transitions, unit.Count, 1));
+    },
+    intent(outcome) {
+      record((metrics, unit) => metrics.addMetric(METRIC_NAMES.intents[outcome], unit.Count, 1));
+    },
+    publishLatency(ms) {
+      record((metrics, unit) => metrics.addMetric(METRIC_NAMES.publishLatency, unit.Milliseconds, Math.round(ms * 1000) / 1000));
+    },
+    oldestOwedIntentAge(seconds) {
+      record((metrics, unit) => metrics.addMetric(METRIC_NAMES.oldestOwedIntentAge, unit.Seconds, seconds));
+    },
+  };
 }

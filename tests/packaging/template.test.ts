@@ -9,11 +9,12 @@
  * `.serverless/` as it starts; `.build/` is rebuilt, as `npm run package` does).
  */
 import { spawnSync } from "node:child_process";
-import { readdirSync, rmSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DOCS_ASSETS } from "@mam/api";
 import { JOB_TABLE_DEFINITION } from "@mam/aws";
 import { parseConfig } from "@mam/core";
+import type { Metafile } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempDirSync } from "../support/temp-dir.ts";
 import { type Resource, runPackage, type Template } from "./package.ts";
@@ -140,6 +141,36 @@ describe("npm run package", () => {
       .map((e) => e.slice(".build/http/node_modules/swagger-ui-dist/".length));
     expect(docs.sort()).toEqual(["package.json", ...Object.keys(DOCS_ASSETS)].sort());
     expect(readdirSync(join(ROOT, ".build", "http", "node_modules", "swagger-ui-dist")).sort()).toEqual(docs.sort());
+  });
+
+  it("each zip holds every chunk its bundle imports; the http cold start loads no SSM, S3 or IoT client and no Powertools Metrics (chunks of their own)", () => {
+    for (const [name, f] of Object.entries(FUNCTIONS)) {
+      const { outputs } = JSON.parse(readFileSync(join(ROOT, ".build", `${f.bundle}.meta.json`), "utf8")) as Metafile;
+      const entries = new Set(zipEntries(join(outDir, `${name}.zip`)));
+      for (const file of Object.keys(outputs)) expect(entries.has(file), `${name}: ${file}`).toBe(true);
+      if (f.bundle !== "http") continue;
+      // What a cold start loads: the entry and the chunks it imports statically.
+      const main = Object.keys(outputs).find((file) => outputs[file]?.entryPoint === "functions/http.ts");
+      const eager = new Set<string>();
+      const queue = main === undefined ? [] : [main];
+      for (let file = queue.pop(); file !== undefined; file = queue.pop()) {
+        if (eager.has(file)) continue;
+        eager.add(file);
+        for (const i of outputs[file]?.imports ?? []) if (i.kind === "import-statement" && i.path in outputs) queue.push(i.path);
+      }
+      const loaded = [...eager].flatMap((file) => Object.keys(outputs[file]?.inputs ?? {}));
+      expect(loaded).toContain("functions/compose.ts");
+      for (const pkg of ["@aws-sdk/client-ssm", "@aws-sdk/client-s3", "@aws-sdk/client-iot-data-plane", "@aws-lambda-powertools/metrics"]) {
+        expect(
+          loaded.filter((input) => input.includes(`node_modules/${pkg}/`)),
+          pkg,
+        ).toEqual([]);
+        const lazy = Object.keys(outputs).filter((file) =>
+          Object.keys(outputs[file]?.inputs ?? {}).some((input) => input.includes(`node_modules/${pkg}/`)),
+        );
+        expect(lazy.length, pkg).toBeGreaterThan(0);
+      }
+    }
   });
 
   it("the bundles load on plain Node and answer: the http one serves /healthz and a docs asset", () => {
