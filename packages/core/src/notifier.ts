@@ -85,10 +85,9 @@ export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promis
   const started = performance.now();
   // Both topics at once: one round trip to the broker instead of two. The intent is
   // delivered only once both are acknowledged; either failing fails the send.
-  const sends = await Promise.allSettled([
-    deps.publisher.publish(jobTopic(record.job_id), body),
-    deps.publisher.publish(FAN_IN_TOPIC, body),
-  ]);
+  // (Each inside an async call: a publisher that throws instead of rejecting fails its send too.)
+  const send = async (topic: string) => deps.publisher.publish(topic, body);
+  const sends = await Promise.allSettled([send(jobTopic(record.job_id)), send(FAN_IN_TOPIC)]);
   const refused = sends.find((s): s is PromiseRejectedResult => s.status === "rejected");
   if (refused === undefined) deps.metrics?.publishLatency(performance.now() - started);
   else error = asPublishError(refused.reason);
