@@ -413,7 +413,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
       });
 
       it("POST /v1/recovery-sweeps answers 200 with per-intent failures when every settle throws, never a 500", async () => {
-        const h = await harness({ failJobStore: ["settleNotification"] });
+        const h = await harness({ failJobStore: ["settleNotification", "settlePublished"] });
         for (let i = 0; i < 2; i++) {
           const job = await register(h);
           await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });

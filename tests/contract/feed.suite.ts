@@ -103,6 +103,20 @@ export function changeFeedContract(name: string, make: () => Promise<{ store: Jo
       expect(kinds(await readAll())).toEqual(["job.registered", "job.transitioned", "intent.published", "job.transitioned"]);
     });
 
+    it("settlePublished (the published line and the settle in one) is intent.published, like settleNotification", async () => {
+      await store.create(job("pub-2", { status: "running", transition_seq: 1 }));
+      await store.transition("pub-2", 1, {
+        from: ["running"],
+        set: { status: "running", pending_notification: intent("only", "progress", 2) },
+      });
+      const line = { job_id: "pub-2", id: "line-1", at: at(3), event: "published", data: { outcome: "acknowledged" } };
+      expect(await store.settlePublished(line, "only")).toBe(true);
+      expect(await store.settlePublished({ ...line, id: "line-2" }, "only")).toBe(false);
+      const rows = await readAll();
+      expect(kinds(rows)).toEqual(["job.registered", "job.transitioned", "intent.published"]);
+      expect(rows.at(-1)?.intent_id).toBe("only");
+    });
+
     it("dispatch, report stage and finalize are dispatch.recorded, report.staged and report.finalized", async () => {
       await store.create(job("ev-1"));
       await store.recordEvidence("ev-1", { guard: { newAttempt: 1 }, note: operator });

@@ -190,6 +190,25 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       expect((await store.transition("settle-right", 2, { from: ["pending"], set: { updated_at: at(5) } })).transition_seq).toBe(3);
     });
 
+    it("settlePublished appends the published line and clears the exact intent; for another intent it logs the line and settles nothing", async () => {
+      const settled = job("pub-settle", { transition_seq: 2, updated_at: at(4) });
+      await store.create({ ...settled, pending_notification: intent("sent", "completed", 2, at(4)) });
+      const line = event("pub-settle", "log-1", at(5), "published", { outcome: "acknowledged" });
+      expect(await store.settlePublished(line, "sent")).toBe(true);
+      expect(await store.get("pub-settle")).toEqual(settled);
+      expect(await store.listOwed(10)).toEqual([]);
+      expect((await store.listEvents("pub-settle", { limit: 10 })).items).toEqual([line]);
+
+      // Settled or superseded meanwhile: the line is still logged, the newer intent stays owed.
+      const owed = job("pub-other", { pending_notification: intent("newer", "completed", 0, at(2)) });
+      await store.create(owed);
+      const late = event("pub-other", "log-2", at(6), "published", { outcome: "acknowledged" });
+      expect(await store.settlePublished(late, "older")).toBe(false);
+      expect(await store.get("pub-other")).toEqual(owed);
+      expect((await store.listEvents("pub-other", { limit: 10 })).items).toEqual([late]);
+      expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["pub-other"]);
+    });
+
     it("list returns newest first (updated_at, then job_id), pages by cursor across 3 pages, and filters by status", async () => {
       // Seven jobs; two share an updated_at so the job_id tie-break is pinned too.
       const specs: [string, number, "pending" | "running"][] = [
@@ -604,6 +623,7 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
           ["replaceNotification", store.replaceNotification(id, intent("i", "completed", 0, at(1)))],
           ["reviseNotification", store.reviseNotification(id, intent("i", "completed", 0, at(1)))],
           ["settleNotification", store.settleNotification(id, "i")],
+          ["settlePublished", store.settlePublished(event(id, "e", at(1), "published"), "i")],
           ["recordDispatch", store.recordDispatch(dispatch(id, 1, "s"))],
           ["getDispatch", store.getDispatch(id, 1)],
           ["appendEvent", store.appendEvent(event(id, "e", at(1), "started"))],

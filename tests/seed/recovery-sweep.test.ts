@@ -68,6 +68,12 @@ function logFailsFor(jobs: JobStore, jobId: string): JobStore {
           return target.appendEvent(entry);
         };
       }
+      if (prop === "settlePublished") {
+        return async (entry: Parameters<JobStore["settlePublished"]>[0], intentId: string) => {
+          if (entry.job_id === jobId) throw new Error("EIO: the event log of this job cannot be written");
+          return target.settlePublished(entry, intentId);
+        };
+      }
       return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
     },
   });

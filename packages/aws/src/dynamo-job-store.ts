@@ -468,6 +468,17 @@ export class DynamoJobStore implements JobStore {
     }
   }
 
+  /**
+   * Two writes, not one transaction (dynalite, the test peer, has no
+   * TransactWriteItems): the log line first, then the settle, conditional on the
+   * intent id as `settleNotification`'s. A crash between leaves the line logged and
+   * the intent owed; the sweep sends it again and the subscriber drops the duplicate.
+   */
+  async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
+    await this.appendEvent(entry);
+    return this.settleNotification(entry.job_id, intentId, note);
+  }
+
   async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     const sets: string[] = [];
     const removes = ["pending_notification", "owed_pk", "owed_at"];

@@ -49,6 +49,9 @@ export class ForwardingJobStore implements JobStore {
   settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     return this.inner.settleNotification(jobId, intentId, note);
   }
+  settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.inner.settlePublished(entry, intentId, note);
+  }
   listChanges(query: ChangeQuery): Promise<FeedPage> {
     return this.inner.listChanges(query);
   }

@@ -128,7 +128,17 @@ export class MemoryJobStore implements JobStore {
     return true;
   }
 
+  async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
+    // No await between the two: nothing else runs in between, as one transaction.
+    this.#append(entry);
+    return this.#settle(entry.job_id, intentId, note);
+  }
+
   async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#settle(jobId, intentId, note);
+  }
+
+  #settle(jobId: string, intentId: string, note: ChangeNote | undefined): boolean {
     const current = this.#jobs.get(jobId);
     if (current?.pending_notification?.id !== intentId) return false;
     const { pending_notification: _settled, ...rest } = current;
@@ -175,6 +185,10 @@ export class MemoryJobStore implements JobStore {
 
   /** An entry whose id the job's log already holds is a no-op: the first one stays. */
   async appendEvent(entry: EventLogEntry): Promise<void> {
+    this.#append(entry);
+  }
+
+  #append(entry: EventLogEntry): void {
     const log = this.#events.get(entry.job_id) ?? [];
     if (log.some((e) => e.id === entry.id)) return;
     log.push(structuredClone(entry));

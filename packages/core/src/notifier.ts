@@ -3,7 +3,7 @@ import { getJob } from "./engine.ts";
 import { type ErrorCode, isMamError, MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
 import type { JobEventLog, JobRecords, OwedNotifications } from "./ports.ts";
-import { JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
+import { type EventLogEntry, JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
 
 /** What a flush touches: the owed notification, the event log (every publish attempt is logged), the record, the broker. */
 export type NotifierDeps = Using<OwedNotifications & JobEventLog & Pick<JobRecords, "get">, "publisher" | "clock" | "ids" | "metrics">;
@@ -83,14 +83,15 @@ export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promis
   let error: MamError | undefined;
   // A monotonic timer, not deps.clock: the latency is measured, never decided on.
   const started = performance.now();
-  try {
-    await deps.publisher.publish(jobTopic(record.job_id), body);
-    await deps.publisher.publish(FAN_IN_TOPIC, body);
-    deps.metrics?.publishLatency(performance.now() - started);
-  } catch (e) {
-    error = asPublishError(e);
-  }
-  await deps.jobs.appendEvent({
+  // Both topics at once: one round trip to the broker instead of two. The intent is
+  // delivered only once both are acknowledged; either failing fails the send.
+  // (Each inside an async call: a publisher that throws instead of rejecting fails its send too.)
+  const send = async (topic: string) => deps.publisher.publish(topic, body);
+  const sends = await Promise.allSettled([send(jobTopic(record.job_id)), send(FAN_IN_TOPIC)]);
+  const refused = sends.find((s): s is PromiseRejectedResult => s.status === "rejected");
+  if (refused === undefined) deps.metrics?.publishLatency(performance.now() - started);
+  else error = asPublishError(refused.reason);
+  const entry: EventLogEntry = {
     job_id: record.job_id,
     at: deps.clock.now().toISOString(),
     id: deps.ids.uuid(),
@@ -100,12 +101,14 @@ export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promis
       outcome: error ? "failed" : "acknowledged",
       ...(error ? { error: error.message, code: error.code } : {}),
     },
-  });
+  };
   if (error) {
+    await deps.jobs.appendEvent(entry);
     deps.metrics?.intent("failed");
     return { outcome: "failed", intent, error };
   }
-  const settled = await deps.jobs.settleNotification(record.job_id, intent.id);
+  // The log line and the settle in one write (where the store has transactions).
+  const settled = await deps.jobs.settlePublished(entry, intent.id);
   // Settled here, or by a peer meanwhile (a newer intent survives): this one is delivered either way.
   deps.metrics?.intent("settled");
   return { outcome: "sent", intent, settled };

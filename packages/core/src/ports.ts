@@ -75,7 +75,8 @@ export interface Page<T> {
  *   `transition_seq`), and otherwise writes nothing and throws the conflict
  *   (`conflictFor`) carrying the current record. A transition with `change.evidence`
  *   checks (and bumps, when asked) the same conditions in its own single write.
- * - bookkeeping (`replaceNotification`, `reviseNotification`, `settleNotification`)
+ * - bookkeeping (`replaceNotification`, `reviseNotification`, `settleNotification`,
+ *   `settlePublished`)
  *   writes only `pending_notification`, never bumps `transition_seq`; revising and
  *   settling are conditional on the exact intent id.
  * - `listOwed` costs the number of owed intents it returns (a sparse index ordered by
@@ -171,6 +172,19 @@ export interface OwedNotifications {
   reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean>;
   /** Bookkeeping: clear the owed notification iff its id is `intentId`. True if cleared. */
   settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean>;
+  /**
+   * Bookkeeping after a send both topics acknowledged: append `entry` (its
+   * `published` log line) to the job's event log, as `appendEvent` does, and clear
+   * the owed notification iff its id is `intentId`, as `settleNotification` does.
+   * True if cleared. The line is appended whether or not the intent was still owed
+   * (settled or superseded meanwhile: false). Where the store has transactions
+   * (SQLite, memory) both are one write: never a line without its settle, nor a
+   * settle without its line. DynamoDB keeps two writes, the line first and then the
+   * settle conditional on the intent id (dynalite, its test peer, has no
+   * transactions): a crash between them leaves the line logged and the intent owed,
+   * which the sweep sends again (a subscriber drops the duplicate by id).
+   */
+  settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean>;
   /**
    * Jobs owing a notification that is not quarantined, the soonest due first (due:
    * `retry_at`, else `created_at`); with `dueBy` (an ISO-8601 instant), only those due

@@ -272,6 +272,13 @@ class GuardedJobStore implements JobStore {
       : this.#store.settleNotification(jobId, intentId, checkNote(note));
   }
 
+  async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
+    assertJobId(entry.job_id);
+    return note === undefined
+      ? this.#store.settlePublished(entry, intentId)
+      : this.#store.settlePublished(entry, intentId, checkNote(note));
+  }
+
   async listChanges(query: ChangeQuery): Promise<FeedPage> {
     checkLimit(query.limit);
     if (query.jobId !== undefined) assertJobId(query.jobId);

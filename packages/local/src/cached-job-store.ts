@@ -1,5 +1,6 @@
 import {
   type ChangeNote,
+  type EventLogEntry,
   type EvidenceChange,
   ForwardingJobStore,
   type JobChange,
@@ -107,6 +108,9 @@ export class CachedJobStore extends ForwardingJobStore {
   }
   override settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     return this.#write(() => this.inner.settleNotification(jobId, intentId, note));
+  }
+  override settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#write(() => this.inner.settlePublished(entry, intentId, note));
   }
   // Reads other than `get` (the change feed included), dispatches and the event log
   // pass through: dispatches and log lines are not job records, so writing them

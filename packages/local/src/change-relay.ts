@@ -1,5 +1,6 @@
 import {
   type ChangeNote,
+  type EventLogEntry,
   type EvidenceChange,
   ForwardingJobStore,
   type JobChange,
@@ -61,6 +62,9 @@ export class ChangeRelay extends ForwardingJobStore {
   }
   override settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
     return this.#signalled(this.inner.settleNotification(jobId, intentId, note));
+  }
+  override settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#signalled(this.inner.settlePublished(entry, intentId, note));
   }
 
   #observe(record: JobRecord | undefined): void {

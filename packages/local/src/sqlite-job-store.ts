@@ -347,18 +347,28 @@ export class SqliteJobStore implements JobStore {
   }
 
   async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
+    return this.#write(() => this.#settle(jobId, intentId, note));
+  }
+
+  /** The log line and the settle in one `BEGIN IMMEDIATE` transaction (with the settle's feed row). */
+  async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
     return this.#write(() => {
-      const row = this.#all<{ doc: string; feed_before: string }>(
-        `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL,
-       owed_quarantined_id = NULL, owed_revision = NULL, feed_before = ${OWED_BEFORE}
-       WHERE job_id = ? AND owed_intent_id = ? RETURNING doc, feed_before`,
-        [jobId, intentId],
-      )[0];
-      if (row === undefined) return false;
-      const after = JSON.parse(row.doc) as JobRecord;
-      this.#recordChanges(beforeOf(after, row.feed_before), after, note);
-      return true;
+      this.#append(entry);
+      return this.#settle(entry.job_id, intentId, note);
     });
+  }
+
+  #settle(jobId: string, intentId: string, note: ChangeNote | undefined): boolean {
+    const row = this.#all<{ doc: string; feed_before: string }>(
+      `UPDATE jobs SET doc = json_remove(doc, '$.pending_notification'), owed_intent_id = NULL, owed_at = NULL,
+     owed_quarantined_id = NULL, owed_revision = NULL, feed_before = ${OWED_BEFORE}
+     WHERE job_id = ? AND owed_intent_id = ? RETURNING doc, feed_before`,
+      [jobId, intentId],
+    )[0];
+    if (row === undefined) return false;
+    const after = JSON.parse(row.doc) as JobRecord;
+    this.#recordChanges(beforeOf(after, row.feed_before), after, note);
+    return true;
   }
 
   async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
@@ -446,6 +456,10 @@ export class SqliteJobStore implements JobStore {
    * (the CLI after a lost reply) does no harm, and the first entry stays.
    */
   async appendEvent(entry: EventLogEntry): Promise<void> {
+    this.#append(entry);
+  }
+
+  #append(entry: EventLogEntry): void {
     this.#run("INSERT INTO events (job_id, id, at, doc) VALUES (?, ?, ?, ?) ON CONFLICT (job_id, id) DO NOTHING", [
       entry.job_id,
       entry.id,
