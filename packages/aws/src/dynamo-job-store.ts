@@ -20,13 +20,13 @@ import {
   EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  evidenceWriteOf,
   type FeedPage,
   invalidCursor,
   type JobChange,
   type JobRecord,
   type JobStore,
   MamError,
-  NON_TERMINAL,
   type NotificationIntent,
   type OwedQuery,
   type Page,
@@ -294,17 +294,7 @@ export class DynamoJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(
-      jobId,
-      null,
-      {
-        from: NON_TERMINAL,
-        set: change.set ?? {},
-        evidence: { ...change.guard, bump: true },
-        ...(change.note ? { note: change.note } : {}),
-      },
-      false,
-    );
+    return this.#update(jobId, null, evidenceWriteOf(change), false);
   }
 
   /**

@@ -3,8 +3,18 @@ import { EVENT_PAGE_MAX_BYTES, invalidCursor } from "./bounds.ts";
 import { conflictFor } from "./conflicts.ts";
 import { MamError } from "./errors.ts";
 import { type ChangeNote, type ChangeQuery, type ChangeRow, changeRowsOf } from "./feed.ts";
-import type { Clock, EvidenceChange, FeedPage, JobChange, JobStore, OwedQuery, Page, ReportStore } from "./ports.ts";
-import { type DispatchRecord, type EventLogEntry, type JobRecord, NON_TERMINAL, type NotificationIntent, type Status } from "./schemas.ts";
+import {
+  type Clock,
+  type EvidenceChange,
+  evidenceWriteOf,
+  type FeedPage,
+  type JobChange,
+  type JobStore,
+  type OwedQuery,
+  type Page,
+  type ReportStore,
+} from "./ports.ts";
+import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
 
 /**
  * Reference adapters: the ports kept in memory, with no I/O, for pure unit tests
@@ -72,17 +82,7 @@ export class MemoryJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(
-      jobId,
-      null,
-      {
-        from: NON_TERMINAL,
-        set: change.set ?? {},
-        evidence: { ...change.guard, bump: true },
-        ...(change.note ? { note: change.note } : {}),
-      },
-      false,
-    );
+    return this.#update(jobId, null, evidenceWriteOf(change), false);
   }
 
   #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): JobRecord {

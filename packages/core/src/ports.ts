@@ -1,5 +1,5 @@
 import type { ChangeNote, ChangeQuery, ChangeRow } from "./feed.ts";
-import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
+import { type DispatchRecord, type EventLogEntry, type JobRecord, NON_TERMINAL, type NotificationIntent, type Status } from "./schemas.ts";
 
 /** Fields no change writes: the job's identity, its two counters (the store bumps them) and its birth. */
 export const FIXED_JOB_FIELDS = ["job_id", "transition_seq", "evidence_seq", "created_at"] as const;
@@ -47,6 +47,21 @@ export interface EvidenceChange {
   readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
   /** Who made the change and what it staged, for the change feed; the service's own when absent. */
   readonly note?: ChangeNote;
+}
+
+/**
+ * An evidence write as the conditional write an adapter runs for it: the job not
+ * terminal, the guard's conditions, `evidence_seq` bumped (never `transition_seq`).
+ * Adapters that implement both writes with one update path call this, so the
+ * translation lives once.
+ */
+export function evidenceWriteOf(change: EvidenceChange): JobChange {
+  return {
+    from: NON_TERMINAL,
+    set: change.set ?? {},
+    evidence: { ...change.guard, bump: true },
+    ...(change.note ? { note: change.note } : {}),
+  };
 }
 
 export interface OwedQuery {

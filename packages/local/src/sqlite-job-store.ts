@@ -8,13 +8,13 @@ import {
   EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
   type EvidenceChange,
+  evidenceWriteOf,
   type FeedPage,
   invalidCursor,
   type JobChange,
   type JobRecord,
   type JobStore,
   MamError,
-  NON_TERMINAL,
   type NotificationIntent,
   type OwedQuery,
   type Page,
@@ -139,17 +139,7 @@ export class SqliteJobStore implements JobStore {
   }
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(
-      jobId,
-      null,
-      {
-        from: NON_TERMINAL,
-        set: change.set ?? {},
-        evidence: { ...change.guard, bump: true },
-        ...(change.note ? { note: change.note } : {}),
-      },
-      false,
-    );
+    return this.#update(jobId, null, evidenceWriteOf(change), false);
   }
 
   /**
