@@ -79,10 +79,10 @@ describe("reliability: the external broker killed for 10 s under load", () => {
     // The outage: SIGKILL after OUTAGE_AFTER commits, the same broker back OUTAGE_MS later.
     type Phase = "before" | "during" | "after";
     let phase: Phase = "before";
-    const answers: Record<Phase, { total: number; unpublished: number; statuses: Set<number> }> = {
-      before: { total: 0, unpublished: 0, statuses: new Set() },
-      during: { total: 0, unpublished: 0, statuses: new Set() },
-      after: { total: 0, unpublished: 0, statuses: new Set() },
+    const answers: Record<Phase, { total: number; claimsPublished: number; statuses: Set<number> }> = {
+      before: { total: 0, claimsPublished: 0, statuses: new Set() },
+      during: { total: 0, claimsPublished: 0, statuses: new Set() },
+      after: { total: 0, claimsPublished: 0, statuses: new Set() },
     };
     let outage: Promise<void> | undefined;
     const startOutage = () => {
@@ -108,7 +108,8 @@ describe("reliability: the external broker killed for 10 s under load", () => {
         const a = answers[phase];
         a.total++;
         a.statuses.add(answer.status);
-        if (answer.body?.published === false) a.unpublished++;
+        // mam serve's requests do not publish (the relay does): an answer never claims to know.
+        if (answer.body !== undefined && answer.body !== null && "published" in answer.body) a.claimsPublished++;
         if (outage === undefined && commits + 1 >= OUTAGE_AFTER) startOutage();
       },
     });
@@ -118,7 +119,7 @@ describe("reliability: the external broker killed for 10 s under load", () => {
     );
     // The load spanned the outage, and the API answered throughout, 2xx or 4xx (runWriters refuses a hang).
     expect(answers.during.total).toBeGreaterThan(0);
-    expect(answers.during.unpublished).toBeGreaterThan(0);
+    for (const a of Object.values(answers)) expect(a.claimsPublished).toBe(0);
     for (const a of Object.values(answers)) expect([...a.statuses].filter((s) => s >= 500 || s < 200)).toEqual([]);
     expect(ledger.byId.size).toBe(JOBS * COMMITS_PER_JOB);
 
@@ -140,7 +141,7 @@ describe("reliability: the external broker killed for 10 s under load", () => {
       seed,
       outage_ms: OUTAGE_MS,
       answered_during_outage: answers.during.total,
-      unpublished_answers: answers.before.unpublished + answers.during.unpublished + answers.after.unpublished,
+      answers_claiming_published: answers.before.claimsPublished + answers.during.claimsPublished + answers.after.claimsPublished,
       sent_by_the_sweep: swept,
       subscriber_connections: sub.connections(),
       judged_against: "the feed",
