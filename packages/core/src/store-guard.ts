@@ -1,7 +1,7 @@
 import { invalidCursor, JOB_PAGE_MAX_BYTES, utf8Bytes } from "./bounds.ts";
 import { assertJobId } from "./engine.ts";
 import { MamError } from "./errors.ts";
-import { type ChangeNote, ChangeNoteSchema, type ChangeQuery } from "./feed.ts";
+import { type ChangeNote, ChangeNoteSchema, type ChangeQuery, storedFeedPage, storedRowsOf } from "./feed.ts";
 import {
   type EvidenceChange,
   type FeedPage,
@@ -132,9 +132,13 @@ function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
 // ---- cursors: the adapter's position, in an envelope naming the listing it belongs to
 
 function toBase64Url(text: string): string {
+  return base64Url(toBase64Unpadded(text));
+}
+
+function toBase64Unpadded(text: string): string {
   let binary = "";
   for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
-  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+  return btoa(binary);
 }
 
 function fromBase64Url(encoded: string): string {
@@ -188,7 +192,16 @@ function feedCursorRefusal(cause: unknown): MamError {
   );
 }
 
-const wrapFeedPosition = (position: string): string => toBase64Url(JSON.stringify({ l: FEED_LISTING, c: position }));
+/** A feed position's cursor: the same envelope as every listing's, built without its JSON and UTF-8 passes when the position is ASCII (SQLite's are digits). */
+const FEED_ENVELOPE_HEAD = `{"l":${JSON.stringify(FEED_LISTING)},"c":`;
+const wrapFeedPosition = (position: string): string => {
+  const text = `${FEED_ENVELOPE_HEAD}${JSON.stringify(position)}}`;
+  // btoa takes a binary string: an ASCII text is its own UTF-8.
+  const encoded = /^[\x20-\x7e]*$/.test(text) ? btoa(text) : toBase64Unpadded(text);
+  return base64Url(encoded);
+};
+
+const base64Url = (b64: string): string => b64.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 
 function withCursor<Q extends { cursor?: string }>(query: Q, listing: string): Q {
   if (query.cursor === undefined) return query;
@@ -289,6 +302,14 @@ class GuardedJobStore implements JobStore {
       if (e instanceof MamError && e.code === "input.invalid" && e.issues.some((i) => i.path === "query.cursor"))
         throw feedCursorRefusal(e);
       throw e;
+    }
+    // Rows as the store keeps them stay so (parsed only if read); each row's cursor is the envelope of its position.
+    const stored = storedRowsOf(page);
+    if (stored !== undefined) {
+      return storedFeedPage(
+        stored.map((r) => ({ cursor: wrapFeedPosition(r.cursor), at: r.at, job_id: r.job_id, json: r.json })),
+        wrapFeedPosition(page.cursor),
+      );
     }
     return { items: page.items.map((row) => ({ ...row, cursor: wrapFeedPosition(row.cursor) })), cursor: wrapFeedPosition(page.cursor) };
   }
