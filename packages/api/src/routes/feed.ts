@@ -258,8 +258,11 @@ function answerNow(c: Context<AppEnv>, rows: readonly ChangeRow[], retryMs: numb
  * that answer (Hono types a `c.body` answer as text). The caller vouches that `json`
  * is the JSON of a `T`; the API suites validate every answer against the document.
  */
+const UTF8 = new TextEncoder();
+
 function serializedJson<T>(c: Context<AppEnv>, json: string): TypedResponse<T, 200, "json"> {
-  return c.body(json, 200, { "content-type": "application/json" }) as Response as unknown as TypedResponse<T, 200, "json">;
+  // Encoded once here: a string body is measured (`Buffer.byteLength`) and then encoded again as it is written.
+  return c.body(UTF8.encode(json), 200, { "content-type": "application/json" }) as Response as unknown as TypedResponse<T, 200, "json">;
 }
 
 /** The row as the wire names its fields, in a stable order. */
