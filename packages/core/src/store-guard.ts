@@ -131,14 +131,9 @@ function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
 
 // ---- cursors: the adapter's position, in an envelope naming the listing it belongs to
 
+/** base64url of the UTF-8 of `text`, unpadded (the same text `btoa` over its UTF-8 bytes gives, with `-_` and no `=`). */
 function toBase64Url(text: string): string {
-  return base64Url(toBase64Unpadded(text));
-}
-
-function toBase64Unpadded(text: string): string {
-  let binary = "";
-  for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
-  return btoa(binary);
+  return Buffer.from(text, "utf8").toString("base64url");
 }
 
 function fromBase64Url(encoded: string): string {
@@ -192,16 +187,9 @@ function feedCursorRefusal(cause: unknown): MamError {
   );
 }
 
-/** A feed position's cursor: the same envelope as every listing's, built without its JSON and UTF-8 passes when the position is ASCII (SQLite's are digits). */
+/** A feed position's cursor: the same envelope as every listing's, its JSON built by hand (one a row, so it counts). */
 const FEED_ENVELOPE_HEAD = `{"l":${JSON.stringify(FEED_LISTING)},"c":`;
-const wrapFeedPosition = (position: string): string => {
-  const text = `${FEED_ENVELOPE_HEAD}${JSON.stringify(position)}}`;
-  // btoa takes a binary string: an ASCII text is its own UTF-8.
-  const encoded = /^[\x20-\x7e]*$/.test(text) ? btoa(text) : toBase64Unpadded(text);
-  return base64Url(encoded);
-};
-
-const base64Url = (b64: string): string => b64.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+const wrapFeedPosition = (position: string): string => toBase64Url(`${FEED_ENVELOPE_HEAD}${JSON.stringify(position)}}`);
 
 function withCursor<Q extends { cursor?: string }>(query: Q, listing: string): Q {
   if (query.cursor === undefined) return query;
