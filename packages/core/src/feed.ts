@@ -205,3 +205,54 @@ export interface ChangeQuery {
   /** Only rows committed at or before this instant (ISO-8601): the page stops at the first later row. */
   readonly upTo?: string;
 }
+
+/**
+ * A row as a store keeps it: its position, commit time and job, and the rest of the
+ * row (`kind`, `actor`, `intent_id`, `data`) as the JSON object the store wrote from
+ * `changeRowsOf`'s draft (`JSON.stringify` of the draft without `job_id`).
+ */
+export interface StoredChangeRow {
+  readonly cursor: string;
+  readonly at: string;
+  readonly job_id: string;
+  /** `{"kind":...,"actor":...}`: a JSON object, as the store wrote it. */
+  readonly json: string;
+}
+
+const storedRows = new WeakMap<object, readonly StoredChangeRow[]>();
+
+/**
+ * A feed page over rows as the store keeps them: `items` is parsed on first read (and
+ * kept), so a caller that only serializes the rows again (`GET /v1/events`) asks
+ * `storedRowsOf(page)` and splices each row's JSON without parsing it. Rows are not
+ * validated on the way back: only the store writes them, from core's own drafts
+ * (docs/decisions.md, "The feed's read path").
+ */
+export function storedFeedPage(rows: readonly StoredChangeRow[], cursor: string): { readonly items: ChangeRow[]; readonly cursor: string } {
+  let items: ChangeRow[] | undefined;
+  const page = { cursor } as { items: ChangeRow[]; cursor: string };
+  Object.defineProperty(page, "items", {
+    enumerable: true,
+    get: () => {
+      items ??= rows.map(parseStoredRow);
+      return items;
+    },
+  });
+  storedRows.set(page, rows);
+  return page;
+}
+
+/** The rows of a page made by `storedFeedPage`, as stored; `undefined` for any other page. */
+export function storedRowsOf(page: object): readonly StoredChangeRow[] | undefined {
+  return storedRows.get(page);
+}
+
+function parseStoredRow(r: StoredChangeRow): ChangeRow {
+  return { cursor: r.cursor, at: r.at, job_id: r.job_id, ...(JSON.parse(r.json) as Omit<ChangeRow, "cursor" | "at" | "job_id">) };
+}
+
+/** A stored row as the wire's JSON object: `cursor`, `at`, `job_id`, then the stored fields, without parsing them. */
+export function storedRowJson(r: StoredChangeRow): string {
+  const head = `{"cursor":${JSON.stringify(r.cursor)},"at":${JSON.stringify(r.at)},"job_id":${JSON.stringify(r.job_id)}`;
+  return r.json.length <= 2 ? `${head}}` : `${head},${r.json.slice(1)}`;
+}

@@ -1,7 +1,7 @@
 import { invalidCursor, JOB_PAGE_MAX_BYTES, utf8Bytes } from "./bounds.ts";
 import { assertJobId } from "./engine.ts";
 import { MamError } from "./errors.ts";
-import { type ChangeNote, ChangeNoteSchema, type ChangeQuery } from "./feed.ts";
+import { type ChangeNote, ChangeNoteSchema, type ChangeQuery, storedFeedPage, storedRowsOf } from "./feed.ts";
 import {
   type EvidenceChange,
   type FeedPage,
@@ -131,10 +131,9 @@ function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
 
 // ---- cursors: the adapter's position, in an envelope naming the listing it belongs to
 
+/** base64url of the UTF-8 of `text`, unpadded (the same text `btoa` over its UTF-8 bytes gives, with `-_` and no `=`). */
 function toBase64Url(text: string): string {
-  let binary = "";
-  for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
-  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+  return Buffer.from(text, "utf8").toString("base64url");
 }
 
 function fromBase64Url(encoded: string): string {
@@ -188,7 +187,9 @@ function feedCursorRefusal(cause: unknown): MamError {
   );
 }
 
-const wrapFeedPosition = (position: string): string => toBase64Url(JSON.stringify({ l: FEED_LISTING, c: position }));
+/** A feed position's cursor: the same envelope as every listing's, its JSON built by hand (one a row, so it counts). */
+const FEED_ENVELOPE_HEAD = `{"l":${JSON.stringify(FEED_LISTING)},"c":`;
+const wrapFeedPosition = (position: string): string => toBase64Url(`${FEED_ENVELOPE_HEAD}${JSON.stringify(position)}}`);
 
 function withCursor<Q extends { cursor?: string }>(query: Q, listing: string): Q {
   if (query.cursor === undefined) return query;
@@ -296,6 +297,14 @@ class GuardedJobStore implements JobStore {
       if (e instanceof MamError && e.code === "input.invalid" && e.issues.some((i) => i.path === "query.cursor"))
         throw feedCursorRefusal(e);
       throw e;
+    }
+    // Rows as the store keeps them stay so (parsed only if read); each row's cursor is the envelope of its position.
+    const stored = storedRowsOf(page);
+    if (stored !== undefined) {
+      return storedFeedPage(
+        stored.map((r) => ({ cursor: wrapFeedPosition(r.cursor), at: r.at, job_id: r.job_id, json: r.json })),
+        wrapFeedPosition(page.cursor),
+      );
     }
     return { items: page.items.map((row) => ({ ...row, cursor: wrapFeedPosition(row.cursor) })), cursor: wrapFeedPosition(page.cursor) };
   }

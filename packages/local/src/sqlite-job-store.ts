@@ -1,7 +1,6 @@
 import {
   type ChangeNote,
   type ChangeQuery,
-  type ChangeRow,
   changeRowsOf,
   conflictFor,
   type DispatchRecord,
@@ -20,6 +19,8 @@ import {
   type Page,
   type Status,
   StatusSchema,
+  type StoredChangeRow,
+  storedFeedPage,
 } from "@mam/core";
 import Database from "better-sqlite3";
 
@@ -157,19 +158,15 @@ export class SqliteJobStore implements JobStore {
     const params = query.jobId === undefined ? [after, query.limit] : [query.jobId, after, query.limit];
     const upTo = query.upTo === undefined ? undefined : sortableTime(query.upTo);
     return this.#call(sql, (statement) => {
-      const items: ChangeRow[] = [];
+      // Each row's JSON is handed on as written (parsed only if a caller reads `items`).
+      const rows: StoredChangeRow[] = [];
       let position = after;
-      for (const r of statement.iterate(...params) as IterableIterator<{ cursor: number; job_id: string; at: string; row: string }>) {
+      for (const r of statement.all(...params) as { cursor: number; job_id: string; at: string; row: string }[]) {
         if (upTo !== undefined && r.at > upTo) break;
-        items.push({
-          cursor: String(r.cursor),
-          at: r.at,
-          job_id: r.job_id,
-          ...(JSON.parse(r.row) as Omit<ChangeRow, "cursor" | "at" | "job_id">),
-        });
+        rows.push({ cursor: String(r.cursor), at: r.at, job_id: r.job_id, json: r.row });
         position = r.cursor;
       }
-      return { items, cursor: String(position) };
+      return storedFeedPage(rows, String(position));
     });
   }
 

@@ -1,6 +1,16 @@
 import { z } from "@hono/zod-openapi";
-import { CHANGE_KINDS, ChangeActorSchema, ChangeDataSchema, type ChangeRow, IsoTime, JobId, type JobStore } from "@mam/core";
-import type { Context } from "hono";
+import {
+  CHANGE_KINDS,
+  ChangeActorSchema,
+  ChangeDataSchema,
+  type ChangeRow,
+  IsoTime,
+  JobId,
+  type JobStore,
+  storedRowJson,
+  storedRowsOf,
+} from "@mam/core";
+import type { Context, TypedResponse } from "hono";
 import { streamSSE } from "hono/streaming";
 import { assertLatestAttempt, operatorOrAgent } from "../access.ts";
 import type { AppEnv, FeedOptions, Services } from "../context.ts";
@@ -168,7 +178,13 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {} }: Services): voi
       ...(q.after === undefined ? {} : { after: q.after }),
       ...scopeOf(c.get("principal")!),
     });
-    return c.json({ items: page.items.map(wireRow), cursor: page.cursor }, 200);
+    const stored = storedRowsOf(page);
+    if (stored === undefined) return c.json({ items: page.items.map(wireRow), cursor: page.cursor }, 200);
+    // The store's rows as it wrote them (from core's drafts), spliced into the page unparsed: the same JSON `c.json` would send.
+    let body = '{"items":[';
+    for (let i = 0; i < stored.length; i++) body += i === 0 ? storedRowJson(stored[i]!) : `,${storedRowJson(stored[i]!)}`;
+    body += `],"cursor":${JSON.stringify(page.cursor)}}`;
+    return serializedJson<z.infer<typeof ChangePageSchema>>(c, body);
   });
 
   app(streamChanges, async (c) => {
@@ -235,6 +251,18 @@ function answerNow(c: Context<AppEnv>, rows: readonly ChangeRow[], retryMs: numb
   let body = `retry: ${retryMs}\n\n`;
   for (const row of rows) body += `id: ${row.cursor}\nevent: ${row.kind}\ndata: ${JSON.stringify(wireRow(row))}\n\n`;
   return c.body(body, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+}
+
+/**
+ * An answer whose JSON is already text: what `c.json(value, 200)` would send, typed as
+ * that answer (Hono types a `c.body` answer as text). The caller vouches that `json`
+ * is the JSON of a `T`; the API suites validate every answer against the document.
+ */
+const UTF8 = new TextEncoder();
+
+function serializedJson<T>(c: Context<AppEnv>, json: string): TypedResponse<T, 200, "json"> {
+  // Encoded once here: a string body is measured (`Buffer.byteLength`) and then encoded again as it is written.
+  return c.body(UTF8.encode(json), 200, { "content-type": "application/json" }) as Response as unknown as TypedResponse<T, 200, "json">;
 }
 
 /** The row as the wire names its fields, in a stable order. */
