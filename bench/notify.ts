@@ -54,7 +54,7 @@ function timeMethods<T extends object>(target: T, names: readonly (keyof T & Tim
 
 /**
  * The publisher's time while at least one publish is in flight: an intent's two
- * topics go out at once, so summing each call's time would count the overlap twice.
+ * topics may overlap, so summing each call's time would count an overlap twice.
  */
 function timePublishes(publisher: Publisher): void {
   const original = publisher.publish.bind(publisher);
@@ -250,7 +250,7 @@ try {
     console.log(
       `where the time goes (one at a time, as shares of mam's wall time; they overlap, since the relay logs and settles an ` +
         `intent after its subscriber has it, while the next commit runs): store writes ${fixed((100 * writes) / mamWall)}%, ` +
-        `the relay's read ${fixed((100 * sequential.get) / mamWall)}%, the two acknowledged publishes (sent at once) ` +
+        `the relay's read ${fixed((100 * sequential.get) / mamWall)}%, the two acknowledged publishes ` +
         `${fixed((100 * sequential.publish) / mamWall)}%. Raw mqtt.js does only the two publishes (one after the other); mam also ` +
         "commits, reads the record back, and logs the publish with its settle — two SQLite transactions and a read per intent. " +
         "What is left to buy back: flushing from the record the commit returned instead of reading it again (the relay, in " +
