@@ -3,6 +3,7 @@ import { startService } from "@mam/cli";
 import { type ChangeDraft, changeRowsOf, guardJobStore, type JobRecord, parseConfig } from "@mam/core";
 import { SqliteJobStore } from "@mam/local";
 import Database from "better-sqlite3";
+import { jobRecord } from "../tests/support/records.ts";
 import { fixed, grouped, machineNote, median, sizeFromEnv, tempDir, verdict } from "./support/measure.ts";
 
 /**
@@ -28,23 +29,9 @@ const PAGE = 1000;
 const RATIO_GOAL = 0.5;
 const AT = "2026-11-20T10:00:00.000Z";
 
-function job(id: string, over: Partial<JobRecord> = {}): JobRecord {
-  return {
-    job_id: id,
-    prompt: "p",
-    agent: "codex",
-    role: "Worker",
-    status: "pending",
-    iteration: 1,
-    transition_seq: 0,
-    evidence_seq: 0,
-    expected_artifacts: [],
-    auto_complete: false,
-    created_at: AT,
-    updated_at: AT,
-    ...over,
-  };
-}
+/** One job as this bench's rows carry it: the kit's record builder, at AT. */
+const job = (id: string, over: Partial<JobRecord> = {}): JobRecord =>
+  jobRecord(id, { agent: "codex", iteration: 1, created_at: AT, updated_at: AT, ...over });
 
 /** The rows of one job's life: registered, claimed, completed (with the intent it owes). */
 function lifeOf(i: number): ChangeDraft[] {

@@ -18,23 +18,11 @@ import {
   storedRowsOf,
 } from "@mam/core";
 import { describe, expect, it } from "vitest";
+import { jobRecord } from "../support/records.ts";
 
 const AT = "2026-11-20T10:00:00.000Z";
-const record = (over: Partial<JobRecord> = {}): JobRecord => ({
-  job_id: "feed-stored-1",
-  prompt: "p",
-  agent: "codex",
-  role: "Worker",
-  status: "pending",
-  iteration: 1,
-  transition_seq: 0,
-  evidence_seq: 0,
-  expected_artifacts: [],
-  auto_complete: false,
-  created_at: AT,
-  updated_at: AT,
-  ...over,
-});
+const record = (over: Partial<JobRecord> = {}): JobRecord =>
+  jobRecord("feed-stored-1", { agent: "codex", iteration: 1, created_at: AT, updated_at: AT, ...over });
 
 /** The rows of a job registered, claimed and completed (with its intent), stored as SQLite stores them. */
 function storedLife(): StoredChangeRow[] {
