@@ -5,6 +5,7 @@ import path from "node:path";
 import { EVENT_PAGE_MAX_BYTES, guardJobStore, isGuardedJobStore, type JobRecord, type JobStore, MamError } from "@mam/core";
 import {
   CachedJobStore,
+  type EmbeddedBroker,
   FileReportStore,
   MqttPublisher,
   openDataDir,
@@ -503,6 +504,33 @@ publisherContract("MQTT to the embedded aedes broker", async () => {
     refusing: () => new MqttPublisher({ url: broker.url }),
     async close() {
       await publisher.close();
+      await broker.close();
+    },
+  };
+});
+
+publisherContract("in process, on the embedded aedes broker (mam serve's)", async () => {
+  const broker = await startEmbeddedBroker({ port: 0, publisherCredentials: credentials() });
+  const others: EmbeddedBroker[] = [];
+  return {
+    publisher: broker.publisher(),
+    subscribe: (topic) => subscribe(broker.url, topic),
+    // A closed broker's publisher: nothing is there to take the message.
+    unreachable: async () => {
+      const closed = await startEmbeddedBroker({ port: 0 });
+      await closed.close();
+      return closed.publisher();
+    },
+    // In process the refusal is the broker's rule for the topic, not the publisher's
+    // login, so the refusing one is a second broker's that refuses every topic; that
+    // nothing reaches the harness's subscriber then holds by construction.
+    refusing: async () => {
+      const refusing = await startEmbeddedBroker({ port: 0, refusePublish: () => true });
+      others.push(refusing);
+      return refusing.publisher();
+    },
+    async close() {
+      for (const b of others) await b.close();
       await broker.close();
     },
   };

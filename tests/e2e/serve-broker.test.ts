@@ -95,8 +95,9 @@ describe("mam serve and its MQTT broker", () => {
     await closed(big, "the broker closing a 4 KiB publish over a 2 KiB limit");
 
     await cancelAJob(service);
+    // The service publishes in the broker's process: it has no connection the abuse could take or drop.
     const mqttLines = logs.map((l) => JSON.parse(l) as { msg: string }).filter((l) => l.msg.startsWith("mqtt"));
-    expect(mqttLines).toEqual([{ level: "info", msg: "mqtt connected" }]);
+    expect(mqttLines).toEqual([]);
   });
 
   it("external: it logs in with MAM_MQTT_USERNAME/MAM_MQTT_PASSWORD as MAM_MQTT_CLIENT_ID, and reconnects on its own when dropped", async () => {

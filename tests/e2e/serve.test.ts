@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { runCli } from "@mam/cli";
@@ -206,6 +207,10 @@ describe("e2e: mam serve", () => {
     // Commit an intent behind the service's back (as the CLI in another process would),
     // with the service stopped: nothing can send it until the restarted sweep does.
     // The request log is written in batches; a SIGTERM right after a request loses no line.
+    // A subscriber with a persistent session, away over the restart: what the start-up
+    // sweep sends is queued for it (a clean-session subscriber would catch up from the feed).
+    const clientId = `owed-${randomUUID().slice(0, 8)}`;
+    await (await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false })).close();
     const last = await fetch(new URL("/healthz", served.url), { headers: { "x-request-id": "last-before-sigterm" } });
     expect(last.status).toBe(200);
     expect(await served.stop()).toBe(0);
@@ -221,9 +226,9 @@ describe("e2e: mam serve", () => {
     });
     await close();
 
-    // The first sweep runs one interval after start: the subscriber connects within it.
+    // The start-up sweep sends it at once, after the broker loaded its sessions from disk.
     served = await startServeProcess(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" }, { cwd: dir, broker: true });
-    const sub = await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events");
+    const sub = await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false, subscribe: false });
     try {
       const message = await sub.next(10_000);
       expect(JSON.parse(message.payload).data.notification_intent.id).toBe("intent-restart-1");

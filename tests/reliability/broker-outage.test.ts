@@ -128,6 +128,9 @@ describe("reliability: the external broker killed for 10 s under load", () => {
     const publisher = new MqttPublisher({ url: broker.url, clientId: "outage-barrier", ...credentials });
     cleanup.push(() => publisher.close());
     await barrier(sub, publisher, "mam/jobs/barrier/events");
+    // The sweep logs what it sent once its pass is over, which may be after its last
+    // message arrived: wait for that line, then count every pass's sends.
+    await served.line((l) => l.includes('"msg":"sweep"') && Number(JSON.parse(l).sent ?? 0) > 0, 60_000);
     const swept = served
       .stdout()
       .split("\n")

@@ -10,6 +10,7 @@ import {
   flushNotification,
   isMamError,
   MamError,
+  type Publisher,
   parseConfig,
   randomIds,
   recoverNotifications,
@@ -114,13 +115,18 @@ export async function startService(
   if (tightened > 0) log(JSON.stringify({ level: "info", msg: "data dir made private", tightened, walked }));
   const { credentials } = await ensureCredentials(paths.root);
 
-  // The service's connection: the data dir's credentials on the embedded broker,
-  // MAM_MQTT_USERNAME/MAM_MQTT_PASSWORD on an external one (parseConfig requires
-  // them with MAM_MQTT_URL); on both, the client id MAM_MQTT_CLIENT_ID.
+  // The service's publisher. On the embedded broker it publishes in the broker's own
+  // process: a publish resolves once aedes has queued the message for every
+  // persistent session and delivered it to every connected one (aedes acknowledges
+  // a QoS 1 publish on the wire before either). The data dir's MQTT login remains
+  // for the `mam` command's connections, and MAM_MQTT_CLIENT_ID stays reserved. On
+  // an external broker (MAM_MQTT_URL; parseConfig requires MAM_MQTT_USERNAME and
+  // MAM_MQTT_PASSWORD with it) it publishes over MQTT as MAM_MQTT_CLIENT_ID at
+  // QoS 2, whose PUBCOMP comes only once that broker took the message.
   let broker: EmbeddedBroker | undefined;
-  let mqttUrl = config.mqttUrl;
-  let mqttLogin = { username: credentials.mqtt.username, password: credentials.mqtt.password };
-  if (mqttUrl === undefined) {
+  let publisher: Publisher;
+  let mqttUrl: string;
+  if (config.mqttUrl === undefined) {
     broker = await startEmbeddedBroker({
       port: config.mqttPort,
       host: "127.0.0.1",
@@ -139,27 +145,27 @@ export async function startService(
           }),
         ),
     });
+    publisher = broker.publisher({ timeoutMs: config.publishTimeoutMs });
     mqttUrl = broker.url;
   } else {
     if (config.mqttUsername === undefined || config.mqttPassword === undefined) {
       throw new MamError("config.invalid", "MAM_MQTT_USERNAME and MAM_MQTT_PASSWORD are required with MAM_MQTT_URL");
     }
-    mqttLogin = { username: config.mqttUsername, password: config.mqttPassword };
-  }
-  const publisher = new MqttPublisher({
-    url: mqttUrl,
-    clientId: config.mqttClientId,
-    ...mqttLogin,
-    publishTimeoutMs: config.publishTimeoutMs,
-    ...(broker === undefined ? {} : { maxPacketBytes: config.mqttMaxPacketBytes }),
-    onConnectionChange: (connected) =>
-      log(
-        JSON.stringify(
-          connected ? { level: "info", msg: "mqtt connected" } : { level: "warn", msg: "mqtt disconnected", detail: "reconnecting" },
+    mqttUrl = config.mqttUrl;
+    publisher = new MqttPublisher({
+      url: mqttUrl,
+      clientId: config.mqttClientId,
+      username: config.mqttUsername,
+      password: config.mqttPassword,
+      publishTimeoutMs: config.publishTimeoutMs,
+      onConnectionChange: (connected) =>
+        log(
+          JSON.stringify(
+            connected ? { level: "info", msg: "mqtt connected" } : { level: "warn", msg: "mqtt disconnected", detail: "reconnecting" },
+          ),
         ),
-      ),
-  });
-
+    });
+  }
   const store = openDataDir(paths.root, { allowAbsolute: false });
   const queue = new JobFlushQueue();
   const relayLog = (jobId: string, outcome: string, detail?: string) =>
@@ -266,7 +272,7 @@ export async function startService(
         await new Promise<void>((r) => server.close(() => r()));
         await queue.drain();
         await sweeping;
-        await publisher.close();
+        await publisher.close?.();
         await broker?.close();
         store.close();
       })();

@@ -306,9 +306,12 @@ export interface UploadTarget {
 }
 
 /**
- * Sends a notification. `publish` resolves only once the broker acknowledged the
- * message (QoS 1 PUBACK, or IoT Core's 200); it rejects with `publish.unreachable`,
- * `publish.refused` or `publish.tooLarge` otherwise, within a bounded time.
+ * Sends a notification. `publish` resolves only once the broker has taken the
+ * message: queued it for every persistent session and handed it to the connected
+ * subscribers (an in-process broker's callback, an MQTT QoS 2 PUBCOMP, IoT Core's
+ * 200; never a QoS 1 PUBACK, which aedes sends before either). It rejects with
+ * `publish.unreachable`, `publish.refused` or `publish.tooLarge` otherwise, within a
+ * bounded time.
  */
 export interface Publisher {
   publish(topic: string, payload: string): Promise<void>;

@@ -3,8 +3,10 @@ import { mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import net from "node:net";
 import { Duplex } from "node:stream";
+import { MamError, type Publisher } from "@mam/core";
 import { Aedes, type AuthenticateError, type Client } from "aedes";
 import { Level } from "level";
+import { publishPacketBytes } from "./mqtt-publisher.ts";
 
 /** aedes-persistence-level ships no types: it takes an open `level` database and returns an aedes persistence. */
 const levelPersistence = createRequire(import.meta.url)("aedes-persistence-level") as (db: Level<string, Buffer>) => QueueingPersistence;
@@ -152,6 +154,19 @@ export interface EmbeddedBroker {
   /** `mqtt://host:port`. */
   readonly url: string;
   readonly port: number;
+  /**
+   * The service's own publisher, in the broker's process (aedes's `publish(packet,
+   * callback)`; no socket, no login): `publish` resolves only once aedes has queued
+   * the message for every persistent session (on disk, with `sessionsDir`) and
+   * written it to every connected subscriber, which is where aedes's wire
+   * acknowledgement of a QoS 1 publish is not (it answers before it queues:
+   * tests/contract/broker-ownership.test.ts). Messages go out at QoS 1. The same
+   * rules as for a wire publish hold: no retained message, nothing to `$SYS`, the
+   * packet bound (`publish.tooLarge`) and `refusePublish` (`publish.refused`); a
+   * closed broker or one that has not finished within `timeoutMs` (default 5000) is
+   * `publish.unreachable`, and the intent stays owed.
+   */
+  publisher(options?: { readonly timeoutMs?: number }): Publisher;
   /** Closes the listener, every client connection, the broker and its sessions database. */
   close(): Promise<void>;
 }
@@ -286,9 +301,12 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const port = address.port;
 
   let closing: Promise<void> | undefined;
+  const url = `mqtt://${host.includes(":") ? `[${host}]` : host}:${port}`;
   return {
-    url: `mqtt://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    url,
     port,
+    publisher: ({ timeoutMs = 5000 } = {}) =>
+      inProcessPublisher(broker, { maxPacketBytes, refusePublish: options.refusePublish, timeoutMs, closed: () => closing !== undefined }),
     close() {
       closing ??= (async () => {
         const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -300,6 +318,54 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
         await closeSessions();
       })();
       return closing;
+    },
+  };
+}
+
+const IN_PROCESS = "the embedded MQTT broker";
+
+function inProcessPublisher(
+  broker: Aedes,
+  o: {
+    readonly maxPacketBytes: number;
+    readonly refusePublish: ((topic: string) => boolean) | undefined;
+    readonly timeoutMs: number;
+    readonly closed: () => boolean;
+  },
+): Publisher {
+  return {
+    async publish(topic, payload) {
+      if (o.closed()) throw new MamError("publish.unreachable", `${IN_PROCESS} is unreachable: it is closed`);
+      const bytes = publishPacketBytes(topic, payload);
+      if (bytes > o.maxPacketBytes) {
+        throw new MamError(
+          "publish.tooLarge",
+          `${IN_PROCESS} takes packets of at most ${o.maxPacketBytes} bytes; the publish to ${topic} is ${bytes}`,
+        );
+      }
+      if (topic.startsWith(SYS_PREFIX) || o.refusePublish?.(topic)) {
+        throw new MamError("publish.refused", `${IN_PROCESS} refused the publish to ${topic}`);
+      }
+      await new Promise<void>((resolve, reject) => {
+        // aedes never calls back when its persistence fails a queue write (it emits
+        // "error" instead), and a subscriber that does not read holds the delivery
+        // until aedes's drain timeout: the wait is bounded here, like a PUBACK's.
+        const timer = setTimeout(
+          () =>
+            reject(
+              new MamError(
+                "publish.unreachable",
+                `${IN_PROCESS} is unreachable: it did not finish queuing and delivering the publish to ${topic} within ${o.timeoutMs} ms`,
+              ),
+            ),
+          o.timeoutMs,
+        );
+        broker.publish({ cmd: "publish", topic, payload: Buffer.from(payload, "utf8"), qos: 1, retain: false, dup: false }, (err) => {
+          clearTimeout(timer);
+          if (err) reject(new MamError("publish.unreachable", `${IN_PROCESS} is unreachable: ${err.message}`, { cause: err }));
+          else resolve();
+        });
+      });
     },
   };
 }

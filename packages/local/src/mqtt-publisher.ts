@@ -9,7 +9,7 @@ export interface MqttPublisherOptions {
   readonly password?: string;
   /** How long to wait for the broker's CONNACK (default 3000 ms). */
   readonly connectTimeoutMs?: number;
-  /** How long to wait for the PUBACK once the publish is sent (default 5000 ms). */
+  /** How long to wait for the broker's acknowledgement (the PUBCOMP) once the publish is sent (default 5000 ms). */
   readonly publishTimeoutMs?: number;
   /**
    * The broker's largest packet, when known (the embedded broker's limit): a publish
@@ -34,7 +34,17 @@ const PACKET_TOO_LARGE = 0x95;
 const MAX_RECONNECT_DELAY_MS = 30_000;
 
 /**
- * Publishes at QoS 1 and resolves only on the broker's PUBACK.
+ * Publishes at QoS 2 and resolves only on the broker's PUBCOMP, which follows its
+ * PUBREC: the broker's word that it owns the message. Subscribers still receive at
+ * the QoS they subscribed with (QoS 1 for mam's); the publisher's leg is QoS 2
+ * because aedes answers a QoS 1 PUBLISH with its PUBACK *before* it queues the
+ * message for persistent sessions or hands it to connected subscribers, so a broker
+ * killed in between has acknowledged a message it never stored nor sent, and the
+ * intent would be settled and lost. aedes writes a QoS 2 PUBREC only after both
+ * (tests/contract/broker-ownership.test.ts pins the two orders on aedes itself).
+ * Whether an acknowledged message outlives the broker's own crash is then the
+ * broker's persistence (aedes-persistence-level writes before the PUBREC;
+ * docs/notifications.md, "What an acknowledgement means").
  *
  * It speaks MQTT 5, so a broker can refuse a publish with a reason code; a broker
  * that only speaks 3.1.1 (the embedded aedes broker) answers the CONNECT with
@@ -265,7 +275,13 @@ export class MqttPublisher implements Publisher {
             : new MamError("publish.unreachable", `${this.#where} is unreachable: ${abandoned}`),
         );
       const timer = setTimeout(
-        () => settle(new MamError("publish.unreachable", `${this.#where} is unreachable: no PUBACK within ${this.#publishTimeoutMs} ms`)),
+        () =>
+          settle(
+            new MamError(
+              "publish.unreachable",
+              `${this.#where} is unreachable: no acknowledgement (PUBCOMP) within ${this.#publishTimeoutMs} ms`,
+            ),
+          ),
         this.#publishTimeoutMs,
       );
       if (state === undefined) {
@@ -273,7 +289,7 @@ export class MqttPublisher implements Publisher {
         return reject(new MamError("publish.unreachable", `${this.#where} is unreachable: the connection is gone`));
       }
       state.inFlight.add(onClosed);
-      client.publish(topic, payload, { qos: 1 }, (err) => {
+      client.publish(topic, payload, { qos: 2 }, (err) => {
         if (err === undefined || err === null) return settle();
         if (err instanceof ErrorWithReasonCode && err.code === PACKET_TOO_LARGE) {
           return settle(new MamError("publish.tooLarge", `${this.#where} refused the publish to ${topic}: ${err.message}`, { cause: err }));
@@ -303,17 +319,17 @@ export class MqttPublisher implements Publisher {
 }
 
 interface ConnectionState {
-  /** One entry per publish awaiting its PUBACK: how to fail it if the connection closes. */
+  /** One entry per publish awaiting its acknowledgement: how to fail it if the connection closes. */
   readonly inFlight: Set<(abandoned: string | undefined) => void>;
   /** Set when we dropped the connection ourselves, and why. */
   abandoned?: string;
 }
 
 /**
- * The size of a QoS 1 PUBLISH of `payload` to `topic`, fixed header included; one
+ * The size of a QoS 2 PUBLISH (the same as a QoS 1) of `payload` to `topic`, fixed header included; one
  * byte of MQTT 5 properties is counted whichever version is spoken.
  */
-function publishPacketBytes(topic: string, payload: string): number {
+export function publishPacketBytes(topic: string, payload: string): number {
   const remaining = 2 + Buffer.byteLength(topic) + 2 + 1 + Buffer.byteLength(payload);
   const lengthBytes = remaining < 128 ? 1 : remaining < 16_384 ? 2 : remaining < 2_097_152 ? 3 : 4;
   return 1 + lengthBytes + remaining;
