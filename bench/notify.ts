@@ -251,10 +251,11 @@ try {
       `where the time goes (one at a time, as shares of mam's wall time; they overlap, since the relay logs and settles an ` +
         `intent after its subscriber has it, while the next commit runs): store writes ${fixed((100 * writes) / mamWall)}%, ` +
         `the relay's read ${fixed((100 * sequential.get) / mamWall)}%, the two acknowledged publishes ` +
-        `${fixed((100 * sequential.publish) / mamWall)}%. Raw mqtt.js does only the two publishes (one after the other); mam also ` +
-        "commits, reads the record back, and logs the publish with its settle — two SQLite transactions and a read per intent. " +
-        "What is left to buy back: flushing from the record the commit returned instead of reading it again (the relay, in " +
-        "mam serve's composition, must still send the newest owed intent of the job).",
+        `${fixed((100 * sequential.publish) / mamWall)}%. Raw mqtt.js does only the two publishes (one after the other, over ` +
+        "its socket); mam publishes in the broker's process but also commits the transition (with its feed row and the owed " +
+        "index) and logs the publish with its settle (with its feed row): two SQLite writes of several pages each per intent, " +
+        "whose commits the store groups across the jobs that write in the same turn. What is left is those writes' page " +
+        "work, not JavaScript: fewer rows or indexes per write would trade the feed's or the sweep's guarantees.",
     );
   }
   console.log(machineNote().replace(/^machine: .*; load/, "at the end: load"));

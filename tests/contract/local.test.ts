@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { readdir, stat, symlink, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
@@ -245,6 +246,97 @@ describe("SqliteJobStore, beyond the contract", () => {
     expect(owed()).toEqual({ owed_intent_id: "b", owed_at: "2025-01-15T12:06:00.000Z" });
     expect(await store.settleNotification("cols", "b")).toBe(true);
     expect(owed()).toEqual({ owed_intent_id: null, owed_at: null });
+  });
+
+  /**
+   * The commits in the WAL file: frames whose header names the database size after
+   * the commit (non-zero only on a transaction's last frame), of the WAL's current
+   * generation (salts as in its header). What SQLite itself wrote, read back.
+   */
+  function walCommits(): number {
+    const wal = readFileSync(`${file}-wal`);
+    if (wal.length < 32) return 0;
+    const pageSize = wal.readUInt32BE(8);
+    const [salt1, salt2] = [wal.readUInt32BE(16), wal.readUInt32BE(20)];
+    let commits = 0;
+    for (let at = 32; at + 24 + pageSize <= wal.length; at += 24 + pageSize) {
+      if (wal.readUInt32BE(at + 8) !== salt1 || wal.readUInt32BE(at + 12) !== salt2) break;
+      if (wal.readUInt32BE(at + 4) !== 0) commits++;
+    }
+    return commits;
+  }
+
+  const toRunning = { from: ["pending" as const], set: { status: "running" as const } };
+
+  it("writes asked in one turn commit as one transaction, in order, each refusing alone (group commit)", async () => {
+    for (const id of ["g1", "g2", "g3"]) await store.create(job(id));
+    const before = walCommits();
+    const outcomes = await Promise.allSettled([
+      store.transition("g1", 0, toRunning),
+      // The same expected seq as the write before it, in the same group: it sees that write, and loses.
+      store.transition("g1", 0, toRunning),
+      store.transition("nobody", 0, toRunning),
+      store.transition("g2", 0, toRunning),
+      store.replaceNotification("g3", { id: "g3-intent", event: "progress", seq: 0, created_at: "2025-01-15T12:05:00.000Z" }),
+    ]);
+    expect(walCommits() - before).toBe(1);
+    expect(outcomes.map((o) => o.status)).toEqual(["fulfilled", "rejected", "rejected", "fulfilled", "fulfilled"]);
+    const lost = (outcomes[1] as PromiseRejectedResult).reason;
+    expect(lost).toMatchObject({ code: "job.transitionConflict" });
+    expect(lost.current).toMatchObject({ job_id: "g1", status: "running", transition_seq: 1 });
+    expect((outcomes[2] as PromiseRejectedResult).reason).toMatchObject({ code: "job.notFound" });
+    // What committed is there, with its feed rows, and nothing of the refused ones.
+    const peek = new Database(file, { readonly: true });
+    try {
+      const statuses = peek.prepare("SELECT job_id, status, transition_seq FROM jobs WHERE job_id LIKE 'g%' ORDER BY job_id").all();
+      expect(statuses).toEqual([
+        { job_id: "g1", status: "running", transition_seq: 1 },
+        { job_id: "g2", status: "running", transition_seq: 1 },
+        { job_id: "g3", status: "pending", transition_seq: 0 },
+      ]);
+      const kinds = peek
+        .prepare("SELECT job_id, json_extract(row, '$.kind') AS kind FROM changes WHERE job_id LIKE 'g%' ORDER BY cursor")
+        .all();
+      expect(kinds.slice(3)).toEqual([
+        { job_id: "g1", kind: "job.transitioned" },
+        { job_id: "g2", kind: "job.transitioned" },
+      ]);
+    } finally {
+      peek.close();
+    }
+    expect((await store.get("g3"))?.pending_notification?.id).toBe("g3-intent");
+  });
+
+  it("a write asked just before the store closes is committed before it closes", async () => {
+    await store.create(job("closing"));
+    const pending = store.transition("closing", 0, toRunning);
+    await store.close();
+    await expect(pending).resolves.toMatchObject({ status: "running" });
+    store = new SqliteJobStore(file);
+    expect((await store.get("closing"))?.status).toBe("running");
+  });
+
+  it("a group whose transaction cannot start commits none of its writes, and each is told store.unavailable", async () => {
+    for (const id of ["busy-1", "busy-2"]) await store.create(job(id));
+    const { db } = countingConnection(file);
+    const other = new Database(file);
+    other.pragma("busy_timeout = 0");
+    // The store's own connection waits 50 ms for the lock, not its usual 5 s.
+    const own = new SqliteJobStore(db);
+    db.pragma("busy_timeout = 50");
+    other.exec("BEGIN IMMEDIATE");
+    try {
+      const outcomes = await Promise.allSettled([own.transition("busy-1", 0, toRunning), own.transition("busy-2", 0, toRunning)]);
+      expect(outcomes.map((o) => (o.status === "rejected" ? o.reason.code : o.status))).toEqual(["store.unavailable", "store.unavailable"]);
+    } finally {
+      other.exec("ROLLBACK");
+      other.close();
+    }
+    expect((await own.get("busy-1"))?.status).toBe("pending");
+    expect((await own.get("busy-2"))?.status).toBe("pending");
+    // The store works again once the lock is free.
+    await expect(own.transition("busy-1", 0, toRunning)).resolves.toMatchObject({ status: "running" });
+    await own.close();
   });
 
   it("records survive closing and reopening the file", async () => {

@@ -7,8 +7,9 @@ import {
   type Clock,
   type Config,
   type Deps,
-  flushNotification,
+  flushRecord,
   isMamError,
+  type JobRecord,
   MamError,
   type Publisher,
   parseConfig,
@@ -179,11 +180,25 @@ export async function startService(
       }),
     );
   // The relay's deps publish through the same stores; its own settles are bookkeeping and owe nothing.
+  //
+  // Each flush sends the newest record this process committed for its job, as the
+  // commit returned it (no read): a job's flushes run one at a time, and when several
+  // commits of a job queued up behind one, the first flush to run sends the newest
+  // and the rest find nothing left to send (the older intents were superseded).
+  // An intent committed meanwhile by another process (the `mam` command) stays owed
+  // for the sweep: the settle is conditional on the exact intent sent.
+  //
+  //   commit a1 ─ commit a2 ─┐   flush: takes a2, sends it, settles a2   flush: nothing left
   let deps: Deps;
+  const newest = new Map<string, JobRecord>();
   const jobs = new ChangeRelay(store.jobs, (record) => {
+    newest.set(record.job_id, record);
     queue.push(record.job_id, async () => {
+      const owed = newest.get(record.job_id);
+      if (owed === undefined) return;
+      newest.delete(record.job_id);
       try {
-        const r = await flushNotification(deps, record.job_id);
+        const r = await flushRecord(deps, owed);
         relayLog(record.job_id, r.outcome, r.outcome === "failed" ? r.error.message : undefined);
       } catch (e) {
         relayLog(record.job_id, "failed", e instanceof Error ? e.message : String(e));

@@ -59,10 +59,22 @@ import Database from "better-sqlite3";
  * front of this adapter; the record cache `mam serve` reads through is
  * `CachedJobStore`, around it. This class only translates to SQL.
  */
+type WriteOutcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
+
+/** A write waiting for its group's commit. */
+interface PendingWrite {
+  readonly body: () => unknown;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+}
+
 export class SqliteJobStore implements JobStore {
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Database.Statement>();
-  #transaction: Database.Transaction<(fn: () => unknown) => unknown> | undefined;
+  #transaction: Database.Transaction<(writes: readonly PendingWrite[]) => WriteOutcome[]> | undefined;
+  #each: Database.Transaction<(fn: () => unknown) => unknown> | undefined;
+  /** The writes waiting for the group commit at the end of this turn (`#write`). */
+  #group: PendingWrite[] | undefined;
   #dataVersion: Database.Statement | undefined;
 
   /** A database file (made if absent), `:memory:`, or a connection opened by the caller (the store then owns it). */
@@ -94,7 +106,7 @@ export class SqliteJobStore implements JobStore {
   async create(record: JobRecord, note?: ChangeNote): Promise<void> {
     const owed = record.pending_notification;
     const columns = owed === undefined ? undefined : owedColumns(owed);
-    this.#write(() => {
+    await this.#write(() => {
       const result = this.#run(
         `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id, doc)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
@@ -181,14 +193,68 @@ export class SqliteJobStore implements JobStore {
     }
   }
 
-  /** One write and its feed rows, in one `BEGIN IMMEDIATE` transaction (the write lock first, then the read of what stands). */
-  #write<T>(body: () => T): T {
-    this.#transaction ??= this.#db.transaction((fn: () => unknown) => fn());
+  /**
+   * One write and its feed rows, atomic on their own, committed with the writes that
+   * arrived beside it (group commit). A write waits for the turn of the event loop
+   * its caller is in to end; then every write queued by then runs, in the order they
+   * were asked, each inside a savepoint of one `BEGIN IMMEDIATE` transaction (the
+   * write lock first, then the reads of what stands), and one COMMIT makes them all
+   * durable before any caller is answered:
+   *
+   * ```
+   * turn n:    write a ─┐  write b ─┐  write c ─┐      (each: its conditions, its rows)
+   * turn n+1:  BEGIN IMMEDIATE · SAVEPOINT a … RELEASE · SAVEPOINT b … · SAVEPOINT c … · COMMIT
+   *            then a, b and c are answered: each its result, or its own refusal
+   * ```
+   *
+   * A write that refuses (a lost CAS, a missing job) or fails rolls back its own
+   * savepoint only: the others commit. A COMMIT that fails commits none of them, and
+   * each is told so (`store.unavailable` when SQLite was busy). Each write still sees
+   * the writes before it in its group, so a conditional write decides on exactly
+   * what stands when it runs. Why: a commit in WAL mode costs several page writes and
+   * its share of a checkpoint's fsyncs, whatever it holds, and `mam serve` commits
+   * intents, settles and feed rows for many jobs at once (bench/notify); a caller
+   * alone in its turn waits one turn more than before.
+   */
+  #write<T>(body: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      if (this.#group === undefined) {
+        this.#group = [];
+        setImmediate(() => this.#commitGroup());
+      }
+      this.#group.push({ body, resolve: resolve as (value: unknown) => void, reject });
+    });
+  }
+
+  /** Run and commit the queued writes as one transaction; answer each. */
+  #commitGroup(): void {
+    const group = this.#group ?? [];
+    this.#group = undefined;
+    if (group.length === 0) return;
+    this.#each ??= this.#db.transaction((fn: () => unknown) => fn());
+    this.#transaction ??= this.#db.transaction((writes: readonly PendingWrite[]) =>
+      writes.map((write): WriteOutcome => {
+        try {
+          // Nested in the group's transaction, better-sqlite3 runs it in a savepoint.
+          return { ok: true, value: this.#each!(write.body) };
+        } catch (error) {
+          return { ok: false, error };
+        }
+      }),
+    );
+    let outcomes: WriteOutcome[];
     try {
-      return this.#transaction.immediate(body) as T;
+      if (!this.#db.open) throw new MamError("store.unavailable", "the job database is closed");
+      outcomes = this.#transaction.immediate(group);
     } catch (e) {
-      throw storeError(e);
+      for (const write of group) write.reject(storeError(e));
+      return;
     }
+    group.forEach((write, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome.ok) write.resolve(outcome.value);
+      else write.reject(storeError(outcome.error));
+    });
   }
 
   /**
@@ -196,7 +262,7 @@ export class SqliteJobStore implements JobStore {
    * `transition_seq`) or an evidence write (not), with the evidence conditions read
    * from the stored document in the same statement.
    */
-  #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): JobRecord {
+  #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): Promise<JobRecord> {
     // The guard let through only fields a change may write, none both set and unset;
     // each top-level key is also a JSON path here.
     const setPairs = Object.entries(change.set).filter(([, value]) => value !== undefined);
@@ -285,7 +351,7 @@ export class SqliteJobStore implements JobStore {
 
   async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     const owed = owedColumns(intent);
-    this.#write(() => {
+    await this.#write(() => {
       const row = this.#all<{ doc: string; feed_before: string }>(
         `UPDATE jobs SET doc = json_set(doc, '$.pending_notification', json(?)), owed_intent_id = ?, owed_at = ?,
        owed_quarantined_id = ?, owed_revision = NULL, feed_before = ${OWED_BEFORE}
@@ -487,6 +553,8 @@ export class SqliteJobStore implements JobStore {
   }
 
   async close(): Promise<void> {
+    // Writes already asked for are committed first.
+    this.#commitGroup();
     if (this.#db.open) this.#db.close();
   }
 
