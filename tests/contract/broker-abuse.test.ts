@@ -10,6 +10,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import net from "node:net";
 import { DEFAULT_MAX_PACKET_BYTES, type EmbeddedBroker, MqttPublisher, startEmbeddedBroker } from "@mam/local";
 import { connectAsync, type IClientOptions, type MqttClient } from "mqtt";
+import mqttPacket from "mqtt-packet";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type Subscription, subscribe } from "../support/subscriber.ts";
 
@@ -168,6 +169,66 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
     const late = await subscribe(broker.url, "#");
     cleanup.push(() => late.close());
     await liveNotification(late);
+  });
+
+  it("a will that could never be published (retained, under mam/, to $SYS) is refused with its CONNECT, so none is kept to be published after a crash; a plain will is accepted", async () => {
+    for (const will of [
+      { topic: "status/me", payload: Buffer.from("offline"), qos: 1 as const, retain: true },
+      { topic: "mam/jobs/spoof/events", payload: Buffer.from("{}"), qos: 1 as const, retain: false },
+      { topic: "$SYS/spoof", payload: Buffer.from("x"), qos: 0 as const, retain: false },
+    ]) {
+      await expect(client({ clientId: `will-${randomUUID().slice(0, 8)}`, will }), will.topic).rejects.toMatchObject({ code: 5 }); // not authorized
+    }
+    const plain = await client({ will: { topic: "status/me", payload: Buffer.from("offline"), qos: 1, retain: false } });
+    expect(plain.connected).toBe(true);
+    await liveNotification();
+  });
+
+  it("a subscriber that never reads holds the service's publishes only until the broker drops it (its drain timeout), never past the publish timeout", async () => {
+    const bounded = await startEmbeddedBroker({ port: 0, publisherCredentials, drainTimeoutMs: 300 });
+    cleanup.push(() => bounded.close());
+    const honest = await subscribe(bounded.url, "mam/jobs/after/events");
+    cleanup.push(() => honest.close());
+    // A raw client subscribes to everything under mam/ and then stops reading its socket.
+    const deaf = net.connect(bounded.port, "127.0.0.1");
+    cleanup.push(async () => deaf.destroy());
+    deaf.on("error", () => undefined);
+    const parser = mqttPacket.parser();
+    const suback = within(
+      new Promise<void>((resolve) => {
+        parser.on("packet", (p) => {
+          if (p.cmd === "suback") resolve();
+        });
+        deaf.on("data", (d) => parser.parse(d));
+      }),
+      5000,
+      "SUBACK",
+    );
+    deaf.write(
+      mqttPacket.generate({ cmd: "connect", protocolId: "MQTT", protocolVersion: 4, clean: true, clientId: "deaf", keepalive: 0 }),
+    );
+    deaf.write(mqttPacket.generate({ cmd: "subscribe", messageId: 1, subscriptions: [{ topic: "mam/#", qos: 1 }] }));
+    await suback;
+    deaf.pause();
+    // Large messages (60 KB, under the packet bound), 24 MB in all: more than its socket
+    // and the kernel's buffers hold, so deliveries to it stall; each publish waits at
+    // most the drain timeout, after which the broker drops it.
+    const publisher = bounded.publisher({ timeoutMs: 3000 });
+    const payload = "x".repeat(60_000);
+    let slowest = 0;
+    for (let i = 0; i < 400; i++) {
+      const started = performance.now();
+      await publisher.publish(`mam/jobs/flood-${i}/events`, payload);
+      slowest = Math.max(slowest, performance.now() - started);
+    }
+    expect(slowest).toBeLessThan(3000);
+    // Read again, it finds its connection closed by the broker behind what was buffered.
+    const dropped = closed(deaf, "the broker dropping the subscriber that never read");
+    deaf.resume();
+    await dropped;
+    // And the broker delivers as before.
+    await publisher.publish("mam/jobs/after/events", "after");
+    expect(await honest.next()).toEqual({ topic: "mam/jobs/after/events", payload: "after" });
   });
 
   it("$SYS is closed to anonymous clients: the subscription is refused, so the service's client id is not revealed", async () => {

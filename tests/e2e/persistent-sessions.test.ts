@@ -235,6 +235,40 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     expect(back.received.slice(0, at).map((m) => m.payload)).toEqual(["m0", "m1", "m2", "m3", "m4", "m10"]);
   });
 
+  it("a client whose filters overlap (mam/events and mam/#) counts once per message against its session's bound", async () => {
+    const dir = await tempDir("sessions-overlap");
+    cleanup.push(() => dir.remove());
+    const full: string[] = [];
+    const broker = await startEmbeddedBroker({
+      port: 0,
+      sessionsDir: dataDirPaths(dir.dir).broker,
+      maxQueuedPerSession: 10,
+      onSessionQueueFull: (id) => full.push(id),
+    });
+    cleanup.push(() => broker.close());
+    const connectOverlapping = () =>
+      connectAsync(broker.url, { protocolVersion: 4, reconnectPeriod: 0, clientId: "overlap", clean: false });
+    const first = await connectOverlapping();
+    // Both filters match mam/events: the broker matches the session twice, queues the message once.
+    await first.subscribeAsync({ "mam/events": { qos: 1 }, "mam/#": { qos: 1 } });
+    await first.endAsync();
+    const publisher = broker.publisher();
+    // Eight while away, under the bound of ten: each counted once, all queued (counted once per
+    // filter, the sixth would already find the session full).
+    for (let i = 0; i < 8; i++) await publisher.publish("mam/events", `away-${i}`);
+    expect(full).toEqual([]);
+    const back = await connectOverlapping();
+    cleanup.push(() => back.endAsync(true));
+    const returned: string[] = [];
+    await new Promise<void>((resolve) => {
+      back.on("message", (_topic, payload) => {
+        returned.push(String(payload));
+        if (returned.length === 8) resolve();
+      });
+    });
+    expect(returned).toEqual(Array.from({ length: 8 }, (_, i) => `away-${i}`));
+  });
+
   it("a retained publish is refused on the persistent broker too, and nothing retained is kept on disk to come back after a restart", async () => {
     const dir = (await tempDir("sessions-retained")).dir;
     const sessionsDir = dataDirPaths(dir).broker;

@@ -20,6 +20,7 @@ import {
 import {
   ChangeRelay,
   type Credentials,
+  DEFAULT_DRAIN_TIMEOUT_MS,
   dataDirPaths,
   type EmbeddedBroker,
   JobFlushQueue,
@@ -136,6 +137,9 @@ export async function startService(
       maxPacketBytes: config.mqttMaxPacketBytes,
       // Persistent sessions (`clean: false`) and their QoS 1 queues outlive a restart.
       sessionsDir: paths.broker,
+      // A subscriber that stops reading is dropped well before a publish would time out.
+      drainTimeoutMs: Math.min(DEFAULT_DRAIN_TIMEOUT_MS, Math.floor(config.publishTimeoutMs / 2)),
+      onError: (error) => log(JSON.stringify({ level: "warn", msg: "mqtt broker error", detail: error.message })),
       onSessionQueueFull: (clientId) =>
         log(
           JSON.stringify({

@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
+import type { EventEmitter } from "node:events";
 import { mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import net from "node:net";
@@ -57,9 +58,18 @@ async function sessionQueues<P extends QueueingPersistence>(
     queued.set(clientId, (queued.get(clientId) ?? 0) + 1);
   }
   const full = new Set<string>();
-  /** Counts the message for each session with room for it; the others are left out. */
-  const admit = (subs: QueuedFor[]): QueuedFor[] =>
-    subs.filter((sub) => {
+  /**
+   * Counts the message once for each session with room for it; the others are left
+   * out. A client whose filters overlap (`mam/events` and `mam/#`) is matched once per
+   * filter, but its queue holds the message once (one key per client and message)
+   * and its PUBACK clears it once: it is counted once.
+   */
+  const admit = (subs: QueuedFor[]): QueuedFor[] => {
+    const seen = new Set<string>();
+    return subs.filter((sub) => {
+      if (process.env.DBG) console.error("admit", sub.clientId, queued.get(sub.clientId));
+      if (seen.has(sub.clientId)) return false;
+      seen.add(sub.clientId);
       const n = queued.get(sub.clientId) ?? 0;
       if (n >= maxQueued) {
         if (!full.has(sub.clientId)) {
@@ -71,6 +81,7 @@ async function sessionQueues<P extends QueueingPersistence>(
       queued.set(sub.clientId, n + 1);
       return true;
     });
+  };
 
   const enqueueOne = persistence.outgoingEnqueue.bind(persistence);
   const enqueue = persistence.outgoingEnqueueCombi.bind(persistence);
@@ -88,6 +99,8 @@ async function sessionQueues<P extends QueueingPersistence>(
   persistence.outgoingEnqueue = (sub, packet) => (admit([sub]).length === 0 ? Promise.resolve() : enqueueOne(sub, packet));
   persistence.outgoingClearMessageId = async (client, packet) => {
     const cleared = await clear(client, packet);
+    if (process.env.DBG)
+      console.error("clear", (packet as { messageId?: number }).messageId, cleared === undefined ? "miss" : "hit", queued.get(client.id));
     if (cleared !== undefined) {
       const n = (queued.get(client.id) ?? 1) - 1;
       if (n > 0) queued.set(client.id, n);
@@ -145,6 +158,35 @@ export interface EmbeddedBrokerOptions {
   readonly maxQueuedPerSession?: number;
   /** Told when a persistent session reaches `maxQueuedPerSession` (once until it drains). */
   readonly onSessionQueueFull?: (clientId: string) => void;
+  /**
+   * How long a subscriber's socket may stay full before aedes drops the connection
+   * (its `drainTimeout`; default 2000 ms, aedes's own is 60 s). A delivery waits for
+   * a full socket to drain, and aedes runs at most 100 deliveries at once for the
+   * whole broker, so one client that subscribes and never reads holds every other
+   * delivery — the service's publishes included — until it is dropped. Keep it under
+   * the service's publish timeout, so such a client delays a notification but never
+   * fails it. A `clean: false` subscriber that is dropped gets what it missed when it
+   * reconnects; a clean one catches up from the feed.
+   */
+  readonly drainTimeoutMs?: number;
+  /**
+   * Told of an error aedes raises on the broker itself (a persistence failure, a will
+   * from an earlier run it cannot publish), which would otherwise end the process.
+   */
+  readonly onError?: (error: Error) => void;
+}
+
+/** How long a subscriber's socket may stay full before the broker drops it (`drainTimeoutMs`). */
+export const DEFAULT_DRAIN_TIMEOUT_MS = 2000;
+
+/** Why a CONNECT's will could never be published here (the rules of authorizePublish for a will), or undefined. */
+function willRefusal(will: { readonly topic: string; readonly retain?: boolean } | null | undefined): string | undefined {
+  if (will === undefined || will === null) return undefined;
+  if (will.retain) return "a retained will is refused (nobody may retain a message)";
+  if (will.topic.startsWith(SYS_PREFIX)) return "a will to $SYS is refused";
+  if (will.topic === "mam" || will.topic.startsWith(SERVICE_PREFIX))
+    return `a will under ${SERVICE_PREFIX} is refused (only the service publishes there)`;
+  return undefined;
 }
 
 /** The default bound on a persistent session's queue: about 1.5 MiB on disk of mam's ~230-byte notifications (measured). */
@@ -185,6 +227,7 @@ const SYS_PREFIX = "$SYS";
 /** MQTT 3.1.1 CONNACK return codes (AuthErrorCode is a const enum aedes does not export at runtime). */
 const IDENTIFIER_REJECTED = 2;
 const BAD_USERNAME_OR_PASSWORD = 4;
+const NOT_AUTHORIZED = 5;
 
 /**
  * An MQTT 3.1.1 broker (aedes) in the service's process. Anyone may connect without
@@ -210,6 +253,7 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const credentials = options.publisherCredentials;
   const maxPacketBytes = options.maxPacketBytes ?? DEFAULT_MAX_PACKET_BYTES;
   const publishers = new WeakSet<Client>();
+  const willRefusals = new WeakMap<Client, string>();
 
   const refuseConnect = (done: (error: AuthenticateError | null, success: boolean | null) => void, code: number, message: string) =>
     done(Object.assign(new Error(message), { returnCode: code }) as AuthenticateError, false);
@@ -237,7 +281,21 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
               options.onSessionQueueFull,
             ),
           }),
+      drainTimeout: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
+      // A will is published by the broker when its client goes away, from disk after a
+      // crash too (aedes's will sweep, which authorizes it then and, refused, raised an
+      // error that ended the process at every restart): one that could never be
+      // published is refused with the CONNECT that carries it. The service sets none.
+      // It is noted here, where the CONNECT is seen, and refused by authenticate with
+      // "not authorized", so the client is told (CONNACK 5) rather than cut off.
+      preConnect(client, packet, done) {
+        const refusal = willRefusal(packet.will);
+        if (refusal !== undefined) willRefusals.set(client, refusal);
+        done(null, true);
+      },
       authenticate(client, username, password, done) {
+        const refusedWill = willRefusals.get(client);
+        if (refusedWill !== undefined) return refuseConnect(done, NOT_AUTHORIZED, refusedWill);
         const anonymous = (username === undefined || username === "") && password === undefined;
         const isPublisher =
           !anonymous &&
@@ -276,6 +334,10 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
     await closeSessions();
     throw e;
   }
+
+  // Without a listener an "error" event ends the process; the broker's own errors are reported instead.
+  // (aedes emits it but does not declare it in its types.)
+  (broker as EventEmitter).on("error", (error: Error) => options.onError?.(error));
 
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
@@ -347,9 +409,9 @@ function inProcessPublisher(
         throw new MamError("publish.refused", `${IN_PROCESS} refused the publish to ${topic}`);
       }
       await new Promise<void>((resolve, reject) => {
-        // aedes never calls back when its persistence fails a queue write (it emits
-        // "error" instead), and a subscriber that does not read holds the delivery
-        // until aedes's drain timeout: the wait is bounded here, like a PUBACK's.
+        // A subscriber whose socket is full holds deliveries until the broker's drain
+        // timeout drops it, and aedes raises a failed subscription lookup as an
+        // "error" without calling back: the wait is bounded here, like a PUBACK's.
         const timer = setTimeout(
           () =>
             reject(

@@ -2,6 +2,7 @@ export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.t
 export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type Credentials, dataDirPaths, openDataDir, openEmbeddedJobStore, readCredentials, secureDataDir } from "./data-dir.ts";
 export {
+  DEFAULT_DRAIN_TIMEOUT_MS,
   DEFAULT_MAX_PACKET_BYTES,
   DEFAULT_MAX_QUEUED_PER_SESSION,
   type EmbeddedBroker,
