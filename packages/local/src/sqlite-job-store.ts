@@ -213,8 +213,10 @@ export class SqliteJobStore implements JobStore {
    * the writes before it in its group, so a conditional write decides on exactly
    * what stands when it runs. Why: a commit in WAL mode costs several page writes and
    * its share of a checkpoint's fsyncs, whatever it holds, and `mam serve` commits
-   * intents, settles and feed rows for many jobs at once (bench/notify); a caller
-   * alone in its turn waits one turn more than before.
+   * intents, settles and feed rows for many jobs at once (bench/notify). A write
+   * alone in its turn is its own transaction, without a savepoint; it still waits
+   * for the turn to end (bench/transitions, one awaited write after another: about
+   * 15% slower a transition).
    */
   #write<T>(body: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
@@ -232,6 +234,17 @@ export class SqliteJobStore implements JobStore {
     this.#group = undefined;
     if (group.length === 0) return;
     this.#each ??= this.#db.transaction((fn: () => unknown) => fn());
+    if (group.length === 1) {
+      // Alone in its turn: its own transaction, no savepoint (two statements fewer).
+      const [write] = group as [PendingWrite];
+      try {
+        if (!this.#db.open) throw new MamError("store.unavailable", "the job database is closed");
+        write.resolve(this.#each.immediate(write.body));
+      } catch (e) {
+        write.reject(storeError(e));
+      }
+      return;
+    }
     this.#transaction ??= this.#db.transaction((writes: readonly PendingWrite[]) =>
       writes.map((write): WriteOutcome => {
         try {
