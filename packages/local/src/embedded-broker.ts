@@ -67,7 +67,6 @@ async function sessionQueues<P extends QueueingPersistence>(
   const admit = (subs: QueuedFor[]): QueuedFor[] => {
     const seen = new Set<string>();
     return subs.filter((sub) => {
-      if (process.env.DBG) console.error("admit", sub.clientId, queued.get(sub.clientId));
       if (seen.has(sub.clientId)) return false;
       seen.add(sub.clientId);
       const n = queued.get(sub.clientId) ?? 0;
@@ -99,8 +98,6 @@ async function sessionQueues<P extends QueueingPersistence>(
   persistence.outgoingEnqueue = (sub, packet) => (admit([sub]).length === 0 ? Promise.resolve() : enqueueOne(sub, packet));
   persistence.outgoingClearMessageId = async (client, packet) => {
     const cleared = await clear(client, packet);
-    if (process.env.DBG)
-      console.error("clear", (packet as { messageId?: number }).messageId, cleared === undefined ? "miss" : "hit", queued.get(client.id));
     if (cleared !== undefined) {
       const n = (queued.get(client.id) ?? 1) - 1;
       if (n > 0) queued.set(client.id, n);
