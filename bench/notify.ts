@@ -14,8 +14,9 @@ import { fixed, grouped, machineNote, sizeFromEnv, tempDir, verdict } from "./su
  * process; transitions go through `transitionJob` over the service's own deps — the
  * same service function the API's route calls — and the relay publishes each intent
  * (job topic, then `mam/events`, each at QoS 1 in the broker's own process, done once
- * aedes has queued and delivered it), logs the publish and settles it. Raw: an mqtt.js client with the service's login publishing the same
- * payloads at QoS 1 to the same broker. The subscriber is one mqtt.js client on
+ * aedes has queued and delivered it), logs the publish and settles it. Raw: an
+ * mqtt.js client with the service's login publishing the same payloads at QoS 1 to
+ * the same broker. The subscriber is one mqtt.js client on
  * `mam/#` at QoS 1 in both.
  *
  * - latency: one at a time, from the moment the commit stands (transitionJob

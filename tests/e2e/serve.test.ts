@@ -204,13 +204,13 @@ describe("e2e: mam serve", () => {
   });
 
   it("a publish nobody could deliver stays owed across a SIGTERM and is sent by the sweep after a restart", async () => {
-    // Commit an intent behind the service's back (as the CLI in another process would),
-    // with the service stopped: nothing can send it until the restarted sweep does.
-    // The request log is written in batches; a SIGTERM right after a request loses no line.
     // A subscriber with a persistent session, away over the restart: what the start-up
     // sweep sends is queued for it (a clean-session subscriber would catch up from the feed).
     const clientId = `owed-${randomUUID().slice(0, 8)}`;
     await (await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false })).close();
+    // Commit an intent behind the service's back (as the CLI in another process would),
+    // with the service stopped: nothing can send it until the restarted sweep does.
+    // The request log is written in batches; a SIGTERM right after a request loses no line.
     const last = await fetch(new URL("/healthz", served.url), { headers: { "x-request-id": "last-before-sigterm" } });
     expect(last.status).toBe(200);
     expect(await served.stop()).toBe(0);

@@ -176,13 +176,21 @@ export interface EmbeddedBrokerOptions {
 /** How long a subscriber's socket may stay full before the broker drops it (`drainTimeoutMs`). */
 export const DEFAULT_DRAIN_TIMEOUT_MS = 2000;
 
-/** Why a CONNECT's will could never be published here (the rules of authorizePublish for a will), or undefined. */
-function willRefusal(will: { readonly topic: string; readonly retain?: boolean } | null | undefined): string | undefined {
-  if (will === undefined || will === null) return undefined;
-  if (will.retain) return "a retained will is refused (nobody may retain a message)";
-  if (will.topic.startsWith(SYS_PREFIX)) return "a will to $SYS is refused";
-  if (will.topic === "mam" || will.topic.startsWith(SERVICE_PREFIX))
-    return `a will under ${SERVICE_PREFIX} is refused (only the service publishes there)`;
+/**
+ * Why a publish is refused here, or undefined: the one set of rules for a client's
+ * publish (authorizePublish), a will (checked with its CONNECT, since the broker
+ * publishes it later, unasked) and the service's own publish in process.
+ */
+function publishRefusal(
+  publish: { readonly topic: string; readonly retain?: boolean },
+  byService: boolean,
+  refusePublish: ((topic: string) => boolean) | undefined,
+): string | undefined {
+  const topic = publish.topic;
+  if (topic.startsWith(SYS_PREFIX)) return "$SYS topics are reserved";
+  if (publish.retain) return "retained messages are refused";
+  if (refusePublish?.(topic)) return `publishing to ${topic} is refused`;
+  if (!byService && (topic === "mam" || topic.startsWith(SERVICE_PREFIX))) return `only the service may publish under ${SERVICE_PREFIX}`;
   return undefined;
 }
 
@@ -286,8 +294,8 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
       // It is noted here, where the CONNECT is seen, and refused by authenticate with
       // "not authorized", so the client is told (CONNACK 5) rather than cut off.
       preConnect(client, packet, done) {
-        const refusal = willRefusal(packet.will);
-        if (refusal !== undefined) willRefusals.set(client, refusal);
+        const refusal = packet.will ? publishRefusal(packet.will, false, options.refusePublish) : undefined;
+        if (refusal !== undefined) willRefusals.set(client, `the will is refused: ${refusal}`);
         done(null, true);
       },
       authenticate(client, username, password, done) {
@@ -310,15 +318,8 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
         done(null, true);
       },
       authorizePublish(client, packet, done) {
-        const topic = packet.topic;
-        if (topic.startsWith(SYS_PREFIX)) return done(new Error("$SYS topics are reserved"));
-        if (packet.retain) return done(new Error("retained messages are refused"));
-        if (options.refusePublish?.(topic)) return done(new Error(`publishing to ${topic} is refused`));
-        const inServiceSpace = topic === "mam" || topic.startsWith(SERVICE_PREFIX);
-        if (inServiceSpace && (client === null || !publishers.has(client))) {
-          return done(new Error(`only the service may publish under ${SERVICE_PREFIX}`));
-        }
-        done(null);
+        const refusal = publishRefusal(packet, client !== null && publishers.has(client), options.refusePublish);
+        done(refusal === undefined ? null : new Error(refusal));
       },
       authorizeSubscribe(client, subscription, done) {
         // `#` and `+/...` never match `$SYS` topics (aedes follows MQTT-4.7.2-1), so
@@ -360,9 +361,8 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const port = address.port;
 
   let closing: Promise<void> | undefined;
-  const url = `mqtt://${host.includes(":") ? `[${host}]` : host}:${port}`;
   return {
-    url,
+    url: `mqtt://${host.includes(":") ? `[${host}]` : host}:${port}`,
     port,
     publisher: ({ timeoutMs = 5000 } = {}) =>
       inProcessPublisher(broker, { maxPacketBytes, refusePublish: options.refusePublish, timeoutMs, closed: () => closing !== undefined }),
@@ -402,9 +402,8 @@ function inProcessPublisher(
           `${IN_PROCESS} takes packets of at most ${o.maxPacketBytes} bytes; the publish to ${topic} is ${bytes}`,
         );
       }
-      if (topic.startsWith(SYS_PREFIX) || o.refusePublish?.(topic)) {
-        throw new MamError("publish.refused", `${IN_PROCESS} refused the publish to ${topic}`);
-      }
+      const refusal = publishRefusal({ topic }, true, o.refusePublish);
+      if (refusal !== undefined) throw new MamError("publish.refused", `${IN_PROCESS} refused the publish to ${topic}: ${refusal}`);
       await new Promise<void>((resolve, reject) => {
         // A subscriber whose socket is full holds deliveries until the broker's drain
         // timeout drops it, and aedes raises a failed subscription lookup as an

@@ -24,6 +24,15 @@ import {
 } from "@mam/core";
 import Database from "better-sqlite3";
 
+type WriteOutcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
+
+/** A write waiting for its group's commit. */
+interface PendingWrite {
+  readonly body: () => unknown;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+}
+
 /**
  * The embedded JobStore: one SQLite file in WAL mode, so readers never block the
  * writer and several processes (`mam serve`, the CLI) can share it.
@@ -59,20 +68,13 @@ import Database from "better-sqlite3";
  * front of this adapter; the record cache `mam serve` reads through is
  * `CachedJobStore`, around it. This class only translates to SQL.
  */
-type WriteOutcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
-
-/** A write waiting for its group's commit. */
-interface PendingWrite {
-  readonly body: () => unknown;
-  readonly resolve: (value: unknown) => void;
-  readonly reject: (error: unknown) => void;
-}
-
 export class SqliteJobStore implements JobStore {
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Database.Statement>();
-  #transaction: Database.Transaction<(writes: readonly PendingWrite[]) => WriteOutcome[]> | undefined;
-  #each: Database.Transaction<(fn: () => unknown) => unknown> | undefined;
+  /** One write in a transaction of its own; nested in `#groupTransaction`, in a savepoint. */
+  readonly #each: Database.Transaction<(fn: () => unknown) => unknown>;
+  /** A group's writes in one transaction, each in its savepoint, each outcome kept (`#commitGroup`). */
+  readonly #groupTransaction: Database.Transaction<(writes: readonly PendingWrite[]) => WriteOutcome[]>;
   /** The writes waiting for the group commit at the end of this turn (`#write`). */
   #group: PendingWrite[] | undefined;
   #dataVersion: Database.Statement | undefined;
@@ -80,6 +82,16 @@ export class SqliteJobStore implements JobStore {
   /** A database file (made if absent), `:memory:`, or a connection opened by the caller (the store then owns it). */
   constructor(database: string | Database.Database) {
     this.#db = typeof database === "string" ? new Database(database) : database;
+    this.#each = this.#db.transaction((fn: () => unknown) => fn());
+    this.#groupTransaction = this.#db.transaction((writes: readonly PendingWrite[]) =>
+      writes.map((write): WriteOutcome => {
+        try {
+          return { ok: true, value: this.#each(write.body) };
+        } catch (error) {
+          return { ok: false, error };
+        }
+      }),
+    );
     this.#db.pragma("busy_timeout = 5000");
     if (!this.#db.memory) {
       this.#db.pragma("journal_mode = WAL");
@@ -230,35 +242,15 @@ export class SqliteJobStore implements JobStore {
 
   /** Run and commit the queued writes as one transaction; answer each. */
   #commitGroup(): void {
-    const group = this.#group ?? [];
+    const group = this.#group;
     this.#group = undefined;
-    if (group.length === 0) return;
-    this.#each ??= this.#db.transaction((fn: () => unknown) => fn());
-    if (group.length === 1) {
-      // Alone in its turn: its own transaction, no savepoint (two statements fewer).
-      const [write] = group as [PendingWrite];
-      try {
-        if (!this.#db.open) throw new MamError("store.unavailable", "the job database is closed");
-        write.resolve(this.#each.immediate(write.body));
-      } catch (e) {
-        write.reject(storeError(e));
-      }
-      return;
-    }
-    this.#transaction ??= this.#db.transaction((writes: readonly PendingWrite[]) =>
-      writes.map((write): WriteOutcome => {
-        try {
-          // Nested in the group's transaction, better-sqlite3 runs it in a savepoint.
-          return { ok: true, value: this.#each!(write.body) };
-        } catch (error) {
-          return { ok: false, error };
-        }
-      }),
-    );
-    let outcomes: WriteOutcome[];
+    if (group === undefined) return;
+    let outcomes: readonly WriteOutcome[];
     try {
       if (!this.#db.open) throw new MamError("store.unavailable", "the job database is closed");
-      outcomes = this.#transaction.immediate(group);
+      // Alone in its turn, a write is its own transaction, without a savepoint (two
+      // statements fewer); its failure is then the transaction's, told below.
+      outcomes = group.length === 1 ? [{ ok: true, value: this.#each.immediate(group[0]!.body) }] : this.#groupTransaction.immediate(group);
     } catch (e) {
       for (const write of group) write.reject(storeError(e));
       return;
