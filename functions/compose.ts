@@ -23,6 +23,7 @@ import type { SSMClient } from "@aws-sdk/client-ssm";
 import { fromEnv } from "@aws-sdk/credential-providers";
 import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
+import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import { s3Uri } from "@mam/aws/s3-keys";
 import {
   type Clock,
@@ -47,7 +48,7 @@ import type { AwsCredentialIdentityProvider } from "@smithy/types";
 import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
-import { flushStreamRecord } from "./job-stream.ts";
+import { flushStreamRecord, writeFeedRecord } from "./job-stream.ts";
 import { type LogSink, logJson, stdoutLines } from "./log.ts";
 import { createMetrics } from "./metrics.ts";
 
@@ -66,7 +67,7 @@ export interface Overrides {
 
 /** What the stream publisher and the sweep need: no report store, no tokens. */
 export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics"> & {
-  /** Where the stream function writes the change feed's rows (functions/job-stream.ts), before it publishes. */
+  /** Where the feed writer writes the change feed's rows (functions/job-stream.ts), and the sweep redrives them. */
   readonly feed?: Pick<DynamoJobStore, "writeStreamChanges">;
 };
 
@@ -351,13 +352,15 @@ function startFailure(code: "config.invalid" | "store.unavailable", requestId: s
 export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Context) => Promise<DynamoDBBatchResponse>;
 
 /**
- * DynamoDB stream batch -> publish each intent a write committed -> report the
- * records whose publish failed (`batchItemFailures`, by SequenceNumber), so Lambda
- * retries from the first of them and not the whole batch. Records are handled in
- * stream order, one at a time: two intents of one job go out in the order they
- * were committed.
+ * One stream batch, record by record in stream order, through `handle`; the records it
+ * threw for are reported (`batchItemFailures`, by SequenceNumber), so Lambda retries
+ * from the first of them and not the whole batch.
  */
-export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
+function streamBatchHandler(
+  env: Env,
+  overrides: Overrides,
+  handle: (deps: NotifierDeps, record: DynamoDBRecord, log: LogSink) => Promise<void>,
+): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
   const deps = once(() => composeNotifier(env, overrides, metrics.sink));
@@ -365,7 +368,7 @@ export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}
   const processor = new BatchProcessor(EventType.DynamoDBStreams);
   return async (event, context) => {
     const d = await deps();
-    const recordHandler = (record: DynamoDBRecord): Promise<void> => flushStreamRecord(d, record, log);
+    const recordHandler = (record: DynamoDBRecord): Promise<void> => handle(d, record, log);
     try {
       return await processPartialResponse(event, recordHandler, processor, {
         ...(context === undefined ? {} : { context }),
@@ -377,12 +380,56 @@ export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}
   };
 }
 
+/**
+ * The stream publisher: DynamoDB stream batch -> publish each intent a write committed,
+ * one record at a time in stream order (two intents of one job go out in the order
+ * they were committed); a record whose publish failed is reported and retried. It
+ * writes no feed row: that is the feed writer's, on a mapping of its own, so a failed
+ * or slow publish never holds back, retries or drops a feed row.
+ */
+export function createStreamPublisherHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
+  return streamBatchHandler(env, overrides, flushStreamRecord);
+}
+
+/**
+ * The feed writer: DynamoDB stream batch -> the change feed's rows of each job item's
+ * write (idempotent: a replayed record writes nothing new). A record whose write failed
+ * is reported and retried; past the mapping's retries its range goes to the feed's
+ * on-failure queue, which the sweep redrives.
+ */
+export function createFeedWriterHandler(env: Env, overrides: Overrides = {}): StreamPublisherHandler {
+  return streamBatchHandler(env, overrides, writeFeedRecord);
+}
+
+/**
+ * The sweep's redrive of the feed's on-failure queue (packages/aws feed-redrive.ts),
+ * when MAM_FEED_FAILURE_QUEUE_URL names it; its SDKs are loaded only then.
+ */
+async function feedRedriver(
+  config: Config,
+  overrides: Overrides,
+  deps: NotifierDeps,
+): Promise<((log: (entry: Record<string, unknown>) => void) => Promise<FeedRedriveCounts>) | undefined> {
+  const queueUrl = config.aws.feedFailureQueueUrl;
+  const feed = deps.feed;
+  if (queueUrl === undefined || feed === undefined) return undefined;
+  const { region } = awsSettings(config, ["region"]);
+  const { feedRedriveClients, redriveFeed } = await import("@mam/aws/feed-redrive");
+  const clients = feedRedriveClients(
+    { region, ...credentialsOf(overrides) },
+    { sqs: config.aws.sqsEndpoint, streams: config.aws.dynamodbEndpoint },
+  );
+  return (log) => redriveFeed({ ...clients, queueUrl, feed, log });
+}
+
 export interface SweepCounts {
   readonly owed: number;
   readonly sent: number;
   readonly failed: number;
   readonly quarantined: number;
   readonly not_tried: number;
+  /** The feed's redrive (absent when no feed failure queue is configured). */
+  readonly feed_redrive?: FeedRedriveCounts;
 }
 
 export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) => Promise<SweepCounts>;
@@ -398,18 +445,27 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
   const metrics = createMetrics(env);
   const config = once(async () => {
     const parsed = parseConfig(env);
+    const deps = notifierDeps(parsed, overrides, metrics.sink);
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,
-      deps: notifierDeps(parsed, overrides, metrics.sink),
+      deps,
+      redrive: await feedRedriver(parsed, overrides, deps),
     };
   });
   return async () => {
-    const { policy, graceMs, deps } = await config();
+    const { policy, graceMs, deps, redrive } = await config();
     let result: Awaited<ReturnType<typeof recoverNotifications>>;
+    let feedRedrive: FeedRedriveCounts | undefined;
     try {
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
       result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
+      // After the notifications (what subscribers are owed first); a redrive that cannot
+      // run (the queue or the stream unreachable) is logged and tried again next time.
+      feedRedrive = await redrive?.((entry) => logJson(log, entry)).catch((err: unknown) => {
+        logJson(log, { event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
+        return undefined;
+      });
     } finally {
       await metrics.flush();
     }
@@ -419,6 +475,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       failed: result.failed,
       quarantined: result.quarantined,
       not_tried: result.not_tried,
+      ...(feedRedrive === undefined ? {} : { feed_redrive: feedRedrive }),
     };
     logJson(log, { event: "recovery_sweep", ...counts });
     return counts;

@@ -1,7 +1,8 @@
 /**
- * Reading the job table's stream: the change feed's rows each record's write produced
- * (`DynamoJobStore.writeStreamChanges`, written before anything is published), which
- * records carry an intent to publish, and the job record inside one.
+ * Reading the job table's stream, for its two consumers, each on an event source
+ * mapping of its own (serverless.yml): the feed writer writes the change feed's rows
+ * each job item's write produced (`DynamoJobStore.writeStreamChanges`); the stream
+ * publisher publishes the intent a record committed. Neither waits on the other.
  *
  * A record owes a publish when its write committed an intent: the new image is a
  * job item (`sk = JOB`) whose `pending_notification` is not the one the old image
@@ -16,7 +17,7 @@
  * by intent id, and settling is conditional on that id.
  */
 import { isJobImage, jobRecordOfNewImage, owedIntentIdOfImage } from "@mam/aws/job-item";
-import { flushRecord, type JobRecord } from "@mam/core";
+import { flushRecord, type JobRecord, MamError } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import type { NotifierDeps } from "./compose.ts";
 import { type LogSink, logJson } from "./log.ts";
@@ -34,13 +35,14 @@ export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
   return jobRecordOfNewImage(image, `stream record ${record.dynamodb?.SequenceNumber ?? "?"}`);
 }
 
-/**
- * The change feed's rows of a stream record first (idempotent: a replayed record
- * writes nothing new), then publish and settle the intent it committed; throws if
- * either failed, so the record is retried (its feed rows are not written twice).
- */
+/** The change feed's rows of a stream record (idempotent: a replayed record writes nothing new); throws if the write failed. */
+export async function writeFeedRecord(deps: NotifierDeps, record: DynamoDBRecord): Promise<void> {
+  if (deps.feed === undefined) throw new MamError("internal", "the feed writer was composed without the feed's store");
+  await deps.feed.writeStreamChanges(record);
+}
+
+/** Publish and settle the intent a stream record committed; throws if that failed, so the record is retried. */
 export async function flushStreamRecord(deps: NotifierDeps, record: DynamoDBRecord, log: LogSink): Promise<void> {
-  await deps.feed?.writeStreamChanges(record);
   const job = owedJobRecord(record);
   if (job === undefined) return;
   const result = await flushRecord(deps, job);

@@ -16,6 +16,7 @@ import { dirname, join } from "node:path";
 export const LAMBDA_ENTRIES = {
   http: "functions/http.ts",
   "stream-publisher": "functions/stream-publisher.ts",
+  "feed-writer": "functions/feed-writer.ts",
   "recovery-sweep": "functions/recovery-sweep.ts",
 };
 

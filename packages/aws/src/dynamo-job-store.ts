@@ -39,6 +39,7 @@ import {
   dueBound,
   EVENT_PREFIX,
   eventSk,
+  FEED_AT,
   FEED_HOURS,
   FEED_NOTE,
   type FeedRowItem,
@@ -263,6 +264,21 @@ export class DynamoJobStore implements JobStore {
     }
   }
 
+  /**
+   * Every job write leaves, for the stream function, its note on the item (or removes
+   * the last one: the service's own) and its time by this store's clock (`FEED_AT`).
+   */
+  #noteUpdate(note: ChangeNote | undefined, values: Record<string, unknown>, sets: string[], removes: string[]): void {
+    values[":feedAt"] = this.#clock.now().toISOString();
+    sets.push(`${FEED_AT} = :feedAt`);
+    if (note === undefined) {
+      removes.push(FEED_NOTE);
+      return;
+    }
+    values[":feedNote"] = JSON.stringify(note);
+    sets.push(`${FEED_NOTE} = :feedNote`);
+  }
+
   /** Query page by page, handing each item to `take` until it says stop; false if it stopped. */
   async #queryEach(input: QueryCommandInput, take: (item: Record<string, unknown>) => boolean, what: string): Promise<boolean> {
     let start = input.ExclusiveStartKey;
@@ -281,6 +297,7 @@ export class DynamoJobStore implements JobStore {
 
   async create(record: JobRecord, note?: ChangeNote): Promise<void> {
     const item = jobItem(record);
+    item[FEED_AT] = this.#clock.now().toISOString();
     if (note !== undefined) item[FEED_NOTE] = JSON.stringify(note);
     await this.#putOnce(item, () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
   }
@@ -358,7 +375,7 @@ export class DynamoJobStore implements JobStore {
     } else if (unset.has("pending_notification")) {
       removes.push("owed_pk", "owed_at");
     }
-    noteUpdate(change.note, values, sets, removes);
+    this.#noteUpdate(change.note, values, sets, removes);
 
     const conditions = ["attribute_exists(pk)"];
     if (expectedSeq !== null) {
@@ -440,7 +457,7 @@ export class DynamoJobStore implements JobStore {
     const sets = ["pending_notification = :intent", "owed_pk = :owed", "owed_at = :owedAt"];
     const removes: string[] = [];
     const noteValues: Record<string, unknown> = {};
-    noteUpdate(note, noteValues, sets, removes);
+    this.#noteUpdate(note, noteValues, sets, removes);
     try {
       await this.#doc.send(
         new UpdateCommand({
@@ -473,7 +490,7 @@ export class DynamoJobStore implements JobStore {
     const sets: string[] = [];
     const removes = ["pending_notification", "owed_pk", "owed_at"];
     const values: Record<string, unknown> = { ":id": intentId };
-    noteUpdate(note, values, sets, removes);
+    this.#noteUpdate(note, values, sets, removes);
     try {
       await this.#doc.send(
         new UpdateCommand({
@@ -715,16 +732,6 @@ function jobPage(items: Record<string, unknown>[], limit: number, index: string,
 
 function notFound(jobId: string): MamError {
   return new MamError("job.notFound", `no job ${jobId}`);
-}
-
-/** Every job write leaves its note on the item for the stream function (or removes the last one: the service's own). */
-function noteUpdate(note: ChangeNote | undefined, values: Record<string, unknown>, sets: string[], removes: string[]): void {
-  if (note === undefined) {
-    removes.push(FEED_NOTE);
-    return;
-  }
-  values[":feedNote"] = JSON.stringify(note);
-  sets.push(`${FEED_NOTE} = :feedNote`);
 }
 
 /** A feed position: the hour and sort key of the last row read (whole feed), and its key in its job's rows. */

@@ -34,6 +34,14 @@ export const KEY_ATTRIBUTES: readonly string[] = JOB_TABLE_DEFINITION.AttributeD
  */
 export const FEED_NOTE = "feed_note";
 
+/**
+ * When the job item's last write was made, by the writer's clock, to the millisecond:
+ * the `at` of the feed rows the stream function derives from that write (a stream
+ * record's own time, `ApproximateCreationDateTime`, is cut to the second, and on
+ * DynamoDB Local to the minute). Never part of a record.
+ */
+export const FEED_AT = "feed_at";
+
 export const JOB_ITEM_SK = "JOB";
 export const ALL_JOBS = "JOBS";
 export const OWED = "OWED";
@@ -87,6 +95,7 @@ export function stripKeys<T>(item: Record<string, unknown>): T {
   const out: Record<string, unknown> = { ...item };
   for (const k of KEY_ATTRIBUTES) delete out[k];
   delete out[FEED_NOTE];
+  delete out[FEED_AT];
   return out as T;
 }
 
@@ -188,8 +197,7 @@ export function feedWriteOfStreamRecord(record: DynamoDBRecord, writtenAt: strin
   const before = old !== undefined && isJobImage(old) ? jobRecordOfNewImage(old, `${where} (old image)`) : undefined;
   const drafts = changeRowsOf(before, after, noteOfImage(image));
   if (drafts.length === 0) return undefined;
-  const created = record.dynamodb?.ApproximateCreationDateTime;
-  const at = typeof created === "number" ? new Date(created * 1000).toISOString() : writtenAt;
+  const at = feedAtOf(image, old, record.dynamodb?.ApproximateCreationDateTime, writtenAt);
   const seq = paddedSeq(sequence);
   const hour = hourOf(writtenAt);
   return {
@@ -205,6 +213,25 @@ export function feedWriteOfStreamRecord(record: DynamoDBRecord, writtenAt: strin
     })),
   };
 }
+
+/**
+ * The time a write's rows carry: the writer's stamp (`FEED_AT`), never before the stamp
+ * of the write it followed (the old image's), so a job's rows never go back in time when
+ * two writers' clocks differ; an item written before the stamp existed takes the stream
+ * record's approximate time, else when the row is filed.
+ */
+function feedAtOf(image: StreamImage, old: StreamImage | undefined, created: number | undefined, writtenAt: string): string {
+  const stamp = validTime(image[FEED_AT]?.S);
+  const previous = validTime(old?.[FEED_AT]?.S);
+  if (stamp !== undefined) return previous !== undefined && previous > stamp ? previous : stamp;
+  return typeof created === "number" ? new Date(created * 1000).toISOString() : writtenAt;
+}
+
+const validTime = (s: string | undefined): string | undefined => {
+  if (s === undefined) return undefined;
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? undefined : new Date(t).toISOString();
+};
 
 /** The note a write left on the item; none (the service's own) when absent or unreadable. */
 function noteOfImage(image: StreamImage): ChangeNote | undefined {

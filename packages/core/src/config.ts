@@ -82,6 +82,8 @@ export const EnvSchema = z.object({
   MAM_IOT_ENDPOINT: z.string().min(1).optional(),
   MAM_DYNAMODB_ENDPOINT: z.string().url().optional(),
   MAM_S3_ENDPOINT: z.string().url().optional(),
+  MAM_FEED_FAILURE_QUEUE_URL: z.string().url("MAM_FEED_FAILURE_QUEUE_URL must be the SQS queue's URL").optional(),
+  MAM_SQS_ENDPOINT: z.string().url().optional(),
   AWS_REGION: z.string().min(1).optional(),
   MAM_API_URL: z.string().url("MAM_API_URL must be a URL such as http://127.0.0.1:8787").optional(),
   MAM_TOKEN: z.string().min(1).optional(),
@@ -155,6 +157,9 @@ export interface Config {
     readonly iotEndpoint: string | undefined;
     readonly dynamodbEndpoint: string | undefined;
     readonly s3Endpoint: string | undefined;
+    /** The feed writer's on-failure queue, which the sweep redrives (absent: no redrive). */
+    readonly feedFailureQueueUrl: string | undefined;
+    readonly sqsEndpoint: string | undefined;
     readonly region: string | undefined;
   };
 }
@@ -241,6 +246,8 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       iotEndpoint: e.MAM_IOT_ENDPOINT,
       dynamodbEndpoint: e.MAM_DYNAMODB_ENDPOINT,
       s3Endpoint: e.MAM_S3_ENDPOINT,
+      feedFailureQueueUrl: e.MAM_FEED_FAILURE_QUEUE_URL,
+      sqsEndpoint: e.MAM_SQS_ENDPOINT,
       region: e.AWS_REGION,
     },
   };
