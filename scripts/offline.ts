@@ -29,6 +29,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
+import { SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { createTokenService } from "@mam/api";
 import { createJobTable, createS3Client } from "@mam/aws";
 import { systemClock } from "@mam/core";
@@ -39,6 +40,7 @@ import { LAMBDA_ENTRIES, lambdaBuildOptions } from "./lambda-bundle.mjs";
 import { REPO_ROOT, scheduleRateMsOf, streamMappingOf } from "./offline/serverless-yml.ts";
 import { startDynamoDbLocal } from "./peers/dynamodb-local.ts";
 import { startIotStandIn } from "./peers/iot-stand-in.ts";
+import { startSqsStandIn } from "./peers/sqs-stand-in.ts";
 import { startStreamPoller } from "./peers/stream-poller.ts";
 
 const require = createRequire(import.meta.url);
@@ -180,6 +182,7 @@ async function main(): Promise<void> {
   const dataDir = path.resolve(process.env.MAM_DATA_DIR ?? ".mam");
   const autoComplete = process.env.MAM_AUTO_COMPLETE ?? "0";
   const mapping = streamMappingOf("streamPublisher");
+  const feedMapping = streamMappingOf("feedWriter");
   const sweepEveryMs = scheduleRateMsOf("recoverySweep");
 
   const stops: (() => Promise<unknown>)[] = [];
@@ -235,6 +238,10 @@ async function main(): Promise<void> {
     // IoT Core's right to publish under mam/ is the service's broker login.
     const standIn = await startIotStandIn(broker.url, credentials.mqtt);
     stops.push(() => standIn.close());
+    // The feed writer's on-failure queue, which the sweep redrives.
+    const sqs = await startSqsStandIn();
+    stops.push(() => sqs.close());
+    const feedFailureQueueUrl = sqs.queueUrl(`mam-${STAGE}-feed-failures`);
 
     const peersReady = performance.now();
     const functionEnv = {
@@ -243,6 +250,8 @@ async function main(): Promise<void> {
       MAM_DYNAMODB_ENDPOINT: ddb.endpoint,
       MAM_S3_ENDPOINT: s3endpoint,
       MAM_TOKEN_SIGNING_KEY: credentials.signing_key,
+      MAM_FEED_FAILURE_QUEUE_URL: feedFailureQueueUrl,
+      MAM_SQS_ENDPOINT: sqs.endpoint,
     };
     const offline = await startServerlessOffline(
       [
@@ -292,6 +301,26 @@ async function main(): Promise<void> {
       onError: (err) => say(`reading the stream failed: ${err instanceof Error ? err.message : String(err)}`),
     });
     stops.push(() => poller.close());
+    // The feed writer, on a mapping of its own; what it gives up on goes to its queue, as Lambda sends it.
+    const sqsClient = new SQSClient({ endpoint: sqs.endpoint, region: REGION, credentials: LOCAL_CREDENTIALS });
+    const feedPoller = await startStreamPoller({
+      streams: ddb.streams,
+      dynamodb: ddb.client,
+      tableName: TABLE,
+      region: REGION,
+      mapping: feedMapping,
+      functionArn: `arn:aws:lambda:${REGION}:000000000000:function:mam-${STAGE}-feedWriter`,
+      handler: (event: DynamoDBStreamEvent) => invoke<DynamoDBBatchResponse | undefined>(`mam-${STAGE}-feedWriter`, event),
+      onFailure: async (m) => {
+        say(`feed range sent to the feed's on-failure queue (the sweep redrives it): ${JSON.stringify(m.DDBStreamBatchInfo)}`);
+        await sqsClient.send(new SendMessageCommand({ QueueUrl: feedFailureQueueUrl, MessageBody: JSON.stringify(m) }));
+      },
+      onError: (err) => say(`reading the stream (feed writer) failed: ${err instanceof Error ? err.message : String(err)}`),
+    });
+    stops.push(async () => {
+      await feedPoller.close();
+      sqsClient.destroy();
+    });
 
     // EventBridge's rate(...): every period from the start; a sweep still running when the next is due is not doubled.
     let sweeping: Promise<void> | undefined;
@@ -331,7 +360,7 @@ async function main(): Promise<void> {
         `  token:     ${file} (operator_token)`,
         `  DynamoDB Local ${ddb.endpoint} (table ${TABLE}), s3rver ${s3endpoint} (bucket ${BUCKET}), IoT stand-in ${standIn.endpoint}`,
         `  functions: ${bundled.length === 0 ? "bundles in .build/ up to date" : `bundled ${bundled.join(", ")} into .build/`}`,
-        `  stream poller: batch ${mapping.batchSize}, retries ${mapping.maximumRetryAttempts}, bisect ${mapping.bisectBatchOnFunctionError}; sweep every ${sweepEveryMs / 1000} s`,
+        `  stream pollers: publisher batch ${mapping.batchSize}, retries ${mapping.maximumRetryAttempts}; feed writer batch ${feedMapping.batchSize}, retries ${feedMapping.maximumRetryAttempts}; sweep every ${sweepEveryMs / 1000} s`,
         "",
       ].join("\n"),
     );

@@ -438,8 +438,8 @@ describe("metrics (Powertools EMF) and what the template's dashboard and alarms 
       expect(target, `${m.where}: ${spec!.dimension} is a reference, not a literal`).toBeDefined();
       expect(resource(target!).Type, `${m.where}: ${value}`).toBe(spec!.resource);
       expect(value).toBe(REFERENCE[spec!.resource]!(target!));
-      // A stream's iterator age is the stream publisher's alone.
-      if (m.name === "IteratorAge") expect(value).toBe("<StreamPublisherLambdaFunction>");
+      // A stream's iterator age is one of its two consumers'.
+      if (m.name === "IteratorAge") expect(["<StreamPublisherLambdaFunction>", "<FeedWriterLambdaFunction>"]).toContain(value);
     }
   });
 
@@ -452,6 +452,8 @@ describe("metrics (Powertools EMF) and what the template's dashboard and alarms 
         "StreamFailureQueueNotEmptyAlarm",
         "OldestOwedIntentAlarm",
         "StreamIteratorAgeAlarm",
+        "FeedFailureQueueNotEmptyAlarm",
+        "FeedIteratorAgeAlarm",
         "Http5xxRateAlarm",
         "LambdaThrottlesAlarm",
         "TableThrottlesAlarm",

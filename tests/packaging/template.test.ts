@@ -116,6 +116,7 @@ function actionsOn(roleId: string, resourceArn: string): string[] {
 const FUNCTIONS = {
   http: { id: "HttpLambdaFunction", bundle: "http", logGroup: "HttpLogGroup" },
   streamPublisher: { id: "StreamPublisherLambdaFunction", bundle: "stream-publisher", logGroup: "StreamPublisherLogGroup" },
+  feedWriter: { id: "FeedWriterLambdaFunction", bundle: "feed-writer", logGroup: "FeedWriterLogGroup" },
   recoverySweep: { id: "RecoverySweepLambdaFunction", bundle: "recovery-sweep", logGroup: "RecoverySweepLogGroup" },
 } as const;
 
@@ -259,23 +260,39 @@ describe("the CloudFormation template", () => {
     ]);
   });
 
-  it("the stream mapping: the table's stream, partial batch failures, bisect, bounded retries, an SQS on-failure destination", () => {
-    const mappings = ofType("AWS::Lambda::EventSourceMapping");
-    expect(mappings).toHaveLength(1);
-    const m = mappings[0]?.[1].Properties ?? {};
-    expect(m.EventSourceArn).toEqual({ "Fn::GetAtt": ["JobTable", "StreamArn"] });
-    expect(m.FunctionName).toEqual({ "Fn::GetAtt": ["StreamPublisherLambdaFunction", "Arn"] });
-    expect(m.FunctionResponseTypes).toEqual(["ReportBatchItemFailures"]);
-    expect(m.BisectBatchOnFunctionError).toBe(true);
-    expect(m.MaximumRetryAttempts).toBe(5);
-    const destination = (m.DestinationConfig as { OnFailure: { Destination: unknown } }).OnFailure.Destination;
-    expect(destination).toEqual({ "Fn::GetAtt": ["StreamFailureQueue", "Arn"] });
-    expect(resource("StreamFailureQueue").Type).toBe("AWS::SQS::Queue");
-    // Only job items owing an intent invoke the function.
-    const [filter] = (m.FilterCriteria as { Filters: { Pattern: string }[] }).Filters;
-    expect(JSON.parse(filter?.Pattern ?? "{}")).toEqual({
-      dynamodb: { NewImage: { sk: { S: ["JOB"] }, pending_notification: { M: { id: { S: [{ exists: true }] } } } } },
-    });
+  it("two stream mappings, each on the table's stream with partial batch failures, bisect, bounded retries and an SQS on-failure destination of its own", () => {
+    const mappings = new Map(
+      ofType("AWS::Lambda::EventSourceMapping").map(([, r]) => [
+        (r.Properties.FunctionName as { "Fn::GetAtt": string[] })["Fn::GetAtt"][0],
+        r.Properties,
+      ]),
+    );
+    expect([...mappings.keys()].sort()).toEqual(["FeedWriterLambdaFunction", "StreamPublisherLambdaFunction"]);
+    const expected = {
+      StreamPublisherLambdaFunction: {
+        retries: 5,
+        queue: "StreamFailureQueue",
+        // Only job items owing an intent invoke the publisher.
+        filter: { dynamodb: { NewImage: { sk: { S: ["JOB"] }, pending_notification: { M: { id: { S: [{ exists: true }] } } } } } },
+      },
+      // Every job item's write invokes the feed writer; its own feed rows do not.
+      FeedWriterLambdaFunction: { retries: 10, queue: "FeedFailureQueue", filter: { dynamodb: { Keys: { sk: { S: ["JOB"] } } } } },
+    } as const;
+    for (const [fn, want] of Object.entries(expected)) {
+      const m = mappings.get(fn) ?? {};
+      expect(m.EventSourceArn, fn).toEqual({ "Fn::GetAtt": ["JobTable", "StreamArn"] });
+      expect(m.FunctionResponseTypes, fn).toEqual(["ReportBatchItemFailures"]);
+      expect(m.BisectBatchOnFunctionError, fn).toBe(true);
+      expect(m.MaximumRetryAttempts, fn).toBe(want.retries);
+      const destination = (m.DestinationConfig as { OnFailure: { Destination: unknown } }).OnFailure.Destination;
+      expect(destination, fn).toEqual({ "Fn::GetAtt": [want.queue, "Arn"] });
+      expect(resource(want.queue).Type).toBe("AWS::SQS::Queue");
+      const [filter] = (m.FilterCriteria as { Filters: { Pattern: string }[] }).Filters;
+      expect(JSON.parse(filter?.Pattern ?? "{}"), fn).toEqual(want.filter);
+    }
+    // The sweep redrives the feed's queue.
+    const sweepEnv = (resource("RecoverySweepLambdaFunction").Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(sweepEnv.MAM_FEED_FAILURE_QUEUE_URL).toEqual({ Ref: "FeedFailureQueue" });
   });
 
   it("the http function is behind an HTTP API on ANY / and ANY /{proxy+}", () => {
@@ -297,7 +314,7 @@ describe("the CloudFormation template", () => {
       });
       // What CloudFormation fills in, then the one schema every function parses at start-up.
       const resolved = Object.fromEntries(
-        Object.entries(env).map(([k, v]) => [k, typeof v === "string" ? v : `resolved-${k.toLowerCase()}`]),
+        Object.entries(env).map(([k, v]) => [k, typeof v === "string" ? v : `https://resolved.invalid/${k.toLowerCase()}`]),
       );
       const config = parseConfig({ ...resolved, AWS_REGION: "us-east-1" });
       expect(config.flags.autoComplete).toBe(false);
@@ -307,7 +324,7 @@ describe("the CloudFormation template", () => {
 
   it("one role per function, each its own, and no default role shared by all", () => {
     const roles = Object.values(FUNCTIONS).map((f) => roleOf(f.id));
-    expect(new Set(roles).size).toBe(3);
+    expect(new Set(roles).size).toBe(Object.keys(FUNCTIONS).length);
     for (const r of roles) expect(resource(r).Type).toBe("AWS::IAM::Role");
     expect(template.Resources.IamRoleLambdaExecution).toBeUndefined();
   });
