@@ -3,7 +3,8 @@
  * README's curl session (the very block the README shows, but for the URL) runs
  * against it with bash and curl, and a subscriber on its broker receives the
  * completion through the stream path (DynamoDB Local's stream -> our poller -> the
- * stream function under serverless-offline -> the IoT stand-in -> the broker). Then
+ * stream function under serverless-offline -> the IoT stand-in -> the broker), and the
+ * API's change feed holds every row of the session, written by the feed writer. Then
  * SIGTERM stops it, and every piece with it.
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -153,6 +154,30 @@ describe("npm run offline: the AWS shape on one machine", () => {
           job_id: "fix-flaky-test",
           data: { status: "completed", completed_by: "auto_complete" },
         });
+
+        // The change feed holds every change of the session (the README's has no progress:
+        // tests/engine/feed-session's has, and compares it row by row), once the
+        // API's feed delay (30 s: DynamoDB Streams' lag, see docs/adapters.md) has passed.
+        const { operator_token: token } = JSON.parse(await readFile(path.join(dir.dir, ".mam", "credentials.json"), "utf8")) as {
+          operator_token: string;
+        };
+        const kinds = async (): Promise<string[]> => {
+          const res = await fetch(`${offline?.api}/v1/events?limit=100`, { headers: { authorization: `Bearer ${token}` } });
+          expect(res.status).toBe(200);
+          const page = (await res.json()) as { items: { job_id: string; kind: string }[] };
+          return page.items.filter((r) => r.job_id === "fix-flaky-test").map((r) => r.kind);
+        };
+        await expect
+          .poll(kinds, { timeout: 120_000, interval: 2_000 })
+          .toEqual([
+            "job.registered",
+            "dispatch.recorded",
+            "job.transitioned",
+            "report.staged",
+            "report.finalized",
+            "job.transitioned",
+            "intent.published",
+          ]);
       } finally {
         await sub.close();
       }
@@ -165,6 +190,6 @@ describe("npm run offline: the AWS shape on one machine", () => {
       expect(ddb).toBeDefined();
       expect(await portClosed(Number(ddb))).toBe(true);
     },
-    START_TIMEOUT_MS + 120_000,
+    START_TIMEOUT_MS + 240_000,
   );
 });
