@@ -17,7 +17,8 @@
  * and `mam token create --data-dir` work on both shapes.
  *
  * Settings (environment): MAM_OFFLINE_PORT (API, 3000), MAM_OFFLINE_LAMBDA_PORT
- * (serverless-offline's Lambda API, 3002), MAM_OFFLINE_MQTT_PORT (1883), MAM_DATA_DIR
+ * (serverless-offline's Lambda API, 3002), MAM_OFFLINE_MQTT_PORT (1883; each port is
+ * checked free before anything starts, and a taken one names its variable), MAM_DATA_DIR
  * (.mam), MAM_AUTO_COMPLETE (0). DynamoDB Local keeps its tables in memory and s3rver
  * its objects in a temporary folder: each run starts empty. Ctrl-C or SIGTERM stops
  * every piece; the exit code is 0 when every piece stopped cleanly.
@@ -33,7 +34,7 @@ import { SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { createTokenService } from "@mam/api";
 import { createJobTable, createS3Client } from "@mam/aws";
 import { systemClock } from "@mam/core";
-import { type Credentials, dataDirPaths, readCredentials, secureDataDir, startEmbeddedBroker } from "@mam/local";
+import { type Credentials, dataDirPaths, ensurePortsFree, readCredentials, secureDataDir, startEmbeddedBroker } from "@mam/local";
 import type { DynamoDBBatchResponse, DynamoDBStreamEvent } from "aws-lambda";
 import { build } from "esbuild";
 import { LAMBDA_ENTRIES, lambdaBuildOptions } from "./lambda-bundle.mjs";
@@ -57,7 +58,8 @@ function port(name: string, fallback: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return fallback;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 65_535) throw new Error(`${name} must be a port number, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < 0 || n > 65_535)
+    throw new Error(`${name} must be a port number (0 to 65535), got ${JSON.stringify(raw)}`);
   return n;
 }
 
@@ -174,11 +176,32 @@ function lambdaInvoker(lambdaPort: number) {
   };
 }
 
+/**
+ * The three ports this run binds, each checked free before anything starts: a taken
+ * one is one line naming its variable (exit 1), not a failure after DynamoDB Local's
+ * Java start in serverless-offline's words. Bad values are refused the same way.
+ */
+async function portsOrExit(): Promise<{ apiPort: number; lambdaPort: number; mqttPort: number }> {
+  try {
+    const apiPort = port("MAM_OFFLINE_PORT", 3000);
+    const lambdaPort = port("MAM_OFFLINE_LAMBDA_PORT", 3002);
+    const mqttPort = port("MAM_OFFLINE_MQTT_PORT", 1883);
+    // serverless-offline binds the API and its Lambda API on custom.serverless-offline.host.
+    await ensurePortsFree([
+      { port: apiPort, host: "127.0.0.1", setting: "MAM_OFFLINE_PORT" },
+      { port: lambdaPort, host: "127.0.0.1", setting: "MAM_OFFLINE_LAMBDA_PORT" },
+      { port: mqttPort, host: "127.0.0.1", setting: "MAM_OFFLINE_MQTT_PORT" },
+    ]);
+    return { apiPort, lambdaPort, mqttPort };
+  } catch (err) {
+    say(err instanceof Error ? err.message : String(err));
+    process.exit(1);
+  }
+}
+
 async function main(): Promise<void> {
   const started = performance.now();
-  const apiPort = port("MAM_OFFLINE_PORT", 3000);
-  const lambdaPort = port("MAM_OFFLINE_LAMBDA_PORT", 3002);
-  const mqttPort = port("MAM_OFFLINE_MQTT_PORT", 1883);
+  const { apiPort, lambdaPort, mqttPort } = await portsOrExit();
   const dataDir = path.resolve(process.env.MAM_DATA_DIR ?? ".mam");
   const autoComplete = process.env.MAM_AUTO_COMPLETE ?? "0";
   const mapping = streamMappingOf("streamPublisher");
@@ -220,7 +243,7 @@ async function main(): Promise<void> {
     const { credentials, file } = await ensureCredentials(dataDir);
     const [ddb, broker, bundled, s3dir] = await Promise.all([
       startDynamoDbLocal(),
-      startEmbeddedBroker({ port: mqttPort, publisherCredentials: credentials.mqtt }),
+      startEmbeddedBroker({ port: mqttPort, portSetting: "MAM_OFFLINE_MQTT_PORT", publisherCredentials: credentials.mqtt }),
       bundleFunctions(),
       mkdtemp(path.join(tmpdir(), "mam-offline-s3-")),
     ]);

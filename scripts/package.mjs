@@ -76,15 +76,47 @@ function packageWithOsls(args) {
   return run.status ?? 1;
 }
 
-/** The SSM parameter's ARN is `...:parameter` + its name: only a hierarchical name ("/a/b") makes a valid one. */
-function checkParams(args) {
+/** The `--param name=value` (or `--param=name=value`) values and the stage (`--stage`, `-s`; serverless.yml: dev), as osls reads them. */
+function deployArgs(args) {
+  const params = new Map();
+  let stage = "dev";
   for (let i = 0; i < args.length; i++) {
-    const arg = args[i] === "--param" ? args[i + 1] : args[i]?.startsWith("--param=") ? args[i].slice("--param=".length) : undefined;
-    const match = /^signingKeyParameter=(.*)$/.exec(arg ?? "");
-    if (match && !match[1].startsWith("/")) {
-      process.stderr.write(`signingKeyParameter must be a hierarchical SSM name starting with "/", got ${JSON.stringify(match[1])}\n`);
-      process.exit(1);
-    }
+    const arg = args[i] ?? "";
+    const flagValue = (flag) => (arg === flag ? args[i + 1] : arg.startsWith(`${flag}=`) ? arg.slice(flag.length + 1) : undefined);
+    const param = flagValue("--param");
+    const match = /^([^=]+)=(.*)$/s.exec(param ?? "");
+    if (match) params.set(match[1], match[2]);
+    const named = flagValue("--stage") ?? flagValue("-s");
+    if (named !== undefined) stage = named;
+  }
+  return { params, stage };
+}
+
+const refuse = (line) => {
+  process.stderr.write(`package: ${line}\n`);
+  process.exit(1);
+};
+
+/**
+ * Parameters whose absence or form would make a stack that deploys but does not work.
+ * - The SSM parameter's ARN is `...:parameter` + its name: only a hierarchical name ("/a/b") makes a valid one.
+ * - Without iotEndpoint the functions get serverless.yml's placeholder and every publish
+ *   fails: said loudly on the dev stage, refused on any other.
+ */
+function checkParams(args) {
+  const { params, stage } = deployArgs(args);
+  const signingKeyParameter = params.get("signingKeyParameter");
+  if (signingKeyParameter !== undefined && !signingKeyParameter.startsWith("/")) {
+    refuse(`signingKeyParameter must be a hierarchical SSM name starting with "/", got ${JSON.stringify(signingKeyParameter)}`);
+  }
+  if ((params.get("iotEndpoint") ?? "") === "") {
+    const placeholder = "without it the functions get serverless.yml's placeholder endpoint, and every publish to IoT Core fails";
+    const how =
+      "pass --param iotEndpoint=https://<id>-ats.iot.<region>.amazonaws.com (aws iot describe-endpoint --endpoint-type iot:Data-ATS; docs/deploy.md)";
+    if (stage !== "dev") refuse(`refused: stage ${JSON.stringify(stage)} needs the iotEndpoint parameter (${placeholder}); ${how}`);
+    process.stderr.write(
+      `package: WARNING: no iotEndpoint parameter: every publish of this dev stack will fail (${placeholder}); ${how}\n`,
+    );
   }
 }
 

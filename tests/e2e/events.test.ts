@@ -103,6 +103,27 @@ describe("mam events", () => {
     expect(err.join("")).toContain(`resume with --after ${rows.at(-1).cursor}`);
   });
 
+  it("--limit N prints N rows and exits 0, in both modes and with --follow, saying which --after resumes after them", async () => {
+    for (const id of ["events-limit-a", "events-limit-b"])
+      await ok(operator.POST("/v1/jobs", { body: { job_id: id, prompt: "p", agent: "codex" } }));
+    const all = captureIo();
+    expect(await runCli(["events", ...api(), "--json"], all)).toBe(0);
+    const rows = lines(all.out).map((l) => JSON.parse(l));
+    expect(rows.length).toBeGreaterThan(3);
+
+    for (const mode of [api(), ["--data-dir", dataDir], [...api(), "--follow", "--interval", "20"]]) {
+      const io = captureIo();
+      expect(await runCli(["events", ...mode, "--json", "--limit", "3"], io)).toBe(0);
+      expect(lines(io.out).map((l) => JSON.parse(l))).toEqual(rows.slice(0, 3));
+      const resume = /resume with --after (\S+)/.exec(io.err.join(""))?.[1];
+      expect(io.err.join("")).toContain("printed --limit 3 rows");
+
+      const rest = captureIo();
+      expect(await runCli(["events", ...api(), "--json", "--limit", "1", "--after", resume!], rest)).toBe(0);
+      expect(lines(rest.out).map((l) => JSON.parse(l))).toEqual([rows[3]]);
+    }
+  });
+
   it("exits 2 when the service cannot be reached", async () => {
     const io = captureIo();
     expect(await runCli(["events", "--api", `http://127.0.0.1:${await deadPort()}`, "--token", "x"], io)).toBe(2);

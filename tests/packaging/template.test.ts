@@ -413,11 +413,12 @@ describe("the CloudFormation template", () => {
 
 describe("deploy-time params", () => {
   let other: Template;
+  let otherOutput: string;
   let otherDir: string;
 
   beforeAll(() => {
     otherDir = tempDirSync("package").dir;
-    other = runPackage(otherDir, [
+    ({ template: other, output: otherOutput } = runPackage(otherDir, [
       "--stage",
       "prod",
       "--region",
@@ -428,7 +429,7 @@ describe("deploy-time params", () => {
       "signingKeyParameter=/prod/mam/token-signing-key",
       "--param",
       "autoComplete=1",
-    ]).template;
+    ]));
   }, 300_000);
 
   afterAll(() => {
@@ -448,6 +449,33 @@ describe("deploy-time params", () => {
     const statements = policies.flatMap((p) => p.PolicyDocument.Statement);
     const ssm = statements.filter((s) => actionsOf(s).includes("ssm:GetParameter")).flatMap((s) => list(s.Resource));
     expect(ssm).toEqual([`${ACCOUNT_ARN("ssm")}:parameter/prod/mam/token-signing-key`]);
+  });
+
+  it("without iotEndpoint, the dev stage (the default) is packaged with a loud warning that every publish will fail", () => {
+    const env = (resource("HttpLambdaFunction").Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env.MAM_IOT_ENDPOINT).toBe("https://iot-data-endpoint-not-configured.invalid");
+    expect(output).toMatch(
+      /^package: WARNING: no iotEndpoint parameter: every publish of this dev stack will fail .*--param iotEndpoint=/m,
+    );
+    expect(otherOutput).not.toContain("WARNING");
+  });
+
+  it("without iotEndpoint, any other stage is refused with exit 1 before anything is packaged, naming the parameter and how to pass it", () => {
+    const dir = tempDirSync("package").dir;
+    try {
+      for (const stage of [
+        ["--stage", "prod"],
+        ["-s", "staging"],
+        ["--stage=prod", "--param", "iotEndpoint="],
+      ]) {
+        expect(() => runPackage(dir, stage)).toThrow(
+          /failed \(1\):\s*package: refused: stage "\w+" needs the iotEndpoint parameter .*every publish to IoT Core fails\); pass --param iotEndpoint=https:\/\//,
+        );
+      }
+      expect(readdirSync(dir)).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("a signing-key parameter name that would make a broken ARN is refused before anything is packaged", () => {

@@ -77,6 +77,10 @@ the API's answer.`;
 const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
 const strs = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : []);
 
+/** `mam events`' page without --limit, and the largest `GET /v1/events` serves. */
+const FEED_PAGE = 100;
+const FEED_PAGE_MAX = 1000;
+
 function positiveInt(name: string, v: unknown): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
@@ -274,6 +278,8 @@ carries, by whom. Without --follow it prints what is there and exits 0. With
 --follow it keeps printing rows as they commit (reading again every --interval ms,
 1000 by default, at once while pages are full) until interrupted (SIGINT or
 SIGTERM: exit 0); it says on stderr which --after resumes where it stopped.
+--limit N prints at most N rows, then exits 0 (with --follow too), saying on stderr
+which --after resumes after them.
 
 --json prints one JSON object per line: the feed's row
 {cursor, at, job_id, kind, actor, intent_id?, data?}. Exit 2 when the service (or
@@ -286,25 +292,29 @@ the store) cannot be reached, with the --after that resumes.`,
       interval: { type: "string" },
     },
     async run(v, ctx) {
-      const limit = positiveInt("limit", v.limit) ?? 100;
-      if (limit > 1000) throw new MamError("input.invalid", `--limit is at most 1000, not ${limit}`);
+      // --limit counts the rows printed, over as many pages as it takes; without it, every row.
+      const limit = positiveInt("limit", v.limit);
       const interval = positiveInt("interval", v.interval) ?? 1000;
       const follow = v.follow === true;
       const json = v.json === true;
       let after = str(v.after);
       const stop = stopSignal(ctx.io);
+      let printed = 0;
       try {
         for (;;) {
+          const pageSize = limit === undefined ? FEED_PAGE : Math.min(limit - printed, FEED_PAGE_MAX);
           let page: Awaited<ReturnType<Backend["listChanges"]>>;
           try {
-            page = await ctx.backend().listChanges({ after, limit });
+            page = await ctx.backend().listChanges({ after, limit: pageSize });
           } catch (e) {
             if (after !== undefined && isMamError(e) && EXIT_CODES[e.code] === EXIT_UNREACHABLE) ctx.say(`resume with --after ${after}`);
             throw e;
           }
           for (const row of page.items) ctx.io.stdout(`${json ? JSON.stringify(row) : changeLine(row)}\n`);
+          printed += page.items.length;
           after = page.cursor;
-          if (page.items.length === limit) continue;
+          if (limit !== undefined && printed >= limit) break;
+          if (page.items.length === pageSize) continue;
           if (!follow || stop.signal.aborted) break;
           await stop.wait(interval);
           if (stop.signal.aborted) break;
@@ -312,7 +322,8 @@ the store) cannot be reached, with the --after that resumes.`,
       } finally {
         stop.dispose();
       }
-      if (follow) ctx.say(`stopped; resume with --after ${after}`);
+      if (limit !== undefined && printed >= limit) ctx.say(`printed --limit ${limit} rows; resume with --after ${after}`);
+      else if (follow) ctx.say(`stopped; resume with --after ${after}`);
       return EXIT_OK;
     },
   },

@@ -1,7 +1,6 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, open } from "node:fs/promises";
-import type { AddressInfo } from "node:net";
-import { serve as serveHttp } from "@hono/node-server";
+import { createAdaptorServer } from "@hono/node-server";
 import { createApp, createTokenService, type TokenService } from "@mam/api";
 import {
   type Clock,
@@ -24,6 +23,7 @@ import {
   dataDirPaths,
   type EmbeddedBroker,
   JobFlushQueue,
+  listenOn,
   MqttPublisher,
   openDataDir,
   readCredentials,
@@ -131,6 +131,7 @@ export async function startService(
   if (config.mqttUrl === undefined) {
     broker = await startEmbeddedBroker({
       port: config.mqttPort,
+      portSetting: "MAM_MQTT_PORT",
       host: "127.0.0.1",
       publisherCredentials: credentials.mqtt,
       serviceClientId: config.mqttClientId,
@@ -270,11 +271,26 @@ export async function startService(
     sweeping = sweeping.then(() => sweep(config.sweepGraceSeconds * 1000));
   }, config.sweepIntervalSeconds * 1000);
 
-  const server = await new Promise<ReturnType<typeof serveHttp>>((resolveServer) => {
-    const s = serveHttp({ fetch: app.fetch, hostname: config.host, port: config.port }, () => resolveServer(s));
-  });
-  const address = server.address() as AddressInfo;
-  const url = `http://${config.host}:${address.port}`;
+  // Everything above is closed again when the API's port cannot be bound (taken:
+  // config.invalid naming MAM_PORT), so the refusal ends the process.
+  const closeBehindApi = async () => {
+    clearInterval(timer);
+    shutdown.abort();
+    await queue.drain();
+    await sweeping;
+    await publisher.close?.();
+    await broker?.close();
+    store.close();
+  };
+  const server = createAdaptorServer({ fetch: app.fetch, hostname: config.host });
+  let apiPort: number;
+  try {
+    apiPort = (await listenOn(server, { port: config.port, host: config.host, setting: "MAM_PORT" })).port;
+  } catch (e) {
+    await closeBehindApi();
+    throw e;
+  }
+  const url = `http://${config.host}:${apiPort}`;
 
   let stopping: Promise<void> | undefined;
   return {
@@ -289,11 +305,7 @@ export async function startService(
         clearInterval(timer);
         shutdown.abort();
         await new Promise<void>((r) => server.close(() => r()));
-        await queue.drain();
-        await sweeping;
-        await publisher.close?.();
-        await broker?.close();
-        store.close();
+        await closeBehindApi();
       })();
       return stopping;
     },

@@ -7,6 +7,7 @@ import { Duplex } from "node:stream";
 import { MamError, type Publisher } from "@mam/core";
 import { Aedes, type AuthenticateError, type Client } from "aedes";
 import { Level } from "level";
+import { listenOn } from "./listen.ts";
 import { publishPacketBytes } from "./mqtt-publisher.ts";
 
 /** aedes-persistence-level ships no types: it takes an open `level` database and returns an aedes persistence. */
@@ -115,6 +116,8 @@ const SESSIONS_DIR_MODE = 0o700;
 export interface EmbeddedBrokerOptions {
   /** 0 picks a free port. */
   readonly port: number;
+  /** The variable that sets `port` (`MAM_MQTT_PORT`), named when the port is taken. */
+  readonly portSetting?: string;
   /** Loopback unless told otherwise. */
   readonly host?: string;
   /**
@@ -343,22 +346,14 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
     socket.once("close", () => sockets.delete(socket));
     broker.handle(new PacketSizeGuard(socket, maxPacketBytes));
   });
+  let port: number;
   try {
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(options.port, host, () => {
-        server.off("error", reject);
-        resolve();
-      });
-    });
+    port = (await listenOn(server, { port: options.port, host, setting: options.portSetting })).port;
   } catch (e) {
     await new Promise<void>((resolve) => broker.close(() => resolve()));
     await closeSessions();
     throw e;
   }
-  const address = server.address();
-  if (address === null || typeof address === "string") throw new Error("the MQTT listener has no TCP address");
-  const port = address.port;
 
   let closing: Promise<void> | undefined;
   return {

@@ -10,5 +10,6 @@ export {
   startEmbeddedBroker,
 } from "./embedded-broker.ts";
 export { FILE_STORE_SCHEME, FileReportStore, type FileReportStoreOptions } from "./file-report-store.ts";
+export { ensurePortsFree, type ListenTarget, listenOn, portRefusal } from "./listen.ts";
 export { MqttPublisher, type MqttPublisherOptions } from "./mqtt-publisher.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";
