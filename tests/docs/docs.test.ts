@@ -141,3 +141,14 @@ describe("links in README.md, CONTRIBUTING.md and docs/*.md", () => {
     expect(outside).toEqual([]);
   });
 });
+
+describe("package.json files", () => {
+  it("the root and every workspace say what they are (description)", () => {
+    const root = JSON.parse(read(path.join(ROOT, "package.json"))) as { workspaces: string[]; description?: string };
+    const missing = [".", ...root.workspaces].filter((dir) => {
+      const pkg = JSON.parse(read(path.join(ROOT, dir, "package.json"))) as { description?: unknown };
+      return typeof pkg.description !== "string" || pkg.description.trim() === "";
+    });
+    expect(missing).toEqual([]);
+  });
+});
