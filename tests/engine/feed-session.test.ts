@@ -43,6 +43,7 @@ import {
 } from "../../scripts/peers/stream-poller.ts";
 import { candidateScenario } from "../api/harness.ts";
 import { type S3rverPeer, startS3rver } from "../support/aws-peers.ts";
+import { startCountingProxy } from "../support/counting-proxy.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
 const REGION = "us-east-1";
@@ -231,7 +232,7 @@ function appCall(app: Hono): Call {
 let tables = 0;
 
 /** The AWS shape over a fresh table and bucket: the http app, both stream consumers (not yet polling), the sweep. */
-async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler } = {}) {
+async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler; measure?: boolean } = {}) {
   const n = `${process.pid}-${++tables}`;
   const tableName = `mam-session-${n}`;
   const bucket = `mam-session-${n}`;
@@ -264,9 +265,14 @@ async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler
     "gate",
     "ops",
   ]);
-  const feedWriter = createFeedWriterHandler(env, overrides);
+  // Each stream consumer talks to DynamoDB Local through a proxy of its own, which counts what it sent.
+  const [feedProxy, publisherProxy] = await Promise.all([startCountingProxy(ddb.endpoint), startCountingProxy(ddb.endpoint)]);
+  const feedWriter = createFeedWriterHandler({ ...env, MAM_DYNAMODB_ENDPOINT: feedProxy.endpoint }, overrides);
   const feedHandler: StreamHandler = (opts.feedAround ?? ((h) => h))((event) => feedWriter(event));
-  const publisher = createStreamPublisherHandler(env, overrides);
+  const publisher = createStreamPublisherHandler({ ...env, MAM_DYNAMODB_ENDPOINT: publisherProxy.endpoint }, overrides);
+  const publisherInvocations: Invocation[] = [];
+  // What the feed writer's mapping would be invoked for without its filter: a consumer that only counts.
+  const unfilteredInvocations: Invocation[] = [];
   const sweep = createRecoverySweepHandler(env, overrides);
   const sender = new SQSClient({ endpoint: sqs.endpoint, region: REGION, credentials: CREDENTIALS });
   // The store the API reads, without the feed delay: every row asked for here was written first.
@@ -281,6 +287,10 @@ async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler
     tableName,
     queue: `feed-failures-${n}`,
     feedInvocations,
+    publisherInvocations,
+    unfilteredInvocations,
+    feedProxy,
+    publisherProxy,
     failures,
     async startPolling(): Promise<void> {
       pollers.push(
@@ -291,6 +301,9 @@ async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler
           region: REGION,
           mapping: PUBLISHER_MAPPING,
           handler: (event) => publisher(event),
+          onInvocation: (i) => {
+            publisherInvocations.push(i);
+          },
         }),
         await startStreamPoller({
           streams: ddb.streams,
@@ -311,6 +324,21 @@ async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler
           },
         }),
       );
+      if (opts.measure) {
+        pollers.push(
+          await startStreamPoller({
+            streams: ddb.streams,
+            dynamodb: ddb.client,
+            tableName,
+            region: REGION,
+            mapping: { ...FEED_MAPPING, filterPatterns: [] },
+            handler: async () => ({ batchItemFailures: [] }),
+            onInvocation: (i) => {
+              unfilteredInvocations.push(i);
+            },
+          }),
+        );
+      }
     },
     /** The job's rows as the API reads them (one job's rows, in its stream order). */
     async rows(jobId: string): Promise<readonly ChangeRow[]> {
@@ -340,6 +368,7 @@ async function awsShape(opts: { feedAround?: (h: StreamHandler) => StreamHandler
     async close(): Promise<void> {
       for (const p of pollers) await p.close();
       sender.destroy();
+      await Promise.all([feedProxy.close(), publisherProxy.close()]);
     },
   };
 }
@@ -365,7 +394,7 @@ describe("the change feed on the AWS shape, with the event source mappings serve
         "intent.published",
       ]);
       expectTimesInside(sqliteRows, ...sqliteWindow);
-      const aws = await awsShape();
+      const aws = await awsShape({ measure: true });
       try {
         await aws.startPolling();
         const from = Date.now();
@@ -383,6 +412,30 @@ describe("the change feed on the AWS shape, with the event source mappings serve
         });
         expect(comparable(whole.items)).toEqual(comparable(rows));
         expect(aws.failures).toEqual([]);
+
+        // What the lifecycle cost the two consumers (docs/adapters.md, "The change feed on
+        // DynamoDB"): every job-item write reaches the feed writer, which writes each
+        // record's rows with one hour PutItem and one transaction; the unfiltered mapping
+        // the filter saves would also have been invoked for the feed's own items.
+        const records = (is: readonly Invocation[]): number => is.reduce((n, i) => n + i.records.length, 0);
+        const feedRecords = records(aws.feedInvocations);
+        const feedCalls = aws.feedProxy.counts();
+        const cost = {
+          job_item_writes: feedRecords,
+          feed_rows: rows.length,
+          feed_writer: { invocations: aws.feedInvocations.length, records: feedRecords, dynamodb: feedCalls },
+          publisher: {
+            invocations: aws.publisherInvocations.length,
+            records: records(aws.publisherInvocations),
+            dynamodb: aws.publisherProxy.counts(),
+          },
+          unfiltered_mapping: { invocations: aws.unfilteredInvocations.length, records: records(aws.unfilteredInvocations) },
+        };
+        console.log(`feed cost per README lifecycle: ${JSON.stringify(cost)}`);
+        expect(aws.feedInvocations.every((i) => i.records.every((r) => r.dynamodb?.Keys?.sk?.S === "JOB"))).toBe(true);
+        expect(feedCalls.TransactWriteItems).toBe(feedCalls.PutItem);
+        expect(feedCalls.TransactWriteItems).toBeLessThanOrEqual(feedRecords);
+        expect(cost.unfiltered_mapping.records).toBeGreaterThan(feedRecords);
       } finally {
         await aws.close();
       }
