@@ -2679,8 +2679,8 @@ export interface operations {
       };
       cookie?: never;
     };
-    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
-    requestBody: {
+    /** @description JSON, as for every route; optional: a request with no body and no Content-Type (or `Content-Length: 0`) is `{"side_effects": []}`. A body that says it is JSON must be JSON: an empty one, or one that does not parse, is a 400. */
+    requestBody?: {
       content: {
         "application/json": components["schemas"]["FinalizeRequest"];
       };

@@ -155,7 +155,21 @@ export const finalizeReport = defineRoute(
       "`completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written.",
     request: {
       params: AttemptPathSchema,
-      body: jsonRequest(FinalizeRequestSchema, { commit: { summary: "A report evidencing one commit", value: EXAMPLE.finalizeRequest } }),
+      // Optional, as @hono/zod-openapi means it: a request with no body (and no
+      // Content-Type) is validated as `{}`, which is `side_effects: []`.
+      body: jsonRequest(
+        FinalizeRequestSchema,
+        {
+          commit: { summary: "A report evidencing one commit", value: EXAMPLE.finalizeRequest },
+          none: { summary: "No side effects (the same as sending no body)", value: { side_effects: [] } },
+        },
+        {
+          required: false,
+          description:
+            'JSON, as for every route; optional: a request with no body and no Content-Type (or `Content-Length: 0`) is `{"side_effects": []}`. ' +
+            "A body that says it is JSON must be JSON: an empty one, or one that does not parse, is a 400.",
+        },
+      ),
     },
     responses: {
       200: jsonAnswer(
@@ -258,7 +272,9 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
   app(finalizeReport, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
     const actor = actorOf(c.get("principal"));
-    const f = await finalizeAttemptReport(deps, jobId, attempt, c.req.valid("json").side_effects, actor).catch(async (refusal: unknown) => {
+    // No body: zod-openapi hands the handler `{}` unvalidated; it means no side effects.
+    const sideEffects = (c.req.valid("json") as { side_effects?: readonly unknown[] }).side_effects ?? [];
+    const f = await finalizeAttemptReport(deps, jobId, attempt, sideEffects, actor).catch(async (refusal: unknown) => {
       const record = await completedAlready(deps, jobId, refusal, actor, { stored: "finalize" });
       if (record === undefined) throw refusal;
       return { alreadyCompleted: record } as const;
