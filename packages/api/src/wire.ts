@@ -283,6 +283,21 @@ export const PublishEventResponseSchema = z
   .openapi("PublishEventResponse");
 export type PublishEventResponse = z.infer<typeof PublishEventResponseSchema>;
 
+/**
+ * The answer to an agent re-sending the completion it already committed (core's
+ * `completedAlready`): nothing was written; the record is the one it completed.
+ */
+export const AlreadyCompletedSchema = z
+  .strictObject({
+    already_completed: z.literal(true),
+    record: JobRecord,
+  })
+  .openapi("AlreadyCompleted", {
+    description:
+      "The job is already completed by this agent's attempt, on the report it shows (its bytes hash to the pinned `report_sha256`): nothing was written. Any other request on a terminal job is refused as before.",
+  });
+export type AlreadyCompleted = z.infer<typeof AlreadyCompletedSchema>;
+
 export const EventLogSchema = z
   .strictObject({
     items: z.array(EventLogEntry),

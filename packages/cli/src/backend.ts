@@ -1,4 +1,4 @@
-import type { Answer } from "@mam/client";
+import type { Answer, Schemas } from "@mam/client";
 import type { AgentEvent, SideEffect } from "@mam/core";
 
 /**
@@ -28,6 +28,9 @@ export interface Backend {
 }
 
 export type ChangePageAnswer = Answer<"/v1/events", "get">;
+
+/** A re-sent completion (or its finalize), on the bytes its completion pinned: the job is already done; nothing was written. */
+export type AlreadyCompletedAnswer = Schemas["AlreadyCompleted"];
 
 export type PublishEventAnswer = Answer<"/v1/jobs/{job_id}/events", "post">;
 export type FinalizeAnswer = Answer<"/v1/jobs/{job_id}/attempts/{attempt}/finalize", "post">;

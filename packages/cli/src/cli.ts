@@ -14,7 +14,7 @@ import {
   systemClock,
 } from "@mam/core";
 import { readCredentials } from "@mam/local";
-import type { Backend } from "./backend.ts";
+import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
 import { embeddedBackend, namedDataDir } from "./embedded-backend.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
 import { httpBackend } from "./http-backend.ts";
@@ -88,6 +88,16 @@ function positiveInt(name: string, v: unknown): number | undefined {
   return n;
 }
 
+/**
+ * The service's answer to a re-sent completion (or its finalize): the job is already
+ * completed by this agent's attempt on these bytes, and nothing was written. Done: exit 0.
+ */
+function alreadyCompleted(ctx: Ctx, answer: AlreadyCompletedAnswer): number {
+  const r = answer.record;
+  ctx.out(`job ${r.job_id} is already completed (seq ${r.transition_seq}) by this attempt, on this report; nothing was sent again`, answer);
+  return EXIT_OK;
+}
+
 function required(name: string, v: unknown): string {
   const s = str(v);
   if (s === undefined || s === "") throw new MamError("input.invalid", `--${name} is required`);
@@ -156,7 +166,12 @@ after the commit exits 2, naming the error. With --api the service publishes (it
 relay or stream publisher) and the command exits 2 only when the service cannot be
 reached; --json then carries no "published" unless the service published inline.
 
---json prints the API's answer: {record, published, finalized?, publish_error?, warnings?}.`,
+A completion sent again by the agent whose attempt completed the job, with the
+report that completion pinned, is told it is done (exit 0, {already_completed: true,
+record}); nothing is written. Anything else on a finished job is refused (exit 1).
+
+--json prints the API's answer: {record, published, finalized?, publish_error?, warnings?}
+(or {already_completed: true, record}).`,
     modes: "both",
     options: {
       job: { type: "string" },
@@ -187,6 +202,7 @@ reached; --json then carries no "published" unless the service published inline.
         ...(reportDir !== undefined && attemptId !== undefined ? { finalize: { reportDir, attemptId, sideEffects } } : {}),
       });
       const seq = answer.record.transition_seq;
+      if ("already_completed" in answer) return alreadyCompleted(ctx, answer);
       for (const w of answer.warnings ?? []) ctx.say(`warning: ${w}`);
       if (answer.published === false) {
         ctx.say(`${event} committed (seq ${seq}) but not published: ${answer.publish_error?.message ?? "the service did not say why"}`);
@@ -213,7 +229,8 @@ PATH is report-final.md (possibly still staged as report-final.md.tmp). Without
 --api the report is finalized where it lies (no data dir is read); with --api it is
 uploaded to the service and finalized there.
 
---json prints the API's answer: {manifest, manifest_sha256}.`,
+--json prints the API's answer: {manifest, manifest_sha256} (or, for the report of
+this agent's attempt that already completed the job, {already_completed: true, record}).`,
     modes: "both",
     options: {
       job: { type: "string" },
@@ -227,6 +244,7 @@ uploaded to the service and finalized there.
       const sideEffects = parseSideEffects(strs(v["side-effect"]));
       const reportDir = reportDirOf(required("report", v.report));
       const answer = await ctx.backend().finalize(jobId, { reportDir, attemptId, sideEffects });
+      if ("already_completed" in answer) return alreadyCompleted(ctx, answer);
       ctx.out(`finalized ${answer.manifest.report_location} (sha256 ${answer.manifest.sha256})`, answer);
       return EXIT_OK;
     },

@@ -1,13 +1,17 @@
 import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+import { readFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
 import {
   type Config,
+  completedAlready,
   type Deps,
   finalizeReport,
   MamError,
   OPERATOR,
   publishAgentEvent,
+  REPORT_NAME,
   randomIds,
+  STAGED_REPORT_NAME,
   systemClock,
   verifyManifest,
 } from "@mam/core";
@@ -57,7 +61,16 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
           },
           OPERATOR,
           { inline: true },
-        );
+        ).catch(async (refusal: unknown) => {
+          // The same rule as the API's. Here the caller is the data dir's operator, not
+          // an agent holding its token, so it never holds: a re-send stays refused.
+          const dir = input.finalize?.reportDir;
+          const shown = dir === undefined ? ({ stored: "report" } as const) : { bytes: localReport(dir) };
+          const record = input.event === "completed" ? await completedAlready(deps, jobId, refusal, OPERATOR, shown) : undefined;
+          if (record === undefined) throw refusal;
+          return { alreadyCompleted: record } as const;
+        });
+        if ("alreadyCompleted" in r) return { already_completed: true as const, record: onTheWire(r.alreadyCompleted) };
         // The same answer the API builds for POST /v1/jobs/{job_id}/events.
         // This command is the one publish path of its process (no relay here): inline.
         const flush = r.flush;
@@ -115,6 +128,12 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
       feed = undefined;
     },
   };
+}
+
+/** The agent's report where it lies (the staged `.tmp`, else `report-final.md`), read only if it is asked for. */
+async function* localReport(dir: string): AsyncGenerator<Uint8Array> {
+  const staged = join(dir, STAGED_REPORT_NAME);
+  yield await readFile(existsSync(staged) ? staged : join(dir, REPORT_NAME));
 }
 
 /** The data dir named, when it holds a store; refused, creating nothing, otherwise. */

@@ -3,7 +3,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createMamClient, type MamClient, ok } from "@mam/client";
 import { MamError, REPORT_NAME, STAGED_REPORT_NAME } from "@mam/core";
-import type { Backend, ReportInput } from "./backend.ts";
+import type { AlreadyCompletedAnswer, Backend, ReportInput } from "./backend.ts";
 
 /**
  * API mode: every command is a call (or two) to the service through @mam/client, so
@@ -16,7 +16,9 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
     mode: "api",
 
     async publishEvent(jobId, input) {
-      if (input.finalize !== undefined) await stageReport(client, jobId, input.finalize);
+      // A re-sent completion is told at its first step, the upload, that it is done.
+      const already = input.finalize === undefined ? undefined : await stageReport(client, jobId, input.finalize);
+      if (already !== undefined) return already;
       return ok(
         client.POST("/v1/jobs/{job_id}/events", {
           params: { path: { job_id: jobId } },
@@ -31,7 +33,8 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
     },
 
     async finalize(jobId, input) {
-      await stageReport(client, jobId, input);
+      const already = await stageReport(client, jobId, input);
+      if (already !== undefined) return already;
       return ok(
         client.POST("/v1/jobs/{job_id}/attempts/{attempt}/finalize", {
           params: { path: { job_id: jobId, attempt: String(input.attemptId) } },
@@ -71,8 +74,12 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
   };
 }
 
-/** Upload the report for the service to finalize: the staged `.tmp` when there is one, else `report-final.md`. */
-async function stageReport(client: MamClient, jobId: string, input: ReportInput): Promise<void> {
+/**
+ * Upload the report for the service to finalize: the staged `.tmp` when there is one,
+ * else `report-final.md`. Answers the service's `already_completed` when the job is
+ * already completed by this agent's attempt on exactly these bytes (nothing staged).
+ */
+async function stageReport(client: MamClient, jobId: string, input: ReportInput): Promise<AlreadyCompletedAnswer | undefined> {
   const staged = join(input.reportDir, STAGED_REPORT_NAME);
   const path = existsSync(staged) ? staged : join(input.reportDir, REPORT_NAME);
   let bytes: Uint8Array;
@@ -83,7 +90,7 @@ async function stageReport(client: MamClient, jobId: string, input: ReportInput)
       cause: e,
     });
   }
-  await ok(
+  const answer = await ok(
     client.PUT("/v1/jobs/{job_id}/attempts/{attempt}/report", {
       params: { path: { job_id: jobId, attempt: String(input.attemptId) } },
       // The document types a raw body as a string; the bytes go as they are, never
@@ -93,4 +100,5 @@ async function stageReport(client: MamClient, jobId: string, input: ReportInput)
       headers: { "content-type": "text/markdown" },
     }),
   );
+  return "already_completed" in answer ? answer : undefined;
 }

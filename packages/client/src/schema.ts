@@ -97,7 +97,7 @@ export interface paths {
     get?: never;
     /**
      * Stage an attempt's report body
-     * @description The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body is abandoned the moment it passes it. Refused once the job is terminal.
+     * @description The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body is abandoned the moment it passes it. Refused once the job is terminal, except to the agent whose attempt completed it re-sending that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere.
      */
     put: operations["stageReport"];
     post?: never;
@@ -138,7 +138,7 @@ export interface paths {
     put?: never;
     /**
      * Finalize an attempt's report: promote, hash, write the manifest
-     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: otherwise 409 `report.mismatch` naming what differs, and nothing is pinned.
+     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: otherwise 409 `report.mismatch` naming what differs, and nothing is pinned. Once the job is terminal it is refused (409 `report.frozen`), except to the agent whose attempt completed it, when what a finalize would read (the staged upload, else the live report) hashes to `completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written.
      */
     post: operations["finalizeReport"];
     delete?: never;
@@ -202,7 +202,7 @@ export interface paths {
     put?: never;
     /**
      * Publish an agent event (finalize first when asked, commit, log, publish, settle)
-     * @description The answer comes as soon as the commit stands. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.
+     * @description The answer comes as soon as the commit stands. An agent re-sending the `completed` its attempt already committed, on the report that completion pinned (the attempt's report, or with `finalize` what a finalize would read: the staged upload, else the live report, hashing to `completed_evidence.report_sha256`), is answered `{already_completed: true, record}` and nothing is written; any other event on a terminal job is refused as before. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.
      */
     post: operations["publishEvent"];
     delete?: never;
@@ -618,6 +618,12 @@ export interface components {
         started_at?: string;
         workspace_revision?: string;
       };
+    };
+    /** @description The job is already completed by this agent's attempt, on the report it shows (its bytes hash to the pinned `report_sha256`): nothing was written. Any other request on a terminal job is refused as before. */
+    AlreadyCompleted: {
+      /** @enum {boolean} */
+      already_completed: true;
+      record: components["schemas"]["JobRecord"];
     };
     StagedReport: {
       sha256: string;
@@ -2136,6 +2142,54 @@ export interface operations {
       };
     };
     responses: {
+      /** @description The job is already completed on exactly these bytes, by this agent's attempt: nothing was staged. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "already_completed": true,
+           *       "record": {
+           *         "job_id": "job-4f2a",
+           *         "prompt": "Fix the flaky test in tests/unit/engine.test.ts and push the fix",
+           *         "agent": "claude-code",
+           *         "role": "Worker",
+           *         "status": "completed",
+           *         "iteration": 1,
+           *         "transition_seq": 3,
+           *         "evidence_seq": 3,
+           *         "latest_attempt": 1,
+           *         "finalized_report": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "finalized_at": "2026-11-20T10:05:20.000Z"
+           *         },
+           *         "expected_artifacts": [
+           *           "commit"
+           *         ],
+           *         "auto_complete": true,
+           *         "agent_session": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "completed_evidence": {
+           *           "attempt_id": 1,
+           *           "report_sha256": "44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *           "report_location": "mam-file:///reports/job-4f2a/1/report-final.md",
+           *           "evidence_location": "mam-file:///reports/job-4f2a/1/evidence/44f6be1889c068178370bb2f24dc266f0a8b2147946f564135be9fb48e93c0c5",
+           *           "verified_at": "2026-11-20T10:06:30.000Z"
+           *         },
+           *         "created_at": "2026-11-20T09:58:00.000Z",
+           *         "updated_at": "2026-11-20T10:06:30.000Z"
+           *       }
+           *     }
+           */
+          "application/json": components["schemas"]["AlreadyCompleted"];
+        };
+      };
       /** @description The staged body's digest and size. */
       201: {
         headers: {
@@ -2625,14 +2679,14 @@ export interface operations {
       };
       cookie?: never;
     };
-    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
-    requestBody: {
+    /** @description JSON, as for every route; optional: a request with no body and no Content-Type (or `Content-Length: 0`) is `{"side_effects": []}`. A body that says it is JSON must be JSON: an empty one, or one that does not parse, is a 400. */
+    requestBody?: {
       content: {
         "application/json": components["schemas"]["FinalizeRequest"];
       };
     };
     responses: {
-      /** @description The manifest written. */
+      /** @description The manifest written; or, to a re-sent finalize of a completed attempt, that the job is already completed. */
       200: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2660,7 +2714,7 @@ export interface operations {
            *       "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b"
            *     }
            */
-          "application/json": components["schemas"]["Finalized"];
+          "application/json": components["schemas"]["Finalized"] | components["schemas"]["AlreadyCompleted"];
         };
       };
       /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
@@ -3581,7 +3635,7 @@ export interface operations {
       };
     };
     responses: {
-      /** @description The committed record and the publish outcome. */
+      /** @description The committed record and the publish outcome; or, to a re-sent completion, that the job is already completed. */
       200: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -3644,7 +3698,7 @@ export interface operations {
            *       }
            *     }
            */
-          "application/json": components["schemas"]["PublishEventResponse"];
+          "application/json": components["schemas"]["PublishEventResponse"] | components["schemas"]["AlreadyCompleted"];
         };
       };
       /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { conflictFor, TransitionConflict } from "./conflicts.ts";
 import type { Actor, Deps, Using } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
@@ -10,6 +11,7 @@ import {
   type Finalized,
   type PreparedFinalize,
   prepareFinalize,
+  REPORT_NAME,
   readUploadDeclaration,
   STAGED_REPORT_NAME,
   type Verification,
@@ -19,7 +21,7 @@ import {
 } from "./finalize.ts";
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
-import type { DispatchRecords, JobRecords } from "./ports.ts";
+import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
 import {
   type Action,
   type DispatchRecord,
@@ -361,6 +363,70 @@ async function flushInline(deps: Deps, jobId: string, record: JobRecord): Promis
     const error = isMamError(e) ? e : new MamError("internal", messageOf(e));
     return intent === undefined ? { outcome: "nothing_owed" } : { outcome: "failed", intent, error };
   }
+}
+
+/**
+ * The report a re-sent completion shows: the bytes it sends now (`bytes`, hashed as
+ * they arrive and kept nowhere), or what the service holds for its attempt —
+ * `finalize`: what a finalize would read (the staged upload, else the live report);
+ * `report`: the live report.
+ */
+export type ResentReport = { readonly bytes: Uint8Array | AsyncIterable<Uint8Array> } | { readonly stored: "finalize" | "report" };
+
+/** The refusals a request on a terminal record ends in: its status (or its stale seq), or its frozen report tree. */
+const TERMINAL_REFUSALS: ReadonlySet<string> = new Set(["job.transitionRefused", "job.transitionConflict", "report.frozen"]);
+
+/**
+ * Whether a refused request is an agent re-sending the completion it already
+ * committed: then the caller is told it is done, not that it failed. The engine
+ * still refuses it (B-42: a terminal record takes no further change); this only
+ * reads, and answers the record when every one of these holds, undefined otherwise
+ * (the caller then throws `refusal` as it was):
+ *
+ * - `refusal` is a refusal because the record is terminal (or moved on);
+ * - the record is `completed` and pins its evidence (`completed_evidence`);
+ * - the caller is that job's agent, acting for the attempt the completion pinned,
+ *   which is still the job's latest;
+ * - the report it shows hashes to the pinned `report_sha256`.
+ *
+ * It tells the caller nothing it could not read already (its own job record, with
+ * that hash), and the bytes it is shown are hashed only once everything else
+ * holds, so anyone else's request is refused exactly as before, before a byte is read.
+ */
+export async function completedAlready(
+  deps: Using<Pick<JobRecords, "get">, "reports">,
+  jobId: string,
+  refusal: unknown,
+  caller: Actor,
+  report: ResentReport,
+): Promise<JobRecord | undefined> {
+  if (!isMamError(refusal) || !TERMINAL_REFUSALS.has(refusal.code)) return undefined;
+  if (caller.kind !== "agent" || caller.jobId !== jobId) return undefined;
+  const job = await deps.jobs.get(jobId);
+  const pinned = job?.completed_evidence;
+  if (job === undefined || job.status !== "completed" || pinned === undefined) return undefined;
+  if (pinned.attempt_id !== caller.attemptId || job.latest_attempt !== caller.attemptId) return undefined;
+  const sha256 =
+    "bytes" in report ? await sha256Of(report.bytes) : await storedSha256(deps.reports, jobId, caller.attemptId, report.stored);
+  return sha256 === pinned.report_sha256 ? job : undefined;
+}
+
+async function sha256Of(body: Uint8Array | AsyncIterable<Uint8Array>): Promise<string> {
+  const hash = createHash("sha256");
+  if (body instanceof Uint8Array) hash.update(body);
+  else for await (const chunk of body) hash.update(chunk);
+  return hash.digest("hex");
+}
+
+async function storedSha256(
+  reports: ReportStore,
+  jobId: string,
+  attemptId: number,
+  which: "finalize" | "report",
+): Promise<string | undefined> {
+  const location = attemptReportLocation(jobId, attemptId);
+  const name = which === "finalize" && (await reports.exists(location, STAGED_REPORT_NAME)) ? STAGED_REPORT_NAME : REPORT_NAME;
+  return (await reports.hash(location, name))?.sha256;
 }
 
 const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));

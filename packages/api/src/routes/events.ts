@@ -1,9 +1,18 @@
-import { attemptReportLocation, evaluateJob as evaluate, MamError, publishAgentEvent, getJob as readJob } from "@mam/core";
+import { z } from "@hono/zod-openapi";
+import {
+  attemptReportLocation,
+  completedAlready,
+  evaluateJob as evaluate,
+  MamError,
+  publishAgentEvent,
+  getJob as readJob,
+} from "@mam/core";
 import { operator, operatorOrAgent } from "../access.ts";
 import type { Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, jsonRequest } from "../openapi.ts";
 import {
+  AlreadyCompletedSchema,
   EvaluationRequestSchema,
   EventLogSchema,
   GateResponseSchema,
@@ -52,7 +61,9 @@ export const publishEvent = defineRoute(
     tags: ["events"],
     summary: "Publish an agent event (finalize first when asked, commit, log, publish, settle)",
     description:
-      "The answer comes as soon as the commit stands. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.",
+      "The answer comes as soon as the commit stands. An agent re-sending the `completed` its attempt already committed, on the report that completion pinned " +
+      "(the attempt's report, or with `finalize` what a finalize would read: the staged upload, else the live report, hashing to `completed_evidence.report_sha256`), " +
+      "is answered `{already_completed: true, record}` and nothing is written; any other event on a terminal job is refused as before. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.",
     request: {
       params: JobPathSchema,
       body: jsonRequest(PublishEventRequest, {
@@ -61,11 +72,15 @@ export const publishEvent = defineRoute(
       }),
     },
     responses: {
-      200: jsonAnswer("The committed record and the publish outcome.", PublishEventResponseSchema, {
-        record: EXAMPLE.completedByAgent,
-        published: true,
-        finalized: { manifest: EXAMPLE.manifest, manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256 },
-      }),
+      200: jsonAnswer(
+        "The committed record and the publish outcome; or, to a re-sent completion, that the job is already completed.",
+        z.union([PublishEventResponseSchema, AlreadyCompletedSchema]),
+        {
+          record: EXAMPLE.completedByAgent,
+          published: true,
+          finalized: { manifest: EXAMPLE.manifest, manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256 },
+        },
+      ),
     },
   },
   [
@@ -118,7 +133,8 @@ export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services)
         });
       }
     }
-    const r = await withBodyPaths(() =>
+    const actor = actorOf(principal);
+    const publishing = withBodyPaths(() =>
       publishAgentEvent(
         deps,
         jobId,
@@ -131,10 +147,18 @@ export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services)
               : { location: attemptReportLocation(jobId, fin.attempt_id), attemptId: fin.attempt_id, sideEffects: fin.side_effects },
           data: body.data,
         },
-        actorOf(principal),
+        actor,
         { inline: publishInline },
       ),
     );
+    const r = await publishing.catch(async (refusal: unknown) => {
+      // The agent's own completion, sent again: told it is done, nothing written (core's rule).
+      const shown = fin === undefined ? ({ stored: "report" } as const) : ({ stored: "finalize" } as const);
+      const record = body.event === "completed" ? await completedAlready(deps, jobId, refusal, actor, shown) : undefined;
+      if (record === undefined) throw refusal;
+      return { alreadyCompleted: record } as const;
+    });
+    if ("alreadyCompleted" in r) return c.json({ already_completed: true as const, record: r.alreadyCompleted }, 200);
     // A publish that fails after the commit is not an error of this request: the
     // transition and its intent are committed, and the intent stays owed until the
     // recovery sweep (or the change relay) delivers it. Answering 5xx would invite

@@ -1,6 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import {
   attemptReportLocation,
+  completedAlready,
   finalizeAttemptReport,
   readUploadDeclaration,
   requestReportUpload,
@@ -12,6 +13,7 @@ import type { Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, jsonRequest } from "../openapi.ts";
 import {
+  AlreadyCompletedSchema,
   AttemptPathSchema,
   FinalizedSchema,
   FinalizeRequestSchema,
@@ -32,7 +34,8 @@ export const stageReport = defineRoute(
     description:
       "The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, " +
       "for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body " +
-      "is abandoned the moment it passes it. Refused once the job is terminal.",
+      "is abandoned the moment it passes it. Refused once the job is terminal, except to the agent whose attempt completed it re-sending " +
+      "that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere.",
     request: {
       params: AttemptPathSchema,
       body: {
@@ -44,7 +47,17 @@ export const stageReport = defineRoute(
         },
       },
     },
-    responses: { 201: jsonAnswer("The staged body's digest and size.", StagedReportSchema, EXAMPLE.staged) },
+    responses: {
+      200: jsonAnswer(
+        "The job is already completed on exactly these bytes, by this agent's attempt: nothing was staged.",
+        AlreadyCompletedSchema,
+        {
+          already_completed: true,
+          record: EXAMPLE.completedByAgent,
+        },
+      ),
+      201: jsonAnswer("The staged body's digest and size.", StagedReportSchema, EXAMPLE.staged),
+    },
   },
   [
     exampleProblem("dispatch.notFound", `job ${EXAMPLE.jobId} has no recorded dispatch for attempt 2`),
@@ -137,16 +150,36 @@ export const finalizeReport = defineRoute(
     description:
       "Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. " +
       "After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: " +
-      "otherwise 409 `report.mismatch` naming what differs, and nothing is pinned.",
+      "otherwise 409 `report.mismatch` naming what differs, and nothing is pinned. Once the job is terminal it is refused (409 `report.frozen`), " +
+      "except to the agent whose attempt completed it, when what a finalize would read (the staged upload, else the live report) hashes to " +
+      "`completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written.",
     request: {
       params: AttemptPathSchema,
-      body: jsonRequest(FinalizeRequestSchema, { commit: { summary: "A report evidencing one commit", value: EXAMPLE.finalizeRequest } }),
+      // Optional, as @hono/zod-openapi means it: a request with no body (and no
+      // Content-Type) is validated as `{}`, which is `side_effects: []`.
+      body: jsonRequest(
+        FinalizeRequestSchema,
+        {
+          commit: { summary: "A report evidencing one commit", value: EXAMPLE.finalizeRequest },
+          none: { summary: "No side effects (the same as sending no body)", value: { side_effects: [] } },
+        },
+        {
+          required: false,
+          description:
+            'JSON, as for every route; optional: a request with no body and no Content-Type (or `Content-Length: 0`) is `{"side_effects": []}`. ' +
+            "A body that says it is JSON must be JSON: an empty one, or one that does not parse, is a 400.",
+        },
+      ),
     },
     responses: {
-      200: jsonAnswer("The manifest written.", FinalizedSchema, {
-        manifest: EXAMPLE.manifest,
-        manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256,
-      }),
+      200: jsonAnswer(
+        "The manifest written; or, to a re-sent finalize of a completed attempt, that the job is already completed.",
+        z.union([FinalizedSchema, AlreadyCompletedSchema]),
+        {
+          manifest: EXAMPLE.manifest,
+          manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256,
+        },
+      ),
     },
   },
   [
@@ -197,7 +230,17 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
       const declared = await readUploadDeclaration(deps.reports, attemptReportLocation(jobId, attempt));
       if (declared !== undefined) upload.allow(Math.min(declared.bytes, reportUpload.maxBytes));
     }
-    const staged = await upload.pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body, actorOf(c.get("principal"))));
+    const actor = actorOf(c.get("principal"));
+    const staged = await upload
+      .pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body, actor))
+      .catch(async (refusal: unknown) => {
+        // Refused before a byte was read. The agent re-sending the report its completion
+        // pinned is told it is done: the body is hashed, kept nowhere, compared (core's rule).
+        const record = await upload.pipeTo((bytes) => completedAlready(deps, jobId, refusal, actor, { bytes })).catch(() => undefined);
+        if (record === undefined) throw refusal;
+        return { alreadyCompleted: record } as const;
+      });
+    if ("alreadyCompleted" in staged) return c.json({ already_completed: true as const, record: staged.alreadyCompleted }, 200);
     return c.json({ sha256: staged.sha256, bytes: staged.bytes }, 201);
   });
 
@@ -228,7 +271,15 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
 
   app(finalizeReport, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
-    const f = await finalizeAttemptReport(deps, jobId, attempt, c.req.valid("json").side_effects, actorOf(c.get("principal")));
+    const actor = actorOf(c.get("principal"));
+    // No body: zod-openapi hands the handler `{}` unvalidated; it means no side effects.
+    const sideEffects = (c.req.valid("json") as { side_effects?: readonly unknown[] }).side_effects ?? [];
+    const f = await finalizeAttemptReport(deps, jobId, attempt, sideEffects, actor).catch(async (refusal: unknown) => {
+      const record = await completedAlready(deps, jobId, refusal, actor, { stored: "finalize" });
+      if (record === undefined) throw refusal;
+      return { alreadyCompleted: record } as const;
+    });
+    if ("alreadyCompleted" in f) return c.json({ already_completed: true as const, record: f.alreadyCompleted }, 200);
     return c.json({ manifest: f.manifest, manifest_sha256: f.manifestSha256 }, 200);
   });
 
