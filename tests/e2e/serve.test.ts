@@ -154,8 +154,12 @@ describe("e2e: mam serve", () => {
         ok: true,
         manifest: { side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] },
       });
-      // Terminal: the report tree is frozen, and the CLI says so with exit 1.
-      expect(await runCli(["finalize", "--job", jobId, "--attempt", "1", "--report", report], io)).toBe(1);
+      // The agent finalizing the bytes it completed on again is told it is done (exit 0);
+      // other bytes find the report tree frozen, and the CLI says so with exit 1.
+      expect(await runCli(["finalize", "--job", jobId, "--attempt", "1", "--report", report, "--json"], io), err.join("")).toBe(0);
+      expect(JSON.parse(out.at(-1) ?? "{}")).toMatchObject({ already_completed: true, record: { status: "completed" } });
+      await writeFile(join(tree, "report-final.md.tmp"), "# done\n\npushed something else\n");
+      expect(await runCli(["finalize", "--job", jobId, "--attempt", "1", "--report", report], io), `${out.join("")}${err.join("")}`).toBe(1);
       expect(err.join("")).toMatch(/frozen/);
     } finally {
       await sub.close();
