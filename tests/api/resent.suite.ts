@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { runCli } from "@mam/cli";
 import { STAGED_REPORT_NAME } from "@mam/core";
 import { afterEach, describe, expect, it } from "vitest";
-import { captureIo } from "../support/cli-io.ts";
+import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { tempDir } from "../support/temp-dir.ts";
 import { type Harness, makeHarness, type PortsFactory, type Res } from "./harness.ts";
 
@@ -127,19 +127,7 @@ export function apiResentCompletionSuite(name: string, factory: PortsFactory): v
       const api = ["--api", "http://mam.test", "--token", agent, "--json"];
       const report = join(tree.dir, "report-final.md");
       for (const args of [
-        [
-          "publish-event",
-          "--job",
-          jobId,
-          "--event",
-          "completed",
-          "--attempt",
-          "1",
-          "--finalize-report",
-          report,
-          "--side-effect",
-          "git_push=a1b2c3d",
-        ],
+        publishCompletedArgs(jobId, report, "git_push=a1b2c3d"),
         ["publish-event", "--job", jobId, "--event", "completed"],
         ["finalize", "--job", jobId, "--attempt", "1", "--report", report, "--side-effect", "git_push=a1b2c3d"],
       ]) {

@@ -201,7 +201,8 @@ afterAll(async () => {
   await tmp?.remove();
 });
 
-function httpCall(base: string): Call {
+/** Calls through `fetch`-shaped transport: a real server's `fetch`, or a Hono app's `request`. */
+function callWith(send: (path: string, init: RequestInit) => Promise<Response>): Call {
   return async (method, p, req) => {
     const headers: Record<string, string> = { authorization: `Bearer ${req.token}` };
     let body: string | undefined = req.body;
@@ -209,25 +210,14 @@ function httpCall(base: string): Call {
       body = JSON.stringify(req.json);
       headers["content-type"] = "application/json";
     } else if (req.type !== undefined) headers["content-type"] = req.type;
-    const res = await fetch(new URL(p, base), { method, headers, ...(body === undefined ? {} : { body }) });
+    const res = await send(p, { method, headers, ...(body === undefined ? {} : { body }) });
     const text = await res.text();
     return { status: res.status, body: text === "" ? undefined : JSON.parse(text) };
   };
 }
 
-function appCall(app: Hono): Call {
-  return async (method, p, req) => {
-    const headers: Record<string, string> = { authorization: `Bearer ${req.token}` };
-    let body: string | undefined = req.body;
-    if (req.json !== undefined) {
-      body = JSON.stringify(req.json);
-      headers["content-type"] = "application/json";
-    } else if (req.type !== undefined) headers["content-type"] = req.type;
-    const res = await app.request(p, { method, headers, ...(body === undefined ? {} : { body }) });
-    const text = await res.text();
-    return { status: res.status, body: text === "" ? undefined : JSON.parse(text) };
-  };
-}
+const httpCall = (base: string): Call => callWith((p, init) => fetch(new URL(p, base), init));
+const appCall = (app: Hono): Call => callWith(async (p, init) => app.request(p, init));
 
 let tables = 0;
 
