@@ -790,6 +790,7 @@ export interface components {
         | "job.transitioned"
         | "dispatch.recorded"
         | "report.staged"
+        | "report.upload_declared"
         | "report.finalized"
         | "intent.published"
         | "intent.failed"

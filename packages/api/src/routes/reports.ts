@@ -251,7 +251,8 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
   app(requestUpload, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
     const declared = c.req.valid("json");
-    const issued = await withBodyPaths(() => requestReportUpload(deps, jobId, attempt, declared, reportUpload));
+    const actor = actorOf(c.get("principal"));
+    const issued = await withBodyPaths(() => requestReportUpload(deps, jobId, attempt, declared, reportUpload, actor));
     if (issued.target !== undefined) {
       const { url, method, headers, expiresAt } = issued.target;
       return c.json(
