@@ -88,6 +88,15 @@ export function apiVerificationSuite(name: string, factory: PortsFactory): void 
       expect((await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator })).body).toEqual(record);
     });
 
+    it("issue 17: asked about artifacts the completion's manifest does not evidence, the tree still matches the completion: ok: false for the artifacts, matches_completion: true", async () => {
+      const h = await makeHarness(factory, {}, cleanup);
+      const jobId = await completedJob(h);
+      const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification?expected_artifacts=git_push,pr`, { token: h.operator });
+      expect(v.status, v.text).toBe(200);
+      expect(v.body).toMatchObject({ ok: false, matches_completion: true, pinned: { ok: true } });
+      expect(v.body.reason).toContain("no side-effect evidence for pr");
+    });
+
     it("issue 17: an attempt the job did not complete on carries no matches_completion", async () => {
       const h = await makeHarness(factory, {}, cleanup);
       const jobId = await completedJob(h);

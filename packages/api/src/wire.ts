@@ -249,7 +249,7 @@ export const VerificationSchema = z
       .boolean()
       .optional()
       .describe(
-        "once the job completed on this attempt: whether the live report and manifest verify and are the ones the completion names (`completed_evidence.manifest_sha256`, `report_sha256`); when false, `ok` is false",
+        "once the job completed on this attempt: whether the live report and manifest verify on their own (whatever `expected_artifacts` asks) and are the ones the completion names (`completed_evidence.manifest_sha256`, `report_sha256`); when false, `ok` is false",
       ),
     pinned: z
       .strictObject({

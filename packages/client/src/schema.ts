@@ -694,7 +694,7 @@ export interface components {
       manifest: components["schemas"]["Manifest"] | null;
       /** @description the live manifest's SHA-256, whenever it verifies on its own (also when it is not the one the completion names) */
       manifest_sha256?: string;
-      /** @description once the job completed on this attempt: whether the live report and manifest verify and are the ones the completion names (`completed_evidence.manifest_sha256`, `report_sha256`); when false, `ok` is false */
+      /** @description once the job completed on this attempt: whether the live report and manifest verify on their own (whatever `expected_artifacts` asks) and are the ones the completion names (`completed_evidence.manifest_sha256`, `report_sha256`); when false, `ok` is false */
       matches_completion?: boolean;
       /** @description once the job completed on this attempt: the write-once copy its completion pinned, re-hashed */
       pinned?: {

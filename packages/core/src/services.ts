@@ -10,6 +10,7 @@ import {
   checkDeclaredUpload,
   type Finalized,
   type Manifest,
+  missingArtifacts,
   type PreparedFinalize,
   prepareFinalize,
   REPORT_NAME,
@@ -210,14 +211,14 @@ export async function verifyAttemptReport(
 ): Promise<AttemptVerification> {
   const job = await getJob(deps, jobId);
   const location = attemptReportLocation(jobId, attemptId);
-  const live = await verifyManifest(deps.reports, {
-    location,
-    jobId,
-    attemptId,
-    expectedArtifacts: expectedArtifacts ?? job.expected_artifacts,
-  });
+  const expected = expectedArtifacts ?? job.expected_artifacts;
   const completion = job.completed_evidence;
-  if (completion === undefined || completion.attempt_id !== attemptId) return live;
+  if (completion === undefined || completion.attempt_id !== attemptId) {
+    return verifyManifest(deps.reports, { location, jobId, attemptId, expectedArtifacts: expected });
+  }
+  // Whether the tree is the completion's does not depend on which artifacts are asked
+  // about: the tree is verified on its own, compared, then held to `expected`.
+  const live = await verifyManifest(deps.reports, { location, jobId, attemptId });
   const check = await verifyPinnedReport(deps.reports, location, completion.report_sha256);
   const pinned = {
     ok: check.ok,
@@ -227,17 +228,21 @@ export async function verifyAttemptReport(
   };
   if (!live.ok) return { ...live, matchesCompletion: false, pinned };
   const matchesCompletion = live.manifestSha256 === completion.manifest_sha256 && live.manifest.sha256 === completion.report_sha256;
-  if (matchesCompletion) return { ...live, matchesCompletion, pinned };
-  return {
-    ok: false,
-    reason:
-      `the live report tree is not the one the completion names: the live manifest is ${live.manifestSha256} (report ${live.manifest.sha256}), ` +
-      `the completion names manifest ${completion.manifest_sha256} (report ${completion.report_sha256}); the pinned copy ${completion.evidence_location} is the evidence`,
-    manifest: live.manifest,
-    manifestSha256: live.manifestSha256,
-    matchesCompletion,
-    pinned,
-  };
+  if (!matchesCompletion) {
+    return {
+      ok: false,
+      reason:
+        `the live report tree is not the one the completion names: the live manifest is ${live.manifestSha256} (report ${live.manifest.sha256}), ` +
+        `the completion names manifest ${completion.manifest_sha256} (report ${completion.report_sha256}); the pinned copy ${completion.evidence_location} is the evidence`,
+      manifest: live.manifest,
+      manifestSha256: live.manifestSha256,
+      matchesCompletion,
+      pinned,
+    };
+  }
+  const missing = missingArtifacts(live.manifest, expected);
+  if (missing !== undefined) return { ok: false, reason: missing, manifest: live.manifest, matchesCompletion, pinned };
+  return { ...live, matchesCompletion, pinned };
 }
 
 /** An attempt's verification, as `GET .../verification` answers it. */
@@ -248,9 +253,10 @@ export interface AttemptVerification {
   /** The live manifest's digest, whenever it verified on its own (also when it is not the completion's). */
   readonly manifestSha256?: string;
   /**
-   * Once the job completed on this attempt: whether the live tree verifies and is the
-   * one the completion names (`completed_evidence.manifest_sha256` and
-   * `report_sha256`). Absent for any other attempt.
+   * Once the job completed on this attempt: whether the live tree verifies on its own
+   * (whatever artifacts are asked about) and is the one the completion names
+   * (`completed_evidence.manifest_sha256` and `report_sha256`). Absent for any other
+   * attempt.
    */
   readonly matchesCompletion?: boolean;
   /** Once the job completed on this attempt: the write-once copy its completion pinned, re-hashed. */
