@@ -5,6 +5,7 @@ import { apiBoundsSuite } from "./bounds.suite.ts";
 import { apiFinalizeBodySuite } from "./finalize-body.suite.ts";
 import { apiResentCompletionSuite } from "./resent.suite.ts";
 import { apiRoutesSuite } from "./routes.suite.ts";
+import { apiVerificationSuite } from "./verification.suite.ts";
 
 let peers: AwsPeers;
 beforeAll(async () => {
@@ -19,3 +20,4 @@ apiRoutesSuite(TITLE, (opts) => peers.ports(opts));
 apiBoundsSuite(TITLE, (opts) => peers.ports(opts));
 apiResentCompletionSuite(TITLE, (opts) => peers.ports(opts));
 apiFinalizeBodySuite(TITLE, (opts) => peers.ports(opts));
+apiVerificationSuite(TITLE, (opts) => peers.ports(opts));

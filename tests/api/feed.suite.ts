@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
 import { type Harness, type HarnessOptions, makeHarness, type PortsFactory, type Res } from "./harness.ts";
 
@@ -146,6 +146,31 @@ export function apiFeedSuite(name: string, factory: PortsFactory): void {
       expect(first.text + rest.text).not.toContain(agentToken);
       const empty = await feed(h, h.operator, `?after=${encodeURIComponent(rest.body.cursor)}`);
       expect(empty.body).toEqual({ items: [], cursor: rest.body.cursor });
+    });
+
+    it("issue 17: an upload declaration is report.upload_declared by the agent who made it (what it declared), and the bytes that arrive report.staged", async () => {
+      const h = await harness();
+      const jobId = await register(h);
+      const agentToken = await dispatch(h, jobId);
+      const body = new TextEncoder().encode("# Report\n\nUploaded around the body limit.\n");
+      const sha256 = createHash("sha256").update(body).digest("hex");
+      const declared = await h.call("POST", `/v1/jobs/${jobId}/attempts/1/report/upload`, {
+        token: agentToken,
+        json: { sha256, bytes: body.byteLength },
+      });
+      expect(declared.status, declared.text).toBe(200);
+      const sent = await h.call("PUT", `/v1/jobs/${jobId}/attempts/1/report`, {
+        token: agentToken,
+        body,
+        headers: { "content-type": "application/octet-stream" },
+      });
+      expect(sent.status, sent.text).toBe(201);
+      const agentJti = h.tokens.verify(agentToken).tokenId;
+      const rows = (await feed(h, h.operator)).body.items.slice(2);
+      expect(rows.map((r: { kind: string; actor: unknown; data: unknown }) => [r.kind, r.actor, r.data])).toEqual([
+        ["report.upload_declared", { type: "agent", token_id: agentJti }, { attempt_id: 1, sha256, bytes: body.byteLength }],
+        ["report.staged", { type: "agent", token_id: agentJti }, { attempt_id: 1, sha256, bytes: body.byteLength }],
+      ]);
     });
 
     it("an agent token reads only its own job's rows", async () => {

@@ -2,6 +2,7 @@ import {
   ConditionalCheckFailedException,
   DescribeTableCommand,
   DynamoDBClient,
+  GetItemCommand,
   ProvisionedThroughputExceededException,
   PutItemCommand,
   QueryCommand,
@@ -12,6 +13,8 @@ import {
   countRequests,
   createJobTable,
   DynamoJobStore,
+  feedWriteOfStreamRecord,
+  JOB_ITEM_SK,
   JOB_TABLE_DEFINITION,
   jobItem,
   jobRecordOfNewImage,
@@ -26,6 +29,7 @@ import {
   type JobRecord,
   MamError,
   type NotificationIntent,
+  noteOf,
   type Status,
   TransitionConflict,
 } from "@mam/core";
@@ -538,6 +542,32 @@ describe("the job item layout (job-item.ts)", () => {
     expect(err).toBeInstanceOf(MamError);
     expect(err).toMatchObject({ code: "internal", message: "stream record 7 holds a job item that is not a job record" });
     expect((err as MamError).issues.map((i) => i.path)).toEqual(["NewImage.prompt"]);
+  });
+});
+
+describe("DynamoJobStore: the feed's note on the item (issue 17)", () => {
+  it("an upload declaration's evidence write leaves its actor and what it declared on the item; the stream derivation of that write is report.upload_declared by that actor", async () => {
+    const dynamo = await freshStore();
+    const store = guardJobStore(dynamo);
+    await store.create(job("decl-1", { status: "running", transition_seq: 1, latest_attempt: 1 }));
+    const item = async () =>
+      (await peer.client.send(new GetItemCommand({ TableName: dynamo.tableName, Key: marshall({ pk: "JOB#decl-1", sk: JOB_ITEM_SK }) })))
+        .Item;
+    const before = await item();
+    const declared = { sha256: "f".repeat(64), bytes: 41_943_040 };
+    const agent = { kind: "agent", jobId: "decl-1", attemptId: 1, tokenId: "jti-decl" } as const;
+    await store.recordEvidence("decl-1", { guard: { attempt: 1 }, note: noteOf(agent, { declared }) });
+    const after = await item();
+    expect(JSON.parse(after?.feed_note?.S ?? "null")).toEqual({ actor: { type: "agent", token_id: "jti-decl" }, declared });
+    const record = {
+      eventID: "e-decl",
+      eventName: "MODIFY",
+      dynamodb: { SequenceNumber: "100", OldImage: before, NewImage: after, StreamViewType: "NEW_AND_OLD_IMAGES" },
+    } as unknown as Parameters<typeof feedWriteOfStreamRecord>[0];
+    const rows = feedWriteOfStreamRecord(record, at(10))?.rows ?? [];
+    expect(rows.map((r) => [r.row.kind, r.row.actor, r.row.data])).toEqual([
+      ["report.upload_declared", { type: "agent", token_id: "jti-decl" }, { attempt_id: 1, ...declared }],
+    ]);
   });
 });
 

@@ -74,6 +74,16 @@ describe("feedWriteOfStreamRecord (DynamoDB's feed, derived from the stream)", (
     expect(rows.every((r) => r.row.actor.type === "service")).toBe(true);
   });
 
+  it("issue 17: a MODIFY whose note declares an upload is report.upload_declared, by the note's actor, with what was declared", () => {
+    const before = job("s-d", { status: "running", transition_seq: 1, latest_attempt: 1, evidence_seq: 1 });
+    const after = { ...before, evidence_seq: 2 };
+    const note: ChangeNote = { ...agent, declared: { sha256: "e".repeat(64), bytes: 41_943_040 } };
+    const rows = feedWriteOfStreamRecord(streamRecord(before, after, { note }), WRITTEN_AT)?.rows ?? [];
+    expect(rows.map((r) => [r.row.kind, r.row.actor, r.row.data])).toEqual([
+      ["report.upload_declared", agent.actor, { attempt_id: 1, sha256: "e".repeat(64), bytes: 41_943_040 }],
+    ]);
+  });
+
   it("a replayed record derives the same marker and the same per-job keys, whenever it is written", () => {
     const record = streamRecord(job("s-3"), job("s-3", { status: "running", transition_seq: 1 }));
     const first = feedWriteOfStreamRecord(record, WRITTEN_AT);

@@ -131,6 +131,18 @@ export function changeFeedContract(name: string, make: () => Promise<{ store: Jo
       ]);
     });
 
+    it("issue 17: an upload declaration is report.upload_declared with what was declared, by its actor; the stage after it report.staged", async () => {
+      await store.create(job("decl-1"));
+      await store.recordEvidence("decl-1", { guard: { newAttempt: 1 }, note: operator });
+      await store.recordEvidence("decl-1", { guard: { attempt: 1 }, note: { ...agent, declared: { sha256: "d".repeat(64), bytes: 40 } } });
+      await store.recordEvidence("decl-1", { guard: { attempt: 1 }, note: { ...agent, staged: { sha256: "d".repeat(64), bytes: 40 } } });
+      const rows = (await readAll()).slice(2);
+      expect(rows.map((r) => [r.kind, r.data, r.actor])).toEqual([
+        ["report.upload_declared", { attempt_id: 1, sha256: "d".repeat(64), bytes: 40 }, agent.actor],
+        ["report.staged", { attempt_id: 1, sha256: "d".repeat(64), bytes: 40 }, agent.actor],
+      ]);
+    });
+
     it("a finalize committed with a transition is report.finalized and job.transitioned, in one write", async () => {
       await store.create(job("fin-1", { status: "running", transition_seq: 1, latest_attempt: 1 }));
       const finalized = { attempt_id: 1, report_sha256: "d".repeat(64), manifest_sha256: "e".repeat(64), finalized_at: at(4) };

@@ -67,6 +67,18 @@ describe("parseConfig", () => {
     expect(e.issues.map((i) => i.path)).toEqual([name]);
   });
 
+  it("issue 17: a MAM_OPERATOR_TOKEN shorter than 32 characters is config.invalid naming it, and never echoes the token", () => {
+    for (const token of ["Q", "hunter2", "0123456789abcdef0123456789abcde"]) {
+      const e = configError({ MAM_OPERATOR_TOKEN: token });
+      expect(e.code).toBe("config.invalid");
+      expect(e.issues.map((i) => i.path)).toEqual(["MAM_OPERATOR_TOKEN"]);
+      expect(e.message).toContain("MAM_OPERATOR_TOKEN must be at least 32 characters");
+      expect(e.message).not.toContain(token);
+    }
+    const token = "0123456789abcdef0123456789abcdef";
+    expect(parseConfig({ MAM_OPERATOR_TOKEN: token }).operatorToken).toBe(token);
+  });
+
   it("names every bad variable at once", () => {
     const e = configError({ MAM_AUTO_COMPLETE: "yes", MAM_PORT: "abc" });
     expect(e.code).toBe("config.invalid");

@@ -243,7 +243,14 @@ export const VerificationSchema = z
     manifest_sha256: z
       .string()
       .regex(/^[0-9a-f]{64}$/)
-      .optional(),
+      .optional()
+      .describe("the live manifest's SHA-256, whenever it verifies on its own (also when it is not the one the completion names)"),
+    matches_completion: z
+      .boolean()
+      .optional()
+      .describe(
+        "once the job completed on this attempt: whether the live report and manifest verify on their own (whatever `expected_artifacts` asks) and are the ones the completion names (`completed_evidence.manifest_sha256`, `report_sha256`); when false, `ok` is false",
+      ),
     pinned: z
       .strictObject({
         ok: z.boolean(),

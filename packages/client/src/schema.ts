@@ -156,7 +156,7 @@ export interface paths {
     };
     /**
      * Verify an attempt's manifest against the stored report
-     * @description A failed verification is an answer (`ok: false` with the reason), not an error.
+     * @description A failed verification is an answer (`ok: false` with the reason), not an error. Once the job completed on this attempt, the answer also says whether the live report and manifest are the ones the completion names (`matches_completion`; `ok` is false when they are not, however well they agree with each other) and re-hashes the write-once copy the completion pinned (`pinned`).
      */
     get: operations["verifyReport"];
     put?: never;
@@ -692,7 +692,10 @@ export interface components {
       ok: boolean;
       reason: string;
       manifest: components["schemas"]["Manifest"] | null;
+      /** @description the live manifest's SHA-256, whenever it verifies on its own (also when it is not the one the completion names) */
       manifest_sha256?: string;
+      /** @description once the job completed on this attempt: whether the live report and manifest verify on their own (whatever `expected_artifacts` asks) and are the ones the completion names (`completed_evidence.manifest_sha256`, `report_sha256`); when false, `ok` is false */
+      matches_completion?: boolean;
       /** @description once the job completed on this attempt: the write-once copy its completion pinned, re-hashed */
       pinned?: {
         ok: boolean;
@@ -787,6 +790,7 @@ export interface components {
         | "job.transitioned"
         | "dispatch.recorded"
         | "report.staged"
+        | "report.upload_declared"
         | "report.finalized"
         | "intent.published"
         | "intent.failed"
@@ -2987,6 +2991,7 @@ export interface operations {
            *         "finalized_at": "2026-11-20T10:05:20.000Z"
            *       },
            *       "manifest_sha256": "3b8e1d4a7c0f2e5b8a1d4c7f0e3b6a9d2c5f8e1b4a7d0c3f6e9b2a5d8c1f4e7b",
+           *       "matches_completion": true,
            *       "pinned": {
            *         "ok": true,
            *         "reason": "verified",

@@ -63,7 +63,11 @@ export const EnvSchema = z.object({
     .regex(/^[A-Za-z0-9_-]{1,23}$/, "MAM_MQTT_CLIENT_ID must be 1 to 23 letters, digits, '-' or '_' (what every MQTT 3.1.1 broker accepts)")
     .default("mam-service"),
   MAM_MQTT_MAX_PACKET_BYTES: int("MAM_MQTT_MAX_PACKET_BYTES", 64 * 1024, 1024, 16 * 1024 * 1024),
-  MAM_OPERATOR_TOKEN: z.string().min(1).optional(),
+  // Accepted as a bearer with every scope: as hard to guess as the signing key behind the other tokens.
+  MAM_OPERATOR_TOKEN: z
+    .string()
+    .min(32, "MAM_OPERATOR_TOKEN must be at least 32 characters (it is accepted as an operator token with every scope)")
+    .optional(),
   MAM_TOKEN_SIGNING_KEY: z.string().min(32, "MAM_TOKEN_SIGNING_KEY must be at least 32 characters").optional(),
   MAM_TOKEN_SIGNING_KEY_PARAMETER: z.string().min(1).optional(),
   MAM_AGENT_TOKEN_TTL_SECONDS: int("MAM_AGENT_TOKEN_TTL_SECONDS", 86_400, 60, 30 * 86_400),

@@ -15,6 +15,7 @@ export const CHANGE_KINDS = [
   "job.transitioned",
   "dispatch.recorded",
   "report.staged",
+  "report.upload_declared",
   "report.finalized",
   "intent.published",
   "intent.failed",
@@ -65,11 +66,14 @@ export interface ChangeNote {
   readonly actor?: ChangeActor;
   /** A report stage: what was staged. */
   readonly staged?: { readonly sha256: string; readonly bytes: number };
+  /** An upload's declaration (`requestReportUpload`): what the uploader said it will send. Nothing is staged yet. */
+  readonly declared?: { readonly sha256: string; readonly bytes: number };
 }
 
 export const ChangeNoteSchema = z.strictObject({
   actor: ChangeActorSchema.optional(),
   staged: z.strictObject({ sha256: z.string().max(64), bytes: z.number().int().min(0) }).optional(),
+  declared: z.strictObject({ sha256: z.string().max(64), bytes: z.number().int().min(0) }).optional(),
 });
 
 /** The feed actor of an engine actor: an operator or an agent, with its token's id when a token was used. */
@@ -102,7 +106,9 @@ const samePending = (a: NotificationIntent | undefined, b: NotificationIntent | 
  *   `report.finalized` when it committed a finalize, and `intent.superseded` when it
  *   replaced an owed intent that was never settled (`data.by` the newer one);
  * - `evidence_seq` moved: `dispatch.recorded` (the latest attempt moved),
- *   `report.finalized` (the finalized report changed), else `report.staged`;
+ *   `report.finalized` (the finalized report changed), `report.upload_declared`
+ *   (the write declared an upload: its note says what the uploader will send, and
+ *   nothing is staged yet), else `report.staged`;
  * - neither (bookkeeping on the owed intent): `intent.published` (settled),
  *   `intent.quarantined`, `intent.released`, `intent.failed`, or `intent.superseded`
  *   (replaced by another intent).
@@ -155,10 +161,14 @@ export function changeRowsOf(before: JobRecord | undefined, after: JobRecord, no
     }
     if (finalized()) return rows;
     const attempt = after.latest_attempt;
+    const attemptData = attempt === undefined ? {} : { attempt_id: attempt };
+    if (note.declared !== undefined) {
+      return [row("report.upload_declared", { data: { ...attemptData, sha256: note.declared.sha256, bytes: note.declared.bytes } })];
+    }
     return [
       row("report.staged", {
         data: {
-          ...(attempt === undefined ? {} : { attempt_id: attempt }),
+          ...attemptData,
           ...(note.staged === undefined ? {} : { sha256: note.staged.sha256, bytes: note.staged.bytes }),
         },
       }),

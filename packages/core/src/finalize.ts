@@ -325,12 +325,16 @@ export async function verifyManifest(reports: ReportStore, input: VerifyInput): 
       manifest: m,
     };
   }
-  const evidenced = new Set(m.side_effects.map((s) => s.kind));
-  const missing = (input.expectedArtifacts ?? []).filter((k) => !evidenced.has(k));
-  if (missing.length > 0) {
-    return { ok: false, reason: `no side-effect evidence for ${missing.join(", ")} (expected by the job)`, manifest: m };
-  }
+  const missing = missingArtifacts(m, input.expectedArtifacts);
+  if (missing !== undefined) return { ok: false, reason: missing, manifest: m };
   return { ok: true, reason: "the manifest verifies against the stored report", manifest: m, manifestSha256: sha256Hex(raw) };
+}
+
+/** Why a manifest does not evidence every kind in `expected`, or undefined when it does. */
+export function missingArtifacts(manifest: Manifest, expected: readonly string[] | undefined): string | undefined {
+  const evidenced = new Set(manifest.side_effects.map((s) => s.kind));
+  const missing = (expected ?? []).filter((k) => !evidenced.has(k));
+  return missing.length === 0 ? undefined : `no side-effect evidence for ${missing.join(", ")} (expected by the job)`;
 }
 
 /**

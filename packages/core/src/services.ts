@@ -9,12 +9,13 @@ import {
   attemptReportLocation,
   checkDeclaredUpload,
   type Finalized,
+  type Manifest,
+  missingArtifacts,
   type PreparedFinalize,
   prepareFinalize,
   REPORT_NAME,
   readUploadDeclaration,
   STAGED_REPORT_NAME,
-  type Verification,
   validateSideEffects,
   verifyManifest,
   verifyPinnedReport,
@@ -196,29 +197,70 @@ async function applyFinalizeIfCurrent(
 
 /**
  * Verify an attempt's live report tree (B-06..B-08), and, once the job completed on
- * this attempt, the write-once copy its completion pinned.
+ * this attempt, whether that tree is the one its completion names and the write-once
+ * copy it pinned. A live report and manifest can agree with each other and still not
+ * be the completion's (written into the store after it, by someone with access to it
+ * or by a finalize that lost its race and wrote late): then `ok` is false and
+ * `matchesCompletion` says why, beside the pinned copy's own check.
  */
 export async function verifyAttemptReport(
   deps: Using<Pick<JobRecords, "get">, "reports">,
   jobId: string,
   attemptId: number,
   expectedArtifacts?: readonly string[],
-): Promise<Verification & { readonly pinned?: PinnedVerification }> {
+): Promise<AttemptVerification> {
   const job = await getJob(deps, jobId);
   const location = attemptReportLocation(jobId, attemptId);
-  const live = await verifyManifest(deps.reports, {
-    location,
-    jobId,
-    attemptId,
-    expectedArtifacts: expectedArtifacts ?? job.expected_artifacts,
-  });
-  const pinned = job.completed_evidence;
-  if (pinned === undefined || pinned.attempt_id !== attemptId) return live;
-  const check = await verifyPinnedReport(deps.reports, location, pinned.report_sha256);
-  return {
-    ...live,
-    pinned: { ok: check.ok, reason: check.reason, report_sha256: pinned.report_sha256, evidence_location: pinned.evidence_location },
+  const expected = expectedArtifacts ?? job.expected_artifacts;
+  const completion = job.completed_evidence;
+  if (completion === undefined || completion.attempt_id !== attemptId) {
+    return verifyManifest(deps.reports, { location, jobId, attemptId, expectedArtifacts: expected });
+  }
+  // Whether the tree is the completion's does not depend on which artifacts are asked
+  // about: the tree is verified on its own, compared, then held to `expected`.
+  const live = await verifyManifest(deps.reports, { location, jobId, attemptId });
+  const check = await verifyPinnedReport(deps.reports, location, completion.report_sha256);
+  const pinned = {
+    ok: check.ok,
+    reason: check.reason,
+    report_sha256: completion.report_sha256,
+    evidence_location: completion.evidence_location,
   };
+  if (!live.ok) return { ...live, matchesCompletion: false, pinned };
+  const matchesCompletion = live.manifestSha256 === completion.manifest_sha256 && live.manifest.sha256 === completion.report_sha256;
+  if (!matchesCompletion) {
+    return {
+      ok: false,
+      reason:
+        `the live report tree is not the one the completion names: the live manifest is ${live.manifestSha256} (report ${live.manifest.sha256}), ` +
+        `the completion names manifest ${completion.manifest_sha256} (report ${completion.report_sha256}); the pinned copy ${completion.evidence_location} is the evidence`,
+      manifest: live.manifest,
+      manifestSha256: live.manifestSha256,
+      matchesCompletion,
+      pinned,
+    };
+  }
+  const missing = missingArtifacts(live.manifest, expected);
+  if (missing !== undefined) return { ok: false, reason: missing, manifest: live.manifest, matchesCompletion, pinned };
+  return { ...live, matchesCompletion, pinned };
+}
+
+/** An attempt's verification, as `GET .../verification` answers it. */
+export interface AttemptVerification {
+  readonly ok: boolean;
+  readonly reason: string;
+  readonly manifest?: Manifest;
+  /** The live manifest's digest, whenever it verified on its own (also when it is not the completion's). */
+  readonly manifestSha256?: string;
+  /**
+   * Once the job completed on this attempt: whether the live tree verifies on its own
+   * (whatever artifacts are asked about) and is the one the completion names
+   * (`completed_evidence.manifest_sha256` and `report_sha256`). Absent for any other
+   * attempt.
+   */
+  readonly matchesCompletion?: boolean;
+  /** Once the job completed on this attempt: the write-once copy its completion pinned, re-hashed. */
+  readonly pinned?: PinnedVerification;
 }
 
 export interface PinnedVerification {

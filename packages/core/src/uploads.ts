@@ -1,5 +1,6 @@
-import type { Using } from "./deps.ts";
+import type { Actor, Using } from "./deps.ts";
 import { MamError } from "./errors.ts";
+import { noteOf } from "./feed.ts";
 import { STAGED_REPORT_NAME, UPLOAD_DECLARATION_NAME, type UploadDeclaration } from "./finalize.ts";
 import type { JobRecords, UploadTarget } from "./ports.ts";
 import { writableAttempt } from "./services.ts";
@@ -33,7 +34,8 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
  *
  *   refuse early (terminal, not the latest attempt, too large)
  *   -> recordEvidence {attempt}     one conditional write: not terminal, still the
- *                                   latest attempt; bumps evidence_seq
+ *                                   latest attempt; bumps evidence_seq; the feed's
+ *                                   report.upload_declared, by `actor`
  *   -> put report-upload.json       the declaration, beside the staged name it binds
  *   -> the store's address          for report-final.md.tmp only (S3: presigned PUT)
  *
@@ -49,6 +51,8 @@ export async function requestReportUpload(
   attemptId: number,
   request: ReportUploadRequest,
   policy: ReportUploadPolicy,
+  /** Who declares the upload, for the change feed; the service itself when absent. */
+  actor?: Actor,
 ): Promise<IssuedReportUpload> {
   if (!SHA256_HEX.test(request.sha256)) {
     throw new MamError("input.invalid", "sha256 is 64 lowercase hex digits", {
@@ -66,7 +70,10 @@ export async function requestReportUpload(
     );
   }
   const location = await writableAttempt(deps, jobId, attemptId);
-  await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId } });
+  await deps.jobs.recordEvidence(jobId, {
+    guard: { attempt: attemptId },
+    note: noteOf(actor, { declared: { sha256: request.sha256, bytes: request.bytes } }),
+  });
   const now = deps.clock.now();
   const expiresAt = new Date(now.getTime() + policy.expiresInSeconds * 1000);
   const declaration: UploadDeclaration = {

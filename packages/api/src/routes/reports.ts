@@ -200,7 +200,10 @@ export const verifyReport = defineRoute(
     path: "/v1/jobs/{job_id}/attempts/{attempt}/verification",
     tags: ["reports"],
     summary: "Verify an attempt's manifest against the stored report",
-    description: "A failed verification is an answer (`ok: false` with the reason), not an error.",
+    description:
+      "A failed verification is an answer (`ok: false` with the reason), not an error. Once the job completed on this attempt, " +
+      "the answer also says whether the live report and manifest are the ones the completion names (`matches_completion`; `ok` is false " +
+      "when they are not, however well they agree with each other) and re-hashes the write-once copy the completion pinned (`pinned`).",
     request: { params: AttemptPathSchema, query: VerificationQuerySchema },
     responses: {
       200: jsonAnswer("The verification.", VerificationSchema, {
@@ -208,6 +211,7 @@ export const verifyReport = defineRoute(
         reason: "verified",
         manifest: EXAMPLE.manifest,
         manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256,
+        matches_completion: true,
         pinned: {
           ok: true,
           reason: "verified",
@@ -247,7 +251,8 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
   app(requestUpload, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
     const declared = c.req.valid("json");
-    const issued = await withBodyPaths(() => requestReportUpload(deps, jobId, attempt, declared, reportUpload));
+    const actor = actorOf(c.get("principal"));
+    const issued = await withBodyPaths(() => requestReportUpload(deps, jobId, attempt, declared, reportUpload, actor));
     if (issued.target !== undefined) {
       const { url, method, headers, expiresAt } = issued.target;
       return c.json(
@@ -291,7 +296,8 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
         ok: v.ok,
         reason: v.reason,
         manifest: v.manifest ?? null,
-        ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
+        ...(v.manifestSha256 === undefined ? {} : { manifest_sha256: v.manifestSha256 }),
+        ...(v.matchesCompletion === undefined ? {} : { matches_completion: v.matchesCompletion }),
         ...(v.pinned === undefined ? {} : { pinned: v.pinned }),
       },
       200,
