@@ -27,7 +27,7 @@ export default defineConfig({
     ],
     // The `mam` CLI's seed tests run the embedded backend only: nothing of DynamoDB's.
     exclude: ["**/node_modules/**", "tests/seed/cli.test.ts"],
-    env: { MAM_DYNAMODB_PEER: "dynamodb-local", MAM_TEST_BACKENDS: "aws" },
+    env: { ...base.test?.env, MAM_DYNAMODB_PEER: "dynamodb-local", MAM_TEST_BACKENDS: "aws" },
     // DynamoDB Local answers in hundreds of milliseconds where dynalite takes tens.
     testTimeout: 120_000,
     hookTimeout: 120_000,

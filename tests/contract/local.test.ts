@@ -484,6 +484,19 @@ describe("FileReportStore, beyond the contract", () => {
     expect(await store.getBytes(agentTree, "report-final.md")).toEqual(body);
   });
 
+  it("pathOf is the file that describe's mam-file:/// URI names, and refuses what describe refuses", async () => {
+    const store = new FileReportStore(root);
+    await store.put("reports/j/1", "report-final.md", Buffer.from("on disk"));
+    const file = store.pathOf("reports/j/1", "report-final.md");
+    expect(file).toBe(path.join(root, "reports", "j", "1", "report-final.md"));
+    expect(readFileSync(file, "utf8")).toBe("on disk");
+    expect(store.describe("reports/j/1", "report-final.md")).toBe("mam-file:///reports/j/1/report-final.md");
+    const agentTree = path.join(tmp.dir, "agent-worktree");
+    expect(store.pathOf(agentTree, "r.md")).toBe(store.describe(agentTree, "r.md"));
+    expect(() => store.pathOf("reports/../../escaped", "x.md")).toThrow(expect.objectContaining({ code: "report.location" }));
+    expect(() => store.pathOf("reports/j/1", "../x.md")).toThrow(expect.objectContaining({ code: "report.location" }));
+  });
+
   it("refuses absolute locations when told to (the service)", async () => {
     const store = new FileReportStore(root, { allowAbsolute: false });
     await expect(store.put(path.join(tmp.dir, "elsewhere"), "x.md", Buffer.from("x"))).rejects.toMatchObject({ code: "report.location" });

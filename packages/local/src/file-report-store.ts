@@ -205,10 +205,21 @@ export class FileReportStore implements ReportStore {
   }
 
   describe(location: string, name: string): string {
-    const file = path.join(this.#directory(location), checkName(name));
+    const file = this.pathOf(location, name);
     if (path.isAbsolute(location)) return file;
     const inRoot = path.relative(this.#root, file).split(path.sep).map(encodeURIComponent).join("/");
     return `${FILE_STORE_SCHEME}///${inRoot}`;
+  }
+
+  /**
+   * Where (location, name) lies on this machine's disk, for a tool that runs beside
+   * the store and reads the file itself (a benchmark): the path that `describe`'s
+   * `mam-file:///` URI stands for. Never for an answer: answers name an object by
+   * `describe`. Lexical, like `describe`: it refuses a location that leaves the root
+   * by its name; the link check is the one the store makes when it opens the file.
+   */
+  pathOf(location: string, name: string): string {
+    return path.join(this.#directory(location), checkName(name));
   }
 
   /** The lexical directory for a location, refusing anything that leaves the root. */
