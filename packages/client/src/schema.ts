@@ -4230,6 +4230,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `stream.tooMany`: This token already holds as many open streams as it may */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/stream.tooMany",
+           *       "title": "This token already holds as many open streams as it may",
+           *       "status": 429,
+           *       "detail": "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
+           *       "code": "stream.tooMany",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `config.invalid`: The configuration is not valid; `internal`: Internal error */
       500: {
         headers: {

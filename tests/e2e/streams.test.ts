@@ -1,0 +1,228 @@
+/**
+ * Issue 17: feed streams that cannot be leaked and connections with hygiene, over
+ * real HTTP on `startService` (what `mam serve` runs) and on `mam serve` itself.
+ */
+import { once } from "node:events";
+import { readFile } from "node:fs/promises";
+import net from "node:net";
+import path from "node:path";
+import { type RunningService, startService } from "@mam/cli";
+import { parseConfig } from "@mam/core";
+import { dataDirPaths, openDataDir } from "@mam/local";
+import Database from "better-sqlite3";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jobRecord } from "../support/records.ts";
+import { startServeProcess } from "../support/serve-process.ts";
+import { type TempDir, tempDir } from "../support/temp-dir.ts";
+
+const STREAM = "/v1/events/stream";
+
+/** A stream opened with fetch: read its text until `needle` arrives (or it ends first). */
+async function openFeed(url: string, token: string) {
+  const res = await fetch(`${url}${STREAM}`, { headers: { authorization: `Bearer ${token}` } });
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  return {
+    res,
+    async until(needle: string): Promise<string> {
+      while (!text.includes(needle)) {
+        const r = await reader.read();
+        if (r.done) throw new Error(`the stream ended before ${JSON.stringify(needle)}; it sent ${JSON.stringify(text)}`);
+        text += decoder.decode(r.value, { stream: true });
+      }
+      return text;
+    },
+    cancel: () => reader.cancel(),
+  };
+}
+
+/** A raw HTTP/1.1 GET on its own socket: the socket, once the answer's head has arrived. */
+async function rawGet(url: string, pathName: string, token: string): Promise<net.Socket> {
+  const u = new URL(url);
+  const socket = net.connect(Number(u.port), u.hostname);
+  await once(socket, "connect");
+  socket.write(`GET ${pathName} HTTP/1.1\r\nHost: ${u.host}\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+  let head = "";
+  while (!head.includes("event: open")) head += String((await once(socket, "data"))[0]);
+  return socket;
+}
+
+describe("feed streams and connections under startService (issue 17)", () => {
+  let tmp: TempDir;
+  let service: RunningService;
+  let signingKey: string;
+
+  beforeAll(async () => {
+    tmp = await tempDir("streams");
+    const dataDir = path.join(tmp.dir, "data");
+    service = await startService(
+      parseConfig({ MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0", MAM_HTTP_HEADERS_TIMEOUT_MS: "500" }),
+      () => undefined,
+    );
+    signingKey = JSON.parse(await readFile(dataDirPaths(dataDir).credentials, "utf8")).signing_key;
+  });
+  afterAll(async () => {
+    await service?.stop();
+    await tmp?.remove();
+  });
+
+  const post = (pathName: string, body: unknown, token = service.operatorToken) =>
+    fetch(`${service.url}${pathName}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+
+  it("64 HEADs on the stream open nothing: a live stream afterwards still delivers, and the slot count is back to 0", async () => {
+    for (let i = 0; i < 64; i++) {
+      const res = await fetch(`${service.url}${STREAM}`, { method: "HEAD", headers: { authorization: `Bearer ${service.operatorToken}` } });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    }
+    expect(service.openStreams()).toBe(0);
+    const live = await openFeed(service.url, service.operatorToken);
+    await live.until("event: open");
+    expect(service.openStreams()).toBe(1);
+    expect((await post("/v1/jobs", { job_id: "streams-head", prompt: "p", agent: "codex" })).status).toBe(201);
+    expect(await live.until('"job_id":"streams-head"')).toContain("event: job.registered");
+    await live.cancel();
+  });
+
+  it("bounds streams per principal: an agent's 5th stream is a 429 naming the bound, an operator still gets one", async () => {
+    expect((await post("/v1/jobs", { job_id: "streams-caps", prompt: "p", agent: "codex" })).status).toBe(201);
+    const { createTokenService } = await import("@mam/api");
+    const { systemClock } = await import("@mam/core");
+    const agent = createTokenService({ signingKey, clock: systemClock }).mintAgent("streams-caps", 1).token;
+    const dispatch = await post("/v1/jobs/streams-caps/dispatches", {
+      attempt_id: 1,
+      agent_session_uuid: "6f1c9a52-0d1b-4e3a-9c2f-5b7e8d9a0c1b",
+      pane_process_generation: 1,
+      anchor: { started_at: "2026-11-20T09:59:00Z" },
+    });
+    expect(dispatch.status).toBe(201);
+    const held = [];
+    for (let i = 0; i < 4; i++) {
+      const s = await openFeed(service.url, agent);
+      await s.until("event: open");
+      held.push(s);
+    }
+    const fifth = await fetch(`${service.url}${STREAM}`, { headers: { authorization: `Bearer ${agent}` } });
+    expect(fifth.status).toBe(429);
+    expect(fifth.headers.get("content-type")).toMatch(/^application\/problem\+json/);
+    expect(fifth.headers.get("retry-after")).not.toBeNull();
+    const problem = (await fifth.json()) as { detail: string };
+    expect(problem).toMatchObject({ status: 429, code: "stream.tooMany" });
+    expect(problem.detail).toMatch(/holds 4 open streams, the bound per agent attempt \(MAM_FEED_STREAMS_PER_AGENT\)/);
+    const operator = await openFeed(service.url, service.operatorToken);
+    await operator.until("event: open");
+    for (const s of [...held, operator]) await s.cancel();
+  });
+
+  it("closes a socket that sends nothing within the headers timeout", async () => {
+    const u = new URL(service.url);
+    const socket = net.connect(Number(u.port), u.hostname);
+    await once(socket, "connect");
+    const opened = Date.now();
+    socket.resume();
+    await once(socket, "close");
+    // 500 ms of headers timeout, checked every 50 ms.
+    expect(Date.now() - opened).toBeLessThan(3000);
+  });
+
+  it("frees the slot of a stream whose reader stopped reading (a raw socket, paused)", async () => {
+    const before = service.openStreams();
+    const socket = await rawGet(service.url, STREAM, service.operatorToken);
+    socket.pause();
+    expect(service.openStreams()).toBe(before + 1);
+    socket.destroy();
+    await once(socket, "close");
+    // The server sees the close as the end of the response: its slot is back.
+    const next = await openFeed(service.url, service.operatorToken);
+    await next.until("event: open");
+    await next.cancel();
+  });
+});
+
+/**
+ * Fill a data dir's feed with `count` rows: one real registration, then copies of its
+ * row inserted in one transaction (minutes of registrations otherwise). Tens of MiB:
+ * loopback autotunes a paused reader's receive buffer up to net.ipv4.tcp_rmem's 32 MiB.
+ */
+async function feedOf(dataDir: string, count: number): Promise<void> {
+  const store = openDataDir(dataDir);
+  try {
+    await store.jobs.create(jobRecord("bulk-000000"));
+  } finally {
+    store.close();
+  }
+  const db = new Database(dataDirPaths(dataDir).database);
+  try {
+    db.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+       INSERT INTO changes (job_id, at, row) SELECT c.job_id, c.at, c.row FROM n, (SELECT * FROM changes LIMIT 1) AS c`,
+    ).run(count - 1);
+  } finally {
+    db.close();
+  }
+}
+
+/** Rows enough (about 60 MiB of stream) to exceed both sockets' buffers on loopback. */
+const BULK_ROWS = 250_000;
+
+describe("a reader that never reads (issue 17)", () => {
+  let tmp: TempDir;
+  let dataDir: string;
+
+  beforeAll(async () => {
+    tmp = await tempDir("streams-stall");
+    dataDir = path.join(tmp.dir, "data");
+    await feedOf(dataDir, BULK_ROWS);
+  }, 120_000);
+  afterAll(async () => {
+    await tmp?.remove();
+  });
+
+  it("a write that does not complete within the bound closes the stream and its connection, and frees its slot", async () => {
+    let stalled: (line: string) => void = () => undefined;
+    const logged = new Promise<string>((resolve) => {
+      stalled = (line) => {
+        if (line.includes('"write stalled"')) resolve(line);
+      };
+    });
+    const service = await startService(
+      parseConfig({ MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0", MAM_FEED_WRITE_TIMEOUT_MS: "300" }),
+      (line) => stalled(line),
+    );
+    try {
+      const socket = await rawGet(service.url, STREAM, service.operatorToken);
+      socket.pause();
+      expect(service.openStreams()).toBe(1);
+      // Once the sockets' buffers are full, a write waits; 300 ms later the stream is closed.
+      expect(JSON.parse(await logged)).toMatchObject({ level: "warn", msg: "stream closed", reason: "write stalled" });
+      expect(service.openStreams()).toBe(0);
+      // The connection was closed under it: reading again, the client finds its end.
+      socket.resume();
+      await once(socket, "close");
+    } finally {
+      await service.stop();
+    }
+  }, 60_000);
+
+  it("mam serve stops within its grace period with a stream open whose reader never reads, and exits 0", async () => {
+    const served = await startServeProcess(dataDir, { MAM_STOP_GRACE_SECONDS: "1" });
+    try {
+      const token = JSON.parse(await readFile(dataDirPaths(dataDir).credentials, "utf8")).operator_token;
+      const socket = await rawGet(served.url, STREAM, token);
+      socket.pause();
+      const asked = Date.now();
+      const exit = await served.stop("SIGTERM");
+      expect(exit).toBe(0);
+      // 1 s of grace, and the rest of the stop (broker, store) well within a supervisor's 15 s.
+      expect(Date.now() - asked).toBeLessThan(6000);
+      socket.destroy();
+    } finally {
+      await served.stop("SIGKILL");
+    }
+  }, 60_000);
+});
