@@ -6,11 +6,14 @@ import { once } from "node:events";
 import { readFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
+import { createAdaptorServer } from "@hono/node-server";
 import { type RunningService, startService } from "@mam/cli";
 import { parseConfig } from "@mam/core";
 import { dataDirPaths, openDataDir } from "@mam/local";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeHarness } from "../api/harness.ts";
+import { localPorts } from "../support/local-backend.ts";
 import { jobRecord } from "../support/records.ts";
 import { startServeProcess } from "../support/serve-process.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
@@ -225,4 +228,53 @@ describe("a reader that never reads (issue 17)", () => {
       await served.stop("SIGKILL");
     }
   }, 60_000);
+});
+
+describe("one commit, one read for every open stream (issue 17)", () => {
+  const cleanup: (() => Promise<unknown>)[] = [];
+  afterAll(async () => {
+    for (const c of cleanup.reverse()) await c();
+  });
+
+  it("16 open streams wake on one commit with one shared read of the feed, each still getting the row", async () => {
+    const listeners = new Set<() => void>();
+    const committed = () => {
+      for (const l of listeners) l();
+    };
+    // No poll in the window: only the commit's signal wakes the streams.
+    const h = await makeHarness(
+      localPorts,
+      {
+        feed: {
+          pollMs: 600_000,
+          onCommitted: (l) => {
+            listeners.add(l);
+            return () => listeners.delete(l);
+          },
+        },
+      },
+      cleanup,
+    );
+    const server = createAdaptorServer({ fetch: h.app.fetch });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanup.push(() => new Promise((resolve) => server.close(resolve)));
+    const address = server.address() as net.AddressInfo;
+    const url = `http://127.0.0.1:${address.port}`;
+    const streams = [];
+    for (let i = 0; i < 16; i++) {
+      const s = await openFeed(url, h.operator);
+      await s.until("event: open");
+      streams.push(s);
+    }
+    expect(
+      (await h.call("POST", "/v1/jobs", { token: h.operator, json: { job_id: "shared-1", prompt: "p", agent: "codex" } })).status,
+    ).toBe(201);
+    // The first signal seeds nothing new: the tail's head is the streams' page cursor.
+    const before = h.calls.filter((c) => c === "listChanges").length;
+    committed();
+    for (const s of streams) await s.until('"job_id":"shared-1"');
+    const reads = h.calls.filter((c) => c === "listChanges").length - before;
+    expect(reads).toBe(1);
+    if ("closeAllConnections" in server) server.closeAllConnections();
+  });
 });

@@ -17,6 +17,7 @@ import type { AppEnv, FeedOptions, Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, REQUEST_ID_HEADER } from "../openapi.ts";
 import type { Principal } from "../tokens.ts";
+import { FeedTail } from "./feed-tail.ts";
 import { StreamSlots } from "./stream-slots.ts";
 import type { RouteOpener } from "./support.ts";
 
@@ -179,6 +180,9 @@ export const FEED_DEFAULTS = {
 export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services): void {
   const { slots = new StreamSlots(), ...given } = feed;
   const options = { ...FEED_DEFAULTS, ...definedOnly(given) };
+  // One tail per app: it hears the commit signal before any stream does (registered first).
+  const tail = new FeedTail(deps.jobs, options.pollMs / 2);
+  options.onCommitted?.(() => tail.signal());
 
   app(listChanges, async (c) => {
     const q = c.req.valid("query");
@@ -259,21 +263,33 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services)
           const ends = Date.now() + options.maxStreamMs;
           try {
             if (!(await send({ event: "open", data: "{}", retry: options.retryMs }))) return;
-            let page = first;
+            // Caught up, a stream takes its rows from the tail (one read per wake-up for
+            // every stream); behind it, or at a position the tail does not know, it reads
+            // the store itself. An agent's attempt is asked of the store only when a
+            // dispatch of its job went by (the one change that retires an attempt).
+            let page: { readonly items: readonly ChangeRow[]; readonly cursor: string; readonly more?: boolean } = first;
+            let askAttempt = true;
             for (;;) {
               for (const row of page.items) {
                 if (!(await send({ id: row.cursor, event: row.kind, data: JSON.stringify(wireRow(row)) }))) return;
+                if (row.kind === "dispatch.recorded") askAttempt = true;
               }
               const cursor = page.cursor;
+              const more = page.more ?? page.items.length >= STREAM_PAGE;
+              if (page.more === undefined && !more && principal.kind === "operator") tail.seed(cursor);
               if (stream.aborted || stream.closed || isAborted(options.shutdown) || Date.now() >= ends) return;
-              const reason = await closeReason(deps.jobs, deps.clock.now(), principal);
+              const reason = await closeReason(deps.jobs, deps.clock.now(), principal, askAttempt);
+              askAttempt = false;
               if (reason !== undefined) {
                 await send({ event: "close", data: JSON.stringify({ reason }) });
                 return;
               }
-              if (page.items.length < STREAM_PAGE) await wake.wait(options.pollMs);
+              if (!more) await wake.wait(options.pollMs);
               if (stream.aborted || stream.closed || isAborted(options.shutdown)) return;
-              page = await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scopeOf(principal) });
+              await tail.advance();
+              page =
+                tail.since(cursor, scopeOf(principal).jobId) ??
+                (await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scopeOf(principal) }));
             }
           } finally {
             freed();
@@ -324,9 +340,9 @@ function closeConnection(c: Context<AppEnv>): void {
 }
 
 /** Why an open stream must end now: its token expired, or its agent's attempt was retired. */
-async function closeReason(jobs: Pick<JobStore, "get">, now: Date, principal: Principal): Promise<string | undefined> {
+async function closeReason(jobs: Pick<JobStore, "get">, now: Date, principal: Principal, askAttempt: boolean): Promise<string | undefined> {
   if (principal.expiresAt !== undefined && now.getTime() >= Date.parse(principal.expiresAt)) return "the token expired";
-  if (principal.kind !== "agent") return undefined;
+  if (principal.kind !== "agent" || !askAttempt) return undefined;
   try {
     assertLatestAttempt(principal, (await jobs.get(principal.jobId))?.latest_attempt);
   } catch (e) {
