@@ -4,6 +4,7 @@
  */
 import { once } from "node:events";
 import { readFile } from "node:fs/promises";
+import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import { createAdaptorServer } from "@hono/node-server";
@@ -277,4 +278,97 @@ describe("one commit, one read for every open stream (issue 17)", () => {
     expect(reads).toBe(1);
     if ("closeAllConnections" in server) server.closeAllConnections();
   });
+});
+
+/** One request over `agent` (one kept-alive socket): its status and body. */
+function request(agent: http.Agent, url: string, method: string, pathName: string, token: string, body?: string, type?: string) {
+  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = http.request(new URL(pathName, url), {
+      method,
+      agent,
+      headers: { authorization: `Bearer ${token}`, ...(type === undefined ? {} : { "content-type": type }) },
+    });
+    req.on("response", (res) => {
+      let text = "";
+      res.on("data", (d) => {
+        text += String(d);
+      });
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text }));
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+describe("a socket flood under a low open-file limit (issue 17)", () => {
+  it("600 idle sockets against 256 open files: report writes keep working, the idle sockets are closed, new connections are answered again", async () => {
+    const tmp = await tempDir("streams-flood");
+    const dataDir = path.join(tmp.dir, "data");
+    const served = await startServeProcess(dataDir, { MAM_HTTP_HEADERS_TIMEOUT_MS: "2000" }, { openFiles: 256 });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const flood: net.Socket[] = [];
+    try {
+      const token = JSON.parse(await readFile(dataDirPaths(dataDir).credentials, "utf8")).operator_token as string;
+      const json = "application/json";
+      // The writer's connection exists before the flood (kept alive, one socket).
+      expect((await request(agent, served.url, "GET", "/v1/jobs", token)).status).toBe(200);
+      const u = new URL(served.url);
+      await Promise.all(
+        Array.from({ length: 600 }, async () => {
+          const socket = net.connect(Number(u.port), u.hostname);
+          socket.on("error", () => undefined);
+          flood.push(socket);
+          await once(socket, "connect");
+        }),
+      );
+      for (let i = 0; i < 10; i++) {
+        const jobId = `flood-${i}`;
+        const reg = JSON.stringify({ job_id: jobId, prompt: "p", agent: "codex" });
+        expect((await request(agent, served.url, "POST", "/v1/jobs", token, reg, json)).status).toBe(201);
+        const dispatch = await request(
+          agent,
+          served.url,
+          "POST",
+          `/v1/jobs/${jobId}/dispatches`,
+          token,
+          JSON.stringify({
+            attempt_id: 1,
+            agent_session_uuid: "6f1c9a52-0d1b-4e3a-9c2f-5b7e8d9a0c1b",
+            pane_process_generation: 1,
+            anchor: { started_at: "2026-11-20T09:59:00Z" },
+          }),
+          json,
+        );
+        expect(dispatch.status).toBe(201);
+        const agentToken = JSON.parse(dispatch.body).agent_token as string;
+        const put = await request(
+          agent,
+          served.url,
+          "PUT",
+          `/v1/jobs/${jobId}/attempts/1/report`,
+          agentToken,
+          "# Report\n",
+          "text/markdown",
+        );
+        expect(put.status, put.body).toBe(201);
+      }
+      // Every flood socket is closed by the server: past the cap at once, the rest at the headers timeout.
+      await Promise.all(
+        flood.map((s) => {
+          if (s.destroyed) return undefined;
+          s.resume();
+          return once(s, "close");
+        }),
+      );
+      agent.destroy();
+      const fresh = await fetch(`${served.url}/v1/jobs`, { headers: { authorization: `Bearer ${token}` } });
+      expect(fresh.status).toBe(200);
+      expect(served.stdout()).not.toContain("EMFILE");
+    } finally {
+      for (const s of flood) s.destroy();
+      agent.destroy();
+      await served.stop("SIGKILL");
+      await tmp.remove();
+    }
+  }, 90_000);
 });

@@ -30,6 +30,7 @@ import {
   openDataDir,
   readCredentials,
   secureDataDir,
+  softOpenFileLimit,
   startEmbeddedBroker,
 } from "@mam/local";
 import type { CliIo } from "./cli.ts";
@@ -307,7 +308,7 @@ export async function startService(
       connectionsCheckingInterval: Math.max(50, Math.floor(config.http.headersTimeoutMs / 10)),
     },
   }) as Server;
-  const maxConnections = connectionCap(config.http.maxConnections, config.http.fdReserve);
+  const maxConnections = connectionCap(config.http.maxConnections, config.http.fdReserve, softOpenFileLimit());
   server.maxConnections = maxConnections;
   let apiPort: number;
   try {

@@ -23,9 +23,9 @@ const ASSUMED_OPEN_FILES = 1024;
 /**
  * The most HTTP connections to hold at once: `configured` when set (> 0), else the
  * soft open-file limit less `reserve` (descriptors the store, reports and the broker
- * need), never below 16.
+ * need), never below 16. `soft`: `softOpenFileLimit()`, or undefined where unknown (1024 assumed).
  */
-export function connectionCap(configured: number, reserve: number, soft = softOpenFileLimit()): number {
+export function connectionCap(configured: number, reserve: number, soft: number | undefined): number {
   if (configured > 0) return configured;
   return Math.max(16, (soft ?? ASSUMED_OPEN_FILES) - reserve);
 }
