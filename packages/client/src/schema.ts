@@ -240,7 +240,7 @@ export interface paths {
     };
     /**
      * The change feed as Server-Sent Events, resuming after Last-Event-ID
-     * @description The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. Tokens travel in the Authorization header only (EventSource polyfills send it).
+     * @description The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. Tokens travel in the Authorization header only (EventSource polyfills send it).
      */
     get: operations["streamChanges"];
     put?: never;

@@ -134,6 +134,8 @@ export const streamChanges = defineRoute(
       "Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is " +
       "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
       "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
+      "A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. " +
+      "HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. " +
       "Tokens travel in the Authorization header only (EventSource polyfills send it).",
     request: { query: FeedStreamQuerySchema, headers: FeedStreamHeadersSchema },
     responses: {
@@ -180,9 +182,14 @@ export const FEED_DEFAULTS = {
 export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services): void {
   const { slots = new StreamSlots(), ...given } = feed;
   const options = { ...FEED_DEFAULTS, ...definedOnly(given) };
-  // One tail per app: it hears the commit signal before any stream does (registered first).
-  const tail = new FeedTail(deps.jobs, options.pollMs / 2);
-  options.onCommitted?.(() => tail.signal());
+  // One tail per app, made with the first stream (serving the document reads no store);
+  // it hears the commit signal before any stream does (registered first).
+  let made: FeedTail | undefined;
+  const feedTail = () => {
+    made ??= new FeedTail(deps.jobs, options.pollMs / 2);
+    return made;
+  };
+  options.onCommitted?.(() => made?.signal());
 
   app(listChanges, async (c) => {
     const q = c.req.valid("query");
@@ -212,6 +219,7 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services)
     if (c.req.method === "HEAD") return c.body(null, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
     if (options.streaming === false) return answerNow(c, first.items, options.retryMs);
     const slot = slots.take(principal, options);
+    const tail = feedTail();
     if (slot === undefined) return answerNow(c, first.items, options.retryMs);
     const wake = new Wake();
     const stopWaking: ((() => void) | undefined)[] = [];
