@@ -23,10 +23,16 @@ export interface ServeOptions {
   readonly cwd?: string;
   /** Also wait until it says where its embedded MQTT broker listens (`mqttUrl`). */
   readonly broker?: boolean;
+  /** Start it under this soft open-file limit (`ulimit -n` in a shell that then execs it). */
+  readonly openFiles?: number;
 }
 
-function spawnServe(dataDir: string, env: Record<string, string>, cwd = ROOT): ChildProcess {
-  return spawn(process.execPath, [MAM, "serve"], {
+function spawnServe(dataDir: string, env: Record<string, string>, cwd = ROOT, openFiles?: number): ChildProcess {
+  const [command, args] =
+    openFiles === undefined
+      ? [process.execPath, [MAM, "serve"]]
+      : ["/bin/sh", ["-c", `ulimit -n ${openFiles} && exec "$0" "$1" serve`, process.execPath, MAM]];
+  return spawn(command, args, {
     cwd,
     env: { PATH: process.env.PATH ?? "", MAM_DATA_DIR: dataDir, MAM_PORT: "0", MAM_MQTT_PORT: "0", ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -35,7 +41,7 @@ function spawnServe(dataDir: string, env: Record<string, string>, cwd = ROOT): C
 
 /** Start `mam serve` on `dataDir` (free ports) and resolve once it says where it serves. */
 export async function startServeProcess(dataDir: string, env: Record<string, string> = {}, opts: ServeOptions = {}): Promise<ServeProcess> {
-  const child = spawnServe(dataDir, env, opts.cwd);
+  const child = spawnServe(dataDir, env, opts.cwd, opts.openFiles);
   let err = "";
   let out = "";
   const waiters = new Set<() => void>();

@@ -1,6 +1,7 @@
 import type { Deps, SweepPolicy } from "@mam/core";
 import type { RequestIdVariables } from "hono/request-id";
 import type { Upload } from "./body.ts";
+import type { StreamSlots } from "./routes/stream-slots.ts";
 import type { Principal, TokenService } from "./tokens.ts";
 
 /** What a request carries through the middleware to its handler. */
@@ -43,6 +44,16 @@ export interface FeedOptions {
   readonly pollMs?: number;
   /** Open streams at once; past it a stream answers what is there and ends. 64 by default. */
   readonly maxStreams?: number;
+  /** Open streams per agent token's (job, attempt); past it a 429 `stream.tooMany`. 4 by default. */
+  readonly perAgent?: number;
+  /** Open streams per operator token (its id, or its name for MAM_OPERATOR_TOKEN); past it a 429. 16 by default. */
+  readonly perOperator?: number;
+  /** Of `maxStreams`, this many only operator tokens may take; 16 by default. */
+  readonly operatorReserve?: number;
+  /** A stream whose write does not complete within this many ms is closed and its slot freed; 10 s by default. */
+  readonly writeTimeoutMs?: number;
+  /** The slots' count, where the composition root wants to read it (`mam serve`'s `openStreams()`); one per app by default. */
+  readonly slots?: StreamSlots;
   /** The longest a stream stays open before it ends (the client reconnects); 15 minutes by default. */
   readonly maxStreamMs?: number;
   /** What a client waits before reconnecting (`retry:`), ms; 2 s by default. */

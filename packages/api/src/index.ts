@@ -11,6 +11,7 @@ export {
   statusOf,
 } from "./problem.ts";
 export { type Method, type OperationId, ROUTE_PERMISSIONS, ROUTES, type RouteKey } from "./routes/index.ts";
+export { type SlotBounds, StreamSlots } from "./routes/stream-slots.ts";
 export {
   createTokenService,
   type MintedAgentToken,

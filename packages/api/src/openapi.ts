@@ -123,6 +123,8 @@ const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
   "job.preconditionFailed": `If-Match "1" does not match job ${EXAMPLE.jobId}'s transition_seq 2`,
   "job.transitionConflict": `stale transition_seq: you expected 1, but job ${EXAMPLE.jobId} is at 2 (status running); re-read it and decide again`,
   "store.unavailable": "the job store could not be reached; try again",
+  "stream.tooMany":
+    "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
   "route.notFound": `no asset "${EXAMPLE.file}.map"`,
   internal: "an unexpected error occurred; quote the request id when reporting it",
 };
@@ -137,6 +139,7 @@ const STATUS_EXAMPLE_CODE: Record<number, ProblemCode> = {
   412: "job.preconditionFailed",
   413: "input.tooLarge",
   415: "input.unsupportedMediaType",
+  429: "stream.tooMany",
   500: "internal",
   503: "store.unavailable",
 };
@@ -209,9 +212,12 @@ export function problemResponse(example: Problem) {
       schema: { type: "string", example: 'Bearer realm="mam", error="insufficient_scope", scope="write"' },
     };
   }
-  if (status === 503) {
+  if (status === 503 || status === 429) {
     headers["Retry-After"] = {
-      description: "Seconds to wait before trying again: the store or the broker could not be reached.",
+      description:
+        status === 429
+          ? "Seconds to wait before trying again: the token holds as many open streams as it may."
+          : "Seconds to wait before trying again: the store or the broker could not be reached.",
       schema: { type: "integer", minimum: 1, example: RETRY_AFTER_SECONDS },
     };
   }

@@ -40,6 +40,7 @@ export const HTTP_STATUS = {
   "publish.tooLarge": 500,
   "store.unavailable": 503,
   "service.unreachable": 503,
+  "stream.tooMany": 429,
   "config.invalid": 500,
   internal: 500,
 } as const satisfies Record<ErrorCode, number>;
@@ -140,7 +141,7 @@ export function problemResponse(c: Context, problem: Problem, headers: Record<st
   if (problem.code === "auth.forbidden" && typeof problem.required_scope === "string") {
     h["www-authenticate"] = `Bearer realm="mam", error="insufficient_scope", scope="${problem.required_scope}"`;
   }
-  if (problem.status === 503) h["retry-after"] = String(RETRY_AFTER_SECONDS);
+  if (problem.status === 503 || problem.status === 429) h["retry-after"] = String(RETRY_AFTER_SECONDS);
   return c.body(JSON.stringify(problem), problem.status as 400, h);
 }
 

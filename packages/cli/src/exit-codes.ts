@@ -40,6 +40,7 @@ export const EXIT_CODES = {
   "publish.tooLarge": 2,
   "store.unavailable": 2,
   "service.unreachable": 2,
+  "stream.tooMany": 2,
   "config.invalid": 1,
   internal: 1,
 } as const satisfies Record<ErrorCode, 1 | 2>;

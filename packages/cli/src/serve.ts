@@ -1,7 +1,8 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, open } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
-import { createApp, createTokenService, type TokenService } from "@mam/api";
+import { createApp, createTokenService, StreamSlots, type TokenService } from "@mam/api";
 import {
   type Clock,
   type Config,
@@ -19,6 +20,7 @@ import {
 import {
   ChangeRelay,
   type Credentials,
+  connectionCap,
   DEFAULT_DRAIN_TIMEOUT_MS,
   dataDirPaths,
   type EmbeddedBroker,
@@ -28,6 +30,7 @@ import {
   openDataDir,
   readCredentials,
   secureDataDir,
+  softOpenFileLimit,
   startEmbeddedBroker,
 } from "@mam/local";
 import type { CliIo } from "./cli.ts";
@@ -86,6 +89,10 @@ export interface RunningService {
    * publish-count test do, through the same service functions the API calls.
    */
   readonly deps: Deps;
+  /** Feed streams open now. */
+  openStreams(): number;
+  /** The most HTTP connections the server holds at once (`server.maxConnections`). */
+  readonly maxConnections: number;
   /** Resolves once the change relay has handled every commit it saw so far (each flush done: sent and settled, or failed). */
   relayed(): Promise<void>;
   /** Stop accepting, drain the relay, close everything. Nothing owed is lost: intents are durable. */
@@ -223,6 +230,7 @@ export async function startService(
   // Open feed streams wake on this process's commits (the relay sees each one) and end
   // at once when the service stops; another process's commits are found by their poll.
   const shutdown = new AbortController();
+  const slots = new StreamSlots();
   const app = createApp({
     deps,
     tokens,
@@ -236,7 +244,7 @@ export async function startService(
     // One publish path per process: the relay publishes every commit, so a request
     // that commits does not publish too (it answers without `published`).
     publishInline: false,
-    feed: { onCommitted: (listener) => jobs.onCommitted(listener), shutdown: shutdown.signal },
+    feed: { ...config.feedStreams, slots, onCommitted: (listener) => jobs.onCommitted(listener), shutdown: shutdown.signal },
   });
 
   const sweep = async (graceMs: number) => {
@@ -282,7 +290,26 @@ export async function startService(
     await broker?.close();
     store.close();
   };
-  const server = createAdaptorServer({ fetch: app.fetch, hostname: config.host });
+  // Node's own bounds on a connection: a socket that sends no complete request head
+  // within headersTimeout (checked every connectionsCheckingInterval) is closed with
+  // 408, one idle between requests after keepAliveTimeout; a request body slower than
+  // requestTimeout is cut. Past maxConnections a new connection is closed as it is
+  // accepted, so a flood of sockets never takes the descriptors a report write needs.
+  const server = createAdaptorServer({
+    fetch: app.fetch,
+    hostname: config.host,
+    createServer,
+    serverOptions: {
+      headersTimeout: config.http.headersTimeoutMs,
+      requestTimeout: config.http.requestTimeoutMs,
+      keepAliveTimeout: config.http.keepAliveTimeoutMs,
+      // Node checks the two timeouts above on this interval (30 s by default): a tenth
+      // of the headers timeout closes an idle socket within about 1.1 times it.
+      connectionsCheckingInterval: Math.max(50, Math.floor(config.http.headersTimeoutMs / 10)),
+    },
+  }) as Server;
+  const maxConnections = connectionCap(config.http.maxConnections, config.http.fdReserve, softOpenFileLimit());
+  server.maxConnections = maxConnections;
   let apiPort: number;
   try {
     apiPort = (await listenOn(server, { port: config.port, host: config.host, setting: "MAM_PORT" })).port;
@@ -299,12 +326,30 @@ export async function startService(
     credentialsPath: paths.credentials,
     operatorToken: config.operatorToken ?? credentials.operator_token,
     deps,
+    openStreams: () => slots.open,
+    maxConnections,
     relayed: () => queue.idle(),
     stop() {
+      // Streams end at once (the shutdown signal); requests in flight get the grace
+      // period, then every connection still open is closed, a reader that never
+      // reads included: the stop never waits on a socket's peer.
+      //
+      //   stop ── shutdown.abort ── server.close, idle sockets closed ──(grace)── closeAllConnections
       stopping ??= (async () => {
         clearInterval(timer);
         shutdown.abort();
-        await new Promise<void>((r) => server.close(() => r()));
+        const closed = new Promise<void>((r) => server.close(() => r()));
+        server.closeIdleConnections();
+        let grace: ReturnType<typeof setTimeout> | undefined;
+        await Promise.race([
+          closed,
+          new Promise<void>((r) => {
+            grace = setTimeout(r, config.stopGraceSeconds * 1000);
+          }),
+        ]);
+        clearTimeout(grace);
+        server.closeAllConnections();
+        await closed;
         await closeBehindApi();
       })();
       return stopping;

@@ -81,6 +81,17 @@ export const EnvSchema = z.object({
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
   MAM_SWEEP_GRACE_SECONDS: int("MAM_SWEEP_GRACE_SECONDS", 5, 0, 3_600),
   MAM_PUBLISH_TIMEOUT_MS: int("MAM_PUBLISH_TIMEOUT_MS", 5000, 100, 120_000),
+  MAM_FEED_MAX_STREAMS: int("MAM_FEED_MAX_STREAMS", 64, 1, 10_000),
+  MAM_FEED_STREAMS_PER_AGENT: int("MAM_FEED_STREAMS_PER_AGENT", 4, 1, 10_000),
+  MAM_FEED_STREAMS_PER_OPERATOR: int("MAM_FEED_STREAMS_PER_OPERATOR", 16, 1, 10_000),
+  MAM_FEED_OPERATOR_RESERVE: int("MAM_FEED_OPERATOR_RESERVE", 16, 0, 10_000),
+  MAM_FEED_WRITE_TIMEOUT_MS: int("MAM_FEED_WRITE_TIMEOUT_MS", 10_000, 100, 600_000),
+  MAM_HTTP_HEADERS_TIMEOUT_MS: int("MAM_HTTP_HEADERS_TIMEOUT_MS", 10_000, 100, 600_000),
+  MAM_HTTP_REQUEST_TIMEOUT_MS: int("MAM_HTTP_REQUEST_TIMEOUT_MS", 300_000, 0, 24 * 3_600_000),
+  MAM_HTTP_KEEP_ALIVE_TIMEOUT_MS: int("MAM_HTTP_KEEP_ALIVE_TIMEOUT_MS", 5_000, 100, 600_000),
+  MAM_HTTP_MAX_CONNECTIONS: int("MAM_HTTP_MAX_CONNECTIONS", 0, 0, 1_000_000),
+  MAM_FD_RESERVE: int("MAM_FD_RESERVE", 128, 16, 100_000),
+  MAM_STOP_GRACE_SECONDS: int("MAM_STOP_GRACE_SECONDS", 10, 0, 600),
   MAM_TABLE_NAME: z.string().min(3).optional(),
   MAM_BUCKET_NAME: z.string().min(3).optional(),
   MAM_IOT_ENDPOINT: z.string().min(1).optional(),
@@ -152,6 +163,30 @@ export interface Config {
    */
   readonly sweepGraceSeconds: number;
   readonly publishTimeoutMs: number;
+  /** The change feed's stream: its bounds on open streams, in all and per principal, and on a write. */
+  readonly feedStreams: {
+    readonly maxStreams: number;
+    /** Per agent token's (job, attempt). */
+    readonly perAgent: number;
+    /** Per operator token (its id, or MAM_OPERATOR_TOKEN's name). */
+    readonly perOperator: number;
+    /** Of `maxStreams`, this many only operator tokens may take. */
+    readonly operatorReserve: number;
+    /** A stream whose write does not complete within this is closed (a reader that stopped reading). */
+    readonly writeTimeoutMs: number;
+  };
+  /** `mam serve`'s HTTP server: Node's timeouts and a cap on open connections. */
+  readonly http: {
+    readonly headersTimeoutMs: number;
+    readonly requestTimeoutMs: number;
+    readonly keepAliveTimeoutMs: number;
+    /** 0: the soft open-file limit less `fdReserve`. */
+    readonly maxConnections: number;
+    /** File descriptors kept back from connections for the store, reports and the broker. */
+    readonly fdReserve: number;
+  };
+  /** How long `mam serve` waits for open connections on stop before it closes them. */
+  readonly stopGraceSeconds: number;
   /** CLI API mode. */
   readonly apiUrl: string | undefined;
   readonly token: string | undefined;
@@ -242,6 +277,21 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
     sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
     sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
+    feedStreams: {
+      maxStreams: e.MAM_FEED_MAX_STREAMS,
+      perAgent: e.MAM_FEED_STREAMS_PER_AGENT,
+      perOperator: e.MAM_FEED_STREAMS_PER_OPERATOR,
+      operatorReserve: e.MAM_FEED_OPERATOR_RESERVE,
+      writeTimeoutMs: e.MAM_FEED_WRITE_TIMEOUT_MS,
+    },
+    http: {
+      headersTimeoutMs: e.MAM_HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: e.MAM_HTTP_REQUEST_TIMEOUT_MS,
+      keepAliveTimeoutMs: e.MAM_HTTP_KEEP_ALIVE_TIMEOUT_MS,
+      maxConnections: e.MAM_HTTP_MAX_CONNECTIONS,
+      fdReserve: e.MAM_FD_RESERVE,
+    },
+    stopGraceSeconds: e.MAM_STOP_GRACE_SECONDS,
     apiUrl: e.MAM_API_URL,
     token: e.MAM_TOKEN,
     aws: {

@@ -43,6 +43,7 @@ export const ERROR_TABLE = {
   "publish.tooLarge": { retryable: false, title: "The notification payload is too large for the broker" },
   "store.unavailable": { retryable: true, title: "The store could not be reached or throttled the request" },
   "service.unreachable": { retryable: true, title: "The mam service could not be reached" },
+  "stream.tooMany": { retryable: true, title: "This token already holds as many open streams as it may" },
   "config.invalid": { retryable: false, title: "The configuration is not valid" },
   internal: { retryable: false, title: "Internal error" },
 } as const satisfies Record<string, { retryable: boolean; title: string }>;

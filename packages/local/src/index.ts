@@ -12,4 +12,5 @@ export {
 export { FILE_STORE_SCHEME, FileReportStore, type FileReportStoreOptions } from "./file-report-store.ts";
 export { ensurePortsFree, type ListenTarget, listenOn, portRefusal } from "./listen.ts";
 export { MqttPublisher, type MqttPublisherOptions } from "./mqtt-publisher.ts";
+export { connectionCap, softOpenFileLimit } from "./open-files.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";

@@ -17,6 +17,8 @@ import type { AppEnv, FeedOptions, Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, REQUEST_ID_HEADER } from "../openapi.ts";
 import type { Principal } from "../tokens.ts";
+import { FeedTail } from "./feed-tail.ts";
+import { StreamSlots } from "./stream-slots.ts";
 import type { RouteOpener } from "./support.ts";
 
 /**
@@ -132,6 +134,8 @@ export const streamChanges = defineRoute(
       "Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is " +
       "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
       "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
+      "A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. " +
+      "HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. " +
       "Tokens travel in the Authorization header only (EventSource polyfills send it).",
     request: { query: FeedStreamQuerySchema, headers: FeedStreamHeadersSchema },
     responses: {
@@ -147,7 +151,7 @@ export const streamChanges = defineRoute(
       },
     },
   },
-  [BAD_CURSOR],
+  [BAD_CURSOR, exampleProblem("stream.tooMany")],
 );
 
 /** The rows a principal may read: an agent's own job, or every job. */
@@ -161,15 +165,31 @@ export const FEED_DEFAULTS = {
   pollMs: 1000,
   /** Open streams per process; past it, a stream answers what is there and ends (the client reconnects). */
   maxStreams: 64,
+  /** Open streams per agent token's (job, attempt); past it, 429 `stream.tooMany`. */
+  perAgent: 4,
+  /** Open streams per operator token; past it, 429 `stream.tooMany`. */
+  perOperator: 16,
+  /** Of `maxStreams`, kept for operator tokens: a crowd of agents never locks an operator out. */
+  operatorReserve: 16,
+  /** A write that does not complete within this closes the stream (a reader that stopped reading). */
+  writeTimeoutMs: 10_000,
   /** A stream ends after this long, whatever happens; the client reconnects with Last-Event-ID. */
   maxStreamMs: 15 * 60 * 1000,
   /** What a client waits before reconnecting (`retry:`). */
   retryMs: 2000,
 } as const;
 
-export function feedRoutes(app: RouteOpener, { deps, feed = {} }: Services): void {
-  const options = { ...FEED_DEFAULTS, ...definedOnly(feed) };
-  let open = 0;
+export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services): void {
+  const { slots = new StreamSlots(), ...given } = feed;
+  const options = { ...FEED_DEFAULTS, ...definedOnly(given) };
+  // One tail per app, made with the first stream (serving the document reads no store);
+  // it hears the commit signal before any stream does (registered first).
+  let made: FeedTail | undefined;
+  const feedTail = () => {
+    made ??= new FeedTail(deps.jobs, options.pollMs / 2);
+    return made;
+  };
+  options.onCommitted?.(() => made?.signal());
 
   app(listChanges, async (c) => {
     const q = c.req.valid("query");
@@ -193,51 +213,144 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {} }: Services): voi
     const after = headerCursor ?? c.req.valid("query").after;
     // The first page is read before the answer starts, so a bad cursor is a 400, not a broken stream.
     const first = await deps.jobs.listChanges({ limit: STREAM_PAGE, ...(after === undefined ? {} : { after }), ...scopeOf(principal) });
-    if (options.streaming === false || open >= options.maxStreams) return answerNow(c, first.items, options.retryMs);
-    open += 1;
-    return streamSSE(
-      c,
-      async (stream) => {
-        const wake = new Wake();
-        const stopWaking = [
-          options.onCommitted?.(() => wake.ring()),
-          on(options.shutdown, () => wake.ring()),
-          on(c.req.raw.signal, () => wake.ring()),
-        ];
-        stream.onAbort(() => wake.ring());
-        const ends = Date.now() + options.maxStreamMs;
-        try {
-          await stream.writeSSE({ event: "open", data: "{}", retry: options.retryMs });
-          let page = first;
-          for (;;) {
-            for (const row of page.items) await stream.writeSSE({ id: row.cursor, event: row.kind, data: JSON.stringify(wireRow(row)) });
-            const cursor = page.cursor;
-            if (stream.aborted || stream.closed || isAborted(options.shutdown) || Date.now() >= ends) return;
-            const reason = await closeReason(deps.jobs, deps.clock.now(), principal);
-            if (reason !== undefined) {
-              await stream.writeSSE({ event: "close", data: JSON.stringify({ reason }) });
-              return;
+    // HEAD: the GET's headers and nothing else. Hono answers HEAD with the GET's
+    // response minus its body, dropped without being cancelled: a stream opened for
+    // it would wait in its first write for ever, holding its slot.
+    if (c.req.method === "HEAD") return c.body(null, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    if (options.streaming === false) return answerNow(c, first.items, options.retryMs);
+    const slot = slots.take(principal, options);
+    const tail = feedTail();
+    if (slot === undefined) return answerNow(c, first.items, options.retryMs);
+    const wake = new Wake();
+    const stopWaking: ((() => void) | undefined)[] = [];
+    const freed = () => {
+      slot.release();
+      for (const stop of stopWaking.splice(0)) stop?.();
+    };
+    // The slot is freed however the stream ends: its loop returning, the client going
+    // away (Node closes the response), or the body never being read at all.
+    stopWaking.push(on(c.req.raw.signal, freed));
+    try {
+      return streamSSE(
+        c,
+        async (stream) => {
+          stopWaking.push(
+            options.onCommitted?.(() => wake.ring()),
+            on(options.shutdown, () => wake.ring()),
+            on(c.req.raw.signal, () => wake.ring()),
+          );
+          stream.onAbort(() => {
+            wake.ring();
+            freed();
+          });
+          // Each write must complete within the bound, or the stream is closed: a reader
+          // that stopped reading (or a body nobody reads) fills the socket's buffers and
+          // then holds a write, its slot and its memory for ever.
+          //
+          //   write ──(reader reads)──> done
+          //         └─(writeTimeoutMs, or shutdown)──> abort the stream, destroy the connection, free the slot
+          const send = async (message: { id?: string; event: string; data: string; retry?: number }): Promise<boolean> => {
+            const stalled = await withinBound(stream.writeSSE(message), options.writeTimeoutMs, options.shutdown);
+            if (stalled) {
+              stream.abort();
+              closeConnection(c);
+              if (!isAborted(options.shutdown)) {
+                log(
+                  JSON.stringify({
+                    level: "warn",
+                    msg: "stream closed",
+                    reason: "write stalled",
+                    request_id: c.get("requestId"),
+                    detail: `a write did not complete within ${options.writeTimeoutMs} ms (the reader stopped reading)`,
+                  }),
+                );
+              }
             }
-            if (page.items.length < STREAM_PAGE) await wake.wait(options.pollMs);
-            if (stream.aborted || stream.closed || isAborted(options.shutdown)) return;
-            page = await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scopeOf(principal) });
+            return !stalled;
+          };
+          const ends = Date.now() + options.maxStreamMs;
+          try {
+            if (!(await send({ event: "open", data: "{}", retry: options.retryMs }))) return;
+            // Caught up, a stream takes its rows from the tail (one read per wake-up for
+            // every stream); behind it, or at a position the tail does not know, it reads
+            // the store itself. An agent's attempt is asked of the store only when a
+            // dispatch of its job went by (the one change that retires an attempt).
+            let page: { readonly items: readonly ChangeRow[]; readonly cursor: string; readonly more?: boolean } = first;
+            let askAttempt = true;
+            for (;;) {
+              for (const row of page.items) {
+                if (!(await send({ id: row.cursor, event: row.kind, data: JSON.stringify(wireRow(row)) }))) return;
+                if (row.kind === "dispatch.recorded") askAttempt = true;
+              }
+              const cursor = page.cursor;
+              const more = page.more ?? page.items.length >= STREAM_PAGE;
+              if (page.more === undefined && !more && principal.kind === "operator") tail.seed(cursor);
+              if (stream.aborted || stream.closed || isAborted(options.shutdown) || Date.now() >= ends) return;
+              const reason = await closeReason(deps.jobs, deps.clock.now(), principal, askAttempt);
+              askAttempt = false;
+              if (reason !== undefined) {
+                await send({ event: "close", data: JSON.stringify({ reason }) });
+                return;
+              }
+              if (!more) await wake.wait(options.pollMs);
+              if (stream.aborted || stream.closed || isAborted(options.shutdown)) return;
+              await tail.advance();
+              page =
+                tail.since(cursor, scopeOf(principal).jobId) ??
+                (await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scopeOf(principal) }));
+            }
+          } finally {
+            freed();
           }
-        } finally {
-          open -= 1;
-          for (const stop of stopWaking) stop?.();
-        }
-      },
-      async () => {
-        // A read that failed mid-stream ends the stream; the client reconnects with Last-Event-ID.
-      },
-    );
+        },
+        async () => {
+          // A read that failed mid-stream ends the stream; the client reconnects with Last-Event-ID.
+          freed();
+        },
+      );
+    } catch (e) {
+      freed();
+      throw e;
+    }
   });
 }
 
+/**
+ * True when `write` did not complete within `ms` (or `shutdown` came first). Hono's
+ * stream write never rejects: a write into a stream nobody reads simply never resolves.
+ */
+async function withinBound(write: Promise<unknown>, ms: number, shutdown: AbortSignal | undefined): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let stop: (() => void) | undefined;
+  try {
+    return await Promise.race([
+      write.then(() => false),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(true), ms);
+        stop = on(shutdown, () => resolve(true));
+        if (isAborted(shutdown)) resolve(true);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    stop?.();
+  }
+}
+
+/**
+ * Close the connection under a stalled stream, where the runtime gives us one:
+ * @hono/node-server's bindings carry Node's response (`c.env.outgoing`). Its socket
+ * holds the bytes the reader never took; ending the response would wait for them.
+ */
+function closeConnection(c: Context<AppEnv>): void {
+  const outgoing = (c.env as { outgoing?: { destroy?: () => void } } | undefined)?.outgoing;
+  outgoing?.destroy?.();
+}
+
 /** Why an open stream must end now: its token expired, or its agent's attempt was retired. */
-async function closeReason(jobs: Pick<JobStore, "get">, now: Date, principal: Principal): Promise<string | undefined> {
+async function closeReason(jobs: Pick<JobStore, "get">, now: Date, principal: Principal, askAttempt: boolean): Promise<string | undefined> {
   if (principal.expiresAt !== undefined && now.getTime() >= Date.parse(principal.expiresAt)) return "the token expired";
-  if (principal.kind !== "agent") return undefined;
+  if (principal.kind !== "agent" || !askAttempt) return undefined;
   try {
     assertLatestAttempt(principal, (await jobs.get(principal.jobId))?.latest_attempt);
   } catch (e) {
