@@ -1,7 +1,7 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, open } from "node:fs/promises";
 import { createAdaptorServer } from "@hono/node-server";
-import { createApp, createTokenService, type TokenService } from "@mam/api";
+import { createApp, createTokenService, type TokenService, verifySubscriberLogin } from "@mam/api";
 import {
   type Clock,
   type Config,
@@ -125,6 +125,14 @@ export async function startService(
   // an external broker (MAM_MQTT_URL; parseConfig requires MAM_MQTT_USERNAME and
   // MAM_MQTT_PASSWORD with it) it publishes over MQTT as MAM_MQTT_CLIENT_ID at
   // QoS 2, whose PUBCOMP comes only once that broker took the message.
+  const tokens = withStaticOperator(
+    createTokenService({
+      signingKey: config.tokenSigningKey ?? credentials.signing_key,
+      clock: systemClock,
+      agentTtlSeconds: config.agentTokenTtlSeconds,
+    }),
+    config.operatorToken,
+  );
   let broker: EmbeddedBroker | undefined;
   let publisher: Publisher;
   let mqttUrl: string;
@@ -138,6 +146,15 @@ export async function startService(
       maxPacketBytes: config.mqttMaxPacketBytes,
       // Persistent sessions (`clean: false`) and their QoS 1 queues outlive a restart.
       sessionsDir: paths.broker,
+      sessionOwnersFile: paths.brokerOwners,
+      // A subscriber logs in with an operator token as its password, verified as the API verifies it.
+      verifySubscriber: (token) => verifySubscriberLogin(tokens, token),
+      maxSessionsPerName: config.mqttSessions.maxPerName,
+      maxSessions: config.mqttSessions.max,
+      maxQueuedBytesPerSession: config.mqttSessions.maxQueuedBytes,
+      maxInflightInbound: config.mqttSessions.maxInflightInbound,
+      onConnectRefused: (clientId, code, reason) =>
+        log(JSON.stringify({ level: "info", msg: "mqtt connect refused", client_id: clientId, connack: code, detail: reason })),
       // A subscriber that stops reading is dropped well before a publish would time out.
       drainTimeoutMs: Math.min(DEFAULT_DRAIN_TIMEOUT_MS, Math.floor(config.publishTimeoutMs / 2)),
       onError: (error) => log(JSON.stringify({ level: "warn", msg: "mqtt broker error", detail: error.message })),
@@ -212,14 +229,6 @@ export async function startService(
   });
   deps = { jobs, reports: store.reports, publisher, clock, ids: randomIds, flags: config.flags };
 
-  const tokens = withStaticOperator(
-    createTokenService({
-      signingKey: config.tokenSigningKey ?? credentials.signing_key,
-      clock: systemClock,
-      agentTtlSeconds: config.agentTokenTtlSeconds,
-    }),
-    config.operatorToken,
-  );
   // Open feed streams wake on this process's commits (the relay sees each one) and end
   // at once when the service stops; another process's commits are found by their poll.
   const shutdown = new AbortController();

@@ -63,6 +63,10 @@ export const EnvSchema = z.object({
     .regex(/^[A-Za-z0-9_-]{1,23}$/, "MAM_MQTT_CLIENT_ID must be 1 to 23 letters, digits, '-' or '_' (what every MQTT 3.1.1 broker accepts)")
     .default("mam-service"),
   MAM_MQTT_MAX_PACKET_BYTES: int("MAM_MQTT_MAX_PACKET_BYTES", 64 * 1024, 1024, 16 * 1024 * 1024),
+  MAM_MQTT_MAX_SESSIONS_PER_NAME: int("MAM_MQTT_MAX_SESSIONS_PER_NAME", 16, 1, 10_000),
+  MAM_MQTT_MAX_SESSIONS: int("MAM_MQTT_MAX_SESSIONS", 1000, 1, 1_000_000),
+  MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION: int("MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION", 4 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024),
+  MAM_MQTT_MAX_INFLIGHT_INBOUND: int("MAM_MQTT_MAX_INFLIGHT_INBOUND", 32, 1, 65_535),
   MAM_OPERATOR_TOKEN: z.string().min(1).optional(),
   MAM_TOKEN_SIGNING_KEY: z.string().min(32, "MAM_TOKEN_SIGNING_KEY must be at least 32 characters").optional(),
   MAM_TOKEN_SIGNING_KEY_PARAMETER: z.string().min(1).optional(),
@@ -128,6 +132,17 @@ export interface Config {
   readonly mqttClientId: string;
   /** The embedded broker's largest packet, fixed header included. */
   readonly mqttMaxPacketBytes: number;
+  /** The embedded broker's bounds on persistent sessions (which need a login), on their queues, and on a client's QoS 2 state. */
+  readonly mqttSessions: {
+    /** The most persistent sessions one token name may own. */
+    readonly maxPerName: number;
+    /** The most persistent sessions in all. */
+    readonly max: number;
+    /** The most bytes (topics and payloads) queued unacknowledged for one session. */
+    readonly maxQueuedBytes: number;
+    /** QoS 2 publishes one client may have awaiting their PUBREL. */
+    readonly maxInflightInbound: number;
+  };
   readonly operatorToken: string | undefined;
   readonly tokenSigningKey: string | undefined;
   readonly tokenSigningKeyParameter: string | undefined;
@@ -226,6 +241,12 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
     mqttPassword: e.MAM_MQTT_PASSWORD,
     mqttClientId: e.MAM_MQTT_CLIENT_ID,
     mqttMaxPacketBytes: e.MAM_MQTT_MAX_PACKET_BYTES,
+    mqttSessions: {
+      maxPerName: e.MAM_MQTT_MAX_SESSIONS_PER_NAME,
+      max: e.MAM_MQTT_MAX_SESSIONS,
+      maxQueuedBytes: e.MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION,
+      maxInflightInbound: e.MAM_MQTT_MAX_INFLIGHT_INBOUND,
+    },
     operatorToken: e.MAM_OPERATOR_TOKEN,
     tokenSigningKey: e.MAM_TOKEN_SIGNING_KEY,
     tokenSigningKeyParameter: e.MAM_TOKEN_SIGNING_KEY_PARAMETER,
