@@ -153,6 +153,8 @@ export async function startService(
       maxSessions: config.mqttSessions.max,
       maxQueuedBytesPerSession: config.mqttSessions.maxQueuedBytes,
       maxInflightInbound: config.mqttSessions.maxInflightInbound,
+      // Writes never wait for a subscriber to read; one that falls this far behind is dropped.
+      maxOutgoingBytes: config.mqttSessions.maxOutgoingBytes,
       onConnectRefused: (clientId, code, reason) =>
         log(JSON.stringify({ level: "info", msg: "mqtt connect refused", client_id: clientId, connack: code, detail: reason })),
       // A subscriber that stops reading is dropped well before a publish would time out.
@@ -253,6 +255,7 @@ export async function startService(
       const r = await recoverNotifications(deps, {
         policy: config.sweep,
         graceMs,
+        budgetMs: config.sweepBudgetSeconds * 1000,
         log: (entry) => log(JSON.stringify({ msg: entry.event, ...entry })),
       });
       if (r.owed > 0) {

@@ -67,6 +67,7 @@ export const EnvSchema = z.object({
   MAM_MQTT_MAX_SESSIONS: int("MAM_MQTT_MAX_SESSIONS", 1000, 1, 1_000_000),
   MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION: int("MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION", 4 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024),
   MAM_MQTT_MAX_INFLIGHT_INBOUND: int("MAM_MQTT_MAX_INFLIGHT_INBOUND", 32, 1, 65_535),
+  MAM_MQTT_MAX_OUTGOING_BYTES: int("MAM_MQTT_MAX_OUTGOING_BYTES", 256 * 1024, 16 * 1024, 256 * 1024 * 1024),
   MAM_OPERATOR_TOKEN: z.string().min(1).optional(),
   MAM_TOKEN_SIGNING_KEY: z.string().min(32, "MAM_TOKEN_SIGNING_KEY must be at least 32 characters").optional(),
   MAM_TOKEN_SIGNING_KEY_PARAMETER: z.string().min(1).optional(),
@@ -80,6 +81,7 @@ export const EnvSchema = z.object({
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
   MAM_SWEEP_GRACE_SECONDS: int("MAM_SWEEP_GRACE_SECONDS", 5, 0, 3_600),
+  MAM_SWEEP_BUDGET_SECONDS: int("MAM_SWEEP_BUDGET_SECONDS", 20, 1, 86_400),
   MAM_PUBLISH_TIMEOUT_MS: int("MAM_PUBLISH_TIMEOUT_MS", 5000, 100, 120_000),
   MAM_TABLE_NAME: z.string().min(3).optional(),
   MAM_BUCKET_NAME: z.string().min(3).optional(),
@@ -142,6 +144,8 @@ export interface Config {
     readonly maxQueuedBytes: number;
     /** QoS 2 publishes one client may have awaiting their PUBREL. */
     readonly maxInflightInbound: number;
+    /** Bytes written to a client and not yet read by it, beyond which it is dropped (a logged-in one has room for its queue besides). */
+    readonly maxOutgoingBytes: number;
   };
   readonly operatorToken: string | undefined;
   readonly tokenSigningKey: string | undefined;
@@ -162,6 +166,8 @@ export interface Config {
    * commit (the change relay, the stream publisher).
    */
   readonly sweepGraceSeconds: number;
+  /** Each sweep pass's time budget: what is not tried by then waits for the next pass. */
+  readonly sweepBudgetSeconds: number;
   readonly publishTimeoutMs: number;
   /** CLI API mode. */
   readonly apiUrl: string | undefined;
@@ -246,6 +252,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       max: e.MAM_MQTT_MAX_SESSIONS,
       maxQueuedBytes: e.MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION,
       maxInflightInbound: e.MAM_MQTT_MAX_INFLIGHT_INBOUND,
+      maxOutgoingBytes: e.MAM_MQTT_MAX_OUTGOING_BYTES,
     },
     operatorToken: e.MAM_OPERATOR_TOKEN,
     tokenSigningKey: e.MAM_TOKEN_SIGNING_KEY,
@@ -258,6 +265,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
     sweepIntervalSeconds: e.MAM_SWEEP_INTERVAL_SECONDS,
     sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
     sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,
+    sweepBudgetSeconds: e.MAM_SWEEP_BUDGET_SECONDS,
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
     apiUrl: e.MAM_API_URL,
     token: e.MAM_TOKEN,

@@ -227,6 +227,14 @@ export interface EmbeddedBrokerOptions {
    */
   readonly drainTimeoutMs?: number;
   /**
+   * The most bytes written to a client that it has not read yet (its socket's
+   * buffer) before the broker drops it (default 256 KiB; at least `maxPacketBytes`;
+   * a logged-in subscriber's bound has room for its whole queue besides). Writes
+   * never wait for a client to read: this bound, not a wait, is what a client that
+   * stops reading meets, so no delivery of the service's waits on it.
+   */
+  readonly maxOutgoingBytes?: number;
+  /**
    * Told of an error aedes raises on the broker itself (a persistence failure, a will
    * from an earlier run it cannot publish), which would otherwise end the process.
    */
@@ -261,6 +269,8 @@ export const DEFAULT_MAX_QUEUED_BYTES_PER_SESSION = 4 * 1024 * 1024;
 export const DEFAULT_MAX_SESSIONS_PER_NAME = 16;
 export const DEFAULT_MAX_SESSIONS = 1000;
 export const DEFAULT_MAX_INFLIGHT_INBOUND = 32;
+/** A reading subscriber holds a few of mam's notifications unread at most; 256 KiB is a thousand of them. */
+export const DEFAULT_MAX_OUTGOING_BYTES = 256 * 1024;
 
 /** Whether `host` is a loopback address (where only this machine's users can reach the broker). */
 export function isLoopbackHost(host: string): boolean {
@@ -326,6 +336,8 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const host = options.host ?? "127.0.0.1";
   const credentials = options.publisherCredentials;
   const maxPacketBytes = options.maxPacketBytes ?? DEFAULT_MAX_PACKET_BYTES;
+  const maxOutgoingBytes = Math.max(options.maxOutgoingBytes ?? DEFAULT_MAX_OUTGOING_BYTES, maxPacketBytes);
+  const maxQueuedBytes = options.maxQueuedBytesPerSession ?? DEFAULT_MAX_QUEUED_BYTES_PER_SESSION;
   const publishers = new WeakSet<Client>();
   const wills = new WeakMap<Client, { readonly topic: string; readonly retain?: boolean }>();
 
@@ -365,7 +377,7 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
               levelPersistence(sessions),
               sessions,
               options.maxQueuedPerSession ?? DEFAULT_MAX_QUEUED_PER_SESSION,
-              options.maxQueuedBytesPerSession ?? DEFAULT_MAX_QUEUED_BYTES_PER_SESSION,
+              maxQueuedBytes,
               options.onSessionQueueFull,
             ),
           }),
@@ -435,6 +447,8 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
           return done(null, true);
         }
         const loggedIn = name;
+        // Its session's queue comes at once when it returns: room for all of it.
+        if (client.conn instanceof PacketSizeGuard) client.conn.allowOutgoing(maxQueuedBytes + maxOutgoingBytes);
         const settle = (p: Promise<void>) =>
           p.then(
             () => done(null, true),
@@ -488,7 +502,7 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
-    broker.handle(new PacketSizeGuard(socket, maxPacketBytes));
+    broker.handle(new PacketSizeGuard(socket, maxPacketBytes, maxOutgoingBytes));
   });
   let port: number;
   try {
@@ -584,15 +598,17 @@ function inProcessPublisher(
 class PacketSizeGuard extends Duplex {
   readonly #socket: net.Socket;
   readonly #maxPacketBytes: number;
+  #maxOutgoingBytes: number;
   #phase: "type" | "length" | "body" = "type";
   #remaining = 0;
   #multiplier = 1;
   #lengthBytes = 0;
 
-  constructor(socket: net.Socket, maxPacketBytes: number) {
-    super({ allowHalfOpen: false });
+  constructor(socket: net.Socket, maxPacketBytes: number, maxOutgoingBytes: number) {
+    super({ allowHalfOpen: false, writableHighWaterMark: maxOutgoingBytes });
     this.#socket = socket;
     this.#maxPacketBytes = maxPacketBytes;
+    this.#maxOutgoingBytes = maxOutgoingBytes;
     socket.on("data", (chunk: Buffer) => {
       if (!this.#withinLimit(chunk)) {
         // MQTT 3.1.1 has no way to say "too large" but to close the connection.
@@ -610,18 +626,36 @@ class PacketSizeGuard extends Duplex {
     this.#socket.resume();
   }
 
+  /** Raises this connection's outgoing bound (a logged-in subscriber's session replays its queue at once). */
+  allowOutgoing(bytes: number): void {
+    this.#maxOutgoingBytes = Math.max(this.#maxOutgoingBytes, bytes);
+  }
+
   override _write(chunk: Buffer, encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
-    this.#socket.write(chunk, encoding, callback);
+    this.#socket.write(chunk, encoding);
+    this.#bounded(callback);
   }
 
   override _writev(chunks: { chunk: Buffer; encoding: BufferEncoding }[], callback: (error?: Error | null) => void): void {
     this.#socket.cork();
-    const last = chunks.length - 1;
-    chunks.forEach(({ chunk, encoding }, i) => {
-      if (i === last) this.#socket.write(chunk, encoding, callback);
-      else this.#socket.write(chunk, encoding);
-    });
+    for (const { chunk, encoding } of chunks) this.#socket.write(chunk, encoding);
     this.#socket.uncork();
+    this.#bounded(callback);
+  }
+
+  /**
+   * Every write is done at once for aedes, whatever the client reads: what it has not
+   * read waits in its socket's buffer, and once that holds more than the bound the
+   * client is dropped. So no delivery ever waits for a client's socket to drain, and
+   * a client that stops reading holds no delivery of anyone else's, nor a slot of
+   * aedes's hundred deliveries at once.
+   */
+  #bounded(callback: (error?: Error | null) => void): void {
+    if (this.#socket.writableLength > this.#maxOutgoingBytes) {
+      this.#socket.destroy();
+      this.destroy();
+    }
+    callback();
   }
 
   override _final(callback: (error?: Error | null) => void): void {
