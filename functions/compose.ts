@@ -449,17 +449,18 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,
+      budgetMs: parsed.sweepBudgetSeconds * 1000,
       deps,
       redrive: await feedRedriver(parsed, overrides, deps),
     };
   });
   return async () => {
-    const { policy, graceMs, deps, redrive } = await config();
+    const { policy, graceMs, budgetMs, deps, redrive } = await config();
     let result: Awaited<ReturnType<typeof recoverNotifications>>;
     let feedRedrive: FeedRedriveCounts | undefined;
     try {
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
-      result = await recoverNotifications(deps, { policy, graceMs, log: (entry) => logJson(log, entry) });
+      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logJson(log, entry) });
       // After the notifications (what subscribers are owed first); a redrive that cannot
       // run (the queue or the stream unreachable) is logged and tried again next time.
       feedRedrive = await redrive?.((entry) => logJson(log, entry)).catch((err: unknown) => {

@@ -31,7 +31,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
-import { createTokenService } from "@mam/api";
+import { createTokenService, verifySubscriberLogin } from "@mam/api";
 import { createJobTable, createS3Client } from "@mam/aws";
 import { systemClock } from "@mam/core";
 import { type Credentials, dataDirPaths, ensurePortsFree, readCredentials, secureDataDir, startEmbeddedBroker } from "@mam/local";
@@ -241,9 +241,16 @@ async function main(): Promise<void> {
 
   try {
     const { credentials, file } = await ensureCredentials(dataDir);
+    const subscriberTokens = createTokenService({ signingKey: credentials.signing_key, clock: systemClock });
     const [ddb, broker, bundled, s3dir] = await Promise.all([
       startDynamoDbLocal(),
-      startEmbeddedBroker({ port: mqttPort, portSetting: "MAM_OFFLINE_MQTT_PORT", publisherCredentials: credentials.mqtt }),
+      startEmbeddedBroker({
+        port: mqttPort,
+        portSetting: "MAM_OFFLINE_MQTT_PORT",
+        publisherCredentials: credentials.mqtt,
+        // Subscribers log in as on mam serve's broker: a read token with a name, signed with the offline key.
+        verifySubscriber: (token) => verifySubscriberLogin(subscriberTokens, token),
+      }),
       bundleFunctions(),
       mkdtemp(path.join(tmpdir(), "mam-offline-s3-")),
     ]);

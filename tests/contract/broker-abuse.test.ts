@@ -138,15 +138,16 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
     // The limit counts the whole packet: fixed header (1 + 3 length bytes), topic
     // (2 + 11), packet id (2, QoS 1), payload.
     const atLimit = DEFAULT_MAX_PACKET_BYTES - 1 - 3 - 2 - "elsewhere/x".length - 2;
-    const chatty = await client();
+    // With the service's login (nobody else may publish at all), so what is refused is the size.
+    const chatty = await client(publisherCredentials);
     await chatty.publishAsync("elsewhere/x", Buffer.alloc(atLimit, "a"), { qos: 1 });
     expect((await sub.next()).payload).toHaveLength(atLimit);
 
-    const oneOver = await client();
+    const oneOver = await client(publisherCredentials);
     oneOver.publish("elsewhere/x", Buffer.alloc(atLimit + 1, "b"), { qos: 1 }, () => undefined);
     await closed(oneOver, "the broker closing a publish one byte over the limit");
 
-    const huge = await client();
+    const huge = await client(publisherCredentials);
     huge.publish("elsewhere/huge", Buffer.alloc(100 * MiB, "c"), { qos: 0 }, () => undefined);
     await closed(huge, "the broker closing a 100 MiB publish");
     // The first message after them is the service's: neither oversized one was delivered.
@@ -171,16 +172,19 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
     await liveNotification(late);
   });
 
-  it("a will that could never be published (retained, under mam/, to $SYS) is refused with its CONNECT, so none is kept to be published after a crash; a plain will is accepted", async () => {
+  it("a will is refused with its CONNECT, anyone's but the service's (which sets none), so none is kept to be published after a crash", async () => {
     for (const will of [
+      { topic: "status/me", payload: Buffer.from("offline"), qos: 1 as const, retain: false },
       { topic: "status/me", payload: Buffer.from("offline"), qos: 1 as const, retain: true },
       { topic: "mam/jobs/spoof/events", payload: Buffer.from("{}"), qos: 1 as const, retain: false },
       { topic: "$SYS/spoof", payload: Buffer.from("x"), qos: 0 as const, retain: false },
     ]) {
       await expect(client({ clientId: `will-${randomUUID().slice(0, 8)}`, will }), will.topic).rejects.toMatchObject({ code: 5 }); // not authorized
     }
-    const plain = await client({ will: { topic: "status/me", payload: Buffer.from("offline"), qos: 1, retain: false } });
-    expect(plain.connected).toBe(true);
+    // Not even the service's login may leave one that could never be published.
+    await expect(
+      client({ ...publisherCredentials, will: { topic: "$SYS/spoof", payload: Buffer.from("x"), qos: 0, retain: false } }),
+    ).rejects.toMatchObject({ code: 5 });
     await liveNotification();
   });
 

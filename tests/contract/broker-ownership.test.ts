@@ -36,7 +36,7 @@ import { Level } from "level";
 import { connectAsync } from "mqtt";
 import mqttPacket from "mqtt-packet";
 import { afterEach, describe, expect, it } from "vitest";
-import { subscribe } from "../support/subscriber.ts";
+import { subscribe, subscriberLogins, subscriberToken } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
 const levelPersistence = createRequire(import.meta.url)("aedes-persistence-level") as (db: Level<string, Buffer>) => Persistence;
@@ -196,8 +196,9 @@ describe("aedes: what its acknowledgement of a publish promises (the peer's own 
     const dir = await tempDir("ownership-embedded");
     cleanup.push(() => dir.remove());
     const clientId = `away-${randomBytes(4).toString("hex")}`;
-    let broker = await startEmbeddedBroker({ port: 0, sessionsDir: dir.dir });
-    const away = await subscribe(broker.url, "mam/#", { clientId, clean: false });
+    let broker = await startEmbeddedBroker({ port: 0, sessionsDir: dir.dir, ...subscriberLogins });
+    const token = subscriberToken();
+    const away = await subscribe(broker.url, "mam/#", { clientId, clean: false, token });
     await away.close();
     const publisher = broker.publisher();
     const topics = Array.from({ length: 20 }, (_, i) => `mam/jobs/on-disk-${i}/events`);
@@ -205,9 +206,9 @@ describe("aedes: what its acknowledgement of a publish promises (the peer's own 
     // Nothing awaited but the publishes: the broker closes at once. (That aedes's
     // publish callback comes after the queue write is pinned above.)
     await broker.close();
-    broker = await startEmbeddedBroker({ port: 0, sessionsDir: dir.dir });
+    broker = await startEmbeddedBroker({ port: 0, sessionsDir: dir.dir, ...subscriberLogins });
     cleanup.push(() => broker.close());
-    const back = await subscribe(broker.url, "mam/#", { clientId, clean: false, subscribe: false });
+    const back = await subscribe(broker.url, "mam/#", { clientId, clean: false, subscribe: false, token });
     cleanup.push(() => back.close());
     await back.waitFor((m) => m.topic === topics.at(-1));
     expect(back.received.map((m) => m.topic)).toEqual(topics);

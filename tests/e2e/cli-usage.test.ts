@@ -189,6 +189,25 @@ describe("e2e: the mam command", () => {
     expect(scopes).toEqual(["read"]);
     const principal = createTokenService({ signingKey: "cli-usage-signing-key-0123456789abcdef", clock: systemClock }).verify(token);
     expect(principal).toMatchObject({ kind: "operator", scopes: ["read"] });
+    expect(principal).not.toHaveProperty("name");
+
+    // --name: who the token is for; a subscriber's persistent sessions belong to it (issue 17).
+    const named = captureIo({});
+    expect(
+      await runCli(["token", "create", "--scope", "read", "--name", "dashboard", "--data-dir", dataDir, "--json"], named),
+      named.err.join(""),
+    ).toBe(0);
+    const minted = JSON.parse(named.out.join(""));
+    expect(minted).toMatchObject({ scopes: ["read"], name: "dashboard" });
+    expect(
+      createTokenService({ signingKey: "cli-usage-signing-key-0123456789abcdef", clock: systemClock }).verify(minted.token),
+    ).toMatchObject({
+      kind: "operator",
+      name: "dashboard",
+    });
+    const badName = captureIo({});
+    expect(await runCli(["token", "create", "--scope", "read", "--name", "no spaces", "--data-dir", dataDir], badName)).toBe(1);
+    expect(badName.err.join("")).toMatch(/name/);
 
     const api = captureIo({});
     expect(await runCli(["token", "create", "--scope", "read", "--api", "http://127.0.0.1:9"], api)).toBe(1);

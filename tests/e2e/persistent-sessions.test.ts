@@ -17,7 +17,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { type ServeProcess, startServeProcess } from "../support/serve-process.ts";
-import { barrier, type Subscription, subscribe } from "../support/subscriber.ts";
+import { barrier, dataDirSubscriberToken, type Subscription, subscribe, subscriberLogins, subscriberToken } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
 const FILTER = "mam/jobs/+/events";
@@ -65,7 +65,9 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     };
 
     // It connects once, subscribes at QoS 1 with a persistent session, and leaves.
-    const first = await subscribe(served.mqttUrl, FILTER, { clientId: "dashboard-away", clean: false });
+    // It logs in with a read token of its own name (what `mam token create --scope read --name` prints).
+    const token = await dataDirSubscriberToken(dir, "dashboard");
+    const first = await subscribe(served.mqttUrl, FILTER, { clientId: "dashboard-away", clean: false, token });
     expect(first.sessionPresent()).toBe(false);
     await first.close();
 
@@ -114,7 +116,12 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     expect(sweep).toMatchObject({ sent: sweep.owed, failed: 0 });
 
     // It returns, asking for nothing again: its session and its queue were kept.
-    const back: Subscription = await subscribe(served.mqttUrl, FILTER, { clientId: "dashboard-away", clean: false, subscribe: false });
+    const back: Subscription = await subscribe(served.mqttUrl, FILTER, {
+      clientId: "dashboard-away",
+      clean: false,
+      subscribe: false,
+      token,
+    });
     cleanup.push(() => back.close());
     expect(back.sessionPresent()).toBe(true);
     // Superseded, as the change feed records it: a newer commit of its job overwrote
@@ -160,9 +167,9 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
   it("a connected clean: false subscriber gets every message live while four publishers publish at once (none held back until its next reconnection)", async () => {
     const dir = (await tempDir("sessions-live")).dir;
     const publisherCredentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-    const broker = await startEmbeddedBroker({ port: 0, publisherCredentials, sessionsDir: dataDirPaths(dir).broker });
+    const broker = await startEmbeddedBroker({ port: 0, publisherCredentials, sessionsDir: dataDirPaths(dir).broker, ...subscriberLogins });
     cleanup.push(() => broker.close());
-    const sub = await subscribe(broker.url, FILTER, { clientId: "live-session", clean: false });
+    const sub = await subscribe(broker.url, FILTER, { clientId: "live-session", clean: false, token: subscriberToken() });
     cleanup.push(() => sub.close());
     const publishers = await Promise.all(
       [0, 1, 2, 3].map(async (w) => {
@@ -202,6 +209,7 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
         port: 0,
         publisherCredentials,
         sessionsDir,
+        ...subscriberLogins,
         maxQueuedPerSession: 5,
         onSessionQueueFull: (id) => full.push(id),
       });
@@ -212,7 +220,8 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     };
 
     let broker = await start();
-    const first = await subscribe(broker.url, FILTER, { clientId: "away-long", clean: false });
+    const token = subscriberToken();
+    const first = await subscribe(broker.url, FILTER, { clientId: "away-long", clean: false, token });
     await first.close();
     await publishAll(broker.url, 0, 8);
     expect(full).toEqual(["away-long"]);
@@ -223,7 +232,7 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     await publishAll(broker.url, 8, 10);
     expect(full).toEqual(["away-long", "away-long"]);
 
-    const back = await subscribe(broker.url, FILTER, { clientId: "away-long", clean: false, subscribe: false });
+    const back = await subscribe(broker.url, FILTER, { clientId: "away-long", clean: false, subscribe: false, token });
     cleanup.push(() => back.close());
     expect(back.sessionPresent()).toBe(true);
     // Drained, it is queued for again: this one arrives, after the five kept and nothing else.
@@ -242,12 +251,21 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     const broker = await startEmbeddedBroker({
       port: 0,
       sessionsDir: dataDirPaths(dir.dir).broker,
+      ...subscriberLogins,
       maxQueuedPerSession: 10,
       onSessionQueueFull: (id) => full.push(id),
     });
     cleanup.push(() => broker.close());
+    const token = subscriberToken();
     const connectOverlapping = () =>
-      connectAsync(broker.url, { protocolVersion: 4, reconnectPeriod: 0, clientId: "overlap", clean: false });
+      connectAsync(broker.url, {
+        protocolVersion: 4,
+        reconnectPeriod: 0,
+        clientId: "overlap",
+        clean: false,
+        username: "d",
+        password: token,
+      });
     const first = await connectOverlapping();
     // Both filters match mam/events: the broker matches the session twice, queues the message once.
     await first.subscribeAsync({ "mam/events": { qos: 1 }, "mam/#": { qos: 1 } });
@@ -273,9 +291,9 @@ describe("e2e: persistent sessions across mam serve restarts", () => {
     const dir = (await tempDir("sessions-retained")).dir;
     const sessionsDir = dataDirPaths(dir).broker;
     const publisherCredentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-    const broker = await startEmbeddedBroker({ port: 0, publisherCredentials, sessionsDir });
+    const broker = await startEmbeddedBroker({ port: 0, publisherCredentials, sessionsDir, ...subscriberLogins });
     cleanup.push(() => broker.close());
-    const sub = await subscribe(broker.url, "#", { clientId: "keeps-a-session", clean: false });
+    const sub = await subscribe(broker.url, "#", { clientId: "keeps-a-session", clean: false, token: subscriberToken() });
     cleanup.push(() => sub.close());
     const service = await connectAsync(broker.url, { protocolVersion: 4, reconnectPeriod: 0, ...publisherCredentials });
     service.on("error", () => undefined);

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureIo, publishCompletedArgs } from "../support/cli-io.ts";
 import { jobRecord } from "../support/records.ts";
 import { type ServeProcess, startServeProcess } from "../support/serve-process.ts";
-import { barrier, subscribe } from "../support/subscriber.ts";
+import { barrier, dataDirSubscriberToken, subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
 /**
@@ -211,7 +211,8 @@ describe("e2e: mam serve", () => {
     // A subscriber with a persistent session, away over the restart: what the start-up
     // sweep sends is queued for it (a clean-session subscriber would catch up from the feed).
     const clientId = `owed-${randomUUID().slice(0, 8)}`;
-    await (await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false })).close();
+    const token = await dataDirSubscriberToken(dir);
+    await (await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false, token })).close();
     // Commit an intent behind the service's back (as the CLI in another process would),
     // with the service stopped: nothing can send it until the restarted sweep does.
     // The request log is written in batches; a SIGTERM right after a request loses no line.
@@ -232,7 +233,7 @@ describe("e2e: mam serve", () => {
 
     // The start-up sweep sends it at once, after the broker loaded its sessions from disk.
     served = await startServeProcess(dir, { MAM_AUTO_COMPLETE: "1", MAM_SWEEP_INTERVAL_SECONDS: "3" }, { cwd: dir, broker: true });
-    const sub = await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false, subscribe: false });
+    const sub = await subscribe(served.mqttUrl, "mam/jobs/owed-across-restart/events", { clientId, clean: false, subscribe: false, token });
     try {
       const message = await sub.next(10_000);
       expect(JSON.parse(message.payload).data.notification_intent.id).toBe("intent-restart-1");

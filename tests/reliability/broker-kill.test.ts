@@ -18,7 +18,7 @@
 import { randomBytes } from "node:crypto";
 import { MqttPublisher } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
-import { type BrokerProcess, startBrokerProcess } from "../support/broker-process.ts";
+import { type BrokerProcess, brokerSubscriberToken, startBrokerProcess } from "../support/broker-process.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
@@ -40,10 +40,16 @@ describe("reliability: the broker SIGKILLed right behind acknowledged publishes"
     const dir = await tempDir("broker-kill");
     cleanup.push(() => dir.remove());
     const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-    const options = { port: await deadPort(), sessionsDir: dir.dir, credentials };
+    const signingKey = randomBytes(32).toString("hex");
+    const options = { port: await deadPort(), sessionsDir: dir.dir, credentials, signingKey };
     let broker: BrokerProcess = await startBrokerProcess(options);
     cleanup.push(() => broker.stop("SIGKILL"));
-    const sub = await subscribe(broker.url, "mam/#", { clientId: "kill-subscriber", clean: false, reconnectPeriodMs: 100 });
+    const sub = await subscribe(broker.url, "mam/#", {
+      clientId: "kill-subscriber",
+      clean: false,
+      reconnectPeriodMs: 100,
+      token: brokerSubscriberToken(signingKey, "kill-subscriber"),
+    });
     cleanup.push(() => sub.close());
 
     const resolved: string[] = [];

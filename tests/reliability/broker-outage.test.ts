@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { dataDirPaths, MqttPublisher } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
-import { type BrokerProcess, startBrokerProcess } from "../support/broker-process.ts";
+import { type BrokerProcess, brokerSubscriberToken, startBrokerProcess } from "../support/broker-process.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { type ServeProcess, startServeProcess } from "../support/serve-process.ts";
 import { barrier, subscribe } from "../support/subscriber.ts";
@@ -58,7 +58,8 @@ describe("reliability: the external broker killed for 10 s under load", () => {
     );
     const port = await deadPort();
     const credentials = { username: "mam-service", password: randomBytes(16).toString("hex") };
-    const brokerOptions = { port, sessionsDir: brokerDir.dir, credentials };
+    const signingKey = randomBytes(32).toString("hex");
+    const brokerOptions = { port, sessionsDir: brokerDir.dir, credentials, signingKey };
     let broker: BrokerProcess = await startBrokerProcess(brokerOptions);
     cleanup.push(() => broker.stop("SIGKILL"));
 
@@ -72,7 +73,12 @@ describe("reliability: the external broker killed for 10 s under load", () => {
     const token = JSON.parse(await readFile(dataDirPaths(serveDir.dir).credentials, "utf8")).operator_token;
     const service: ServiceHandle = { up: async () => served.url, token };
 
-    const sub = await subscribe(broker.url, "mam/jobs/+/events", { clientId: "outage-subscriber", clean: false, reconnectPeriodMs: 100 });
+    const sub = await subscribe(broker.url, "mam/jobs/+/events", {
+      clientId: "outage-subscriber",
+      clean: false,
+      reconnectPeriodMs: 100,
+      token: brokerSubscriberToken(signingKey, "outage-subscriber"),
+    });
     cleanup.push(() => sub.close());
     const jobs = await registerJobs(service, JOBS);
 

@@ -14,7 +14,7 @@ import { dataDirPaths, MqttPublisher } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
 import { type ServeProcess, startServeProcess } from "../support/serve-process.ts";
-import { barrier, subscribe } from "../support/subscriber.ts";
+import { barrier, dataDirSubscriberToken, subscribe } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 import {
   acknowledgedIds,
@@ -80,7 +80,12 @@ describe("reliability: mam serve killed three times under load, a persistent-ses
       })();
     };
 
-    const sub = await subscribe(served.mqttUrl, "mam/jobs/+/events", { clientId: "soak-subscriber", clean: false, reconnectPeriodMs: 100 });
+    const sub = await subscribe(served.mqttUrl, "mam/jobs/+/events", {
+      clientId: "soak-subscriber",
+      clean: false,
+      reconnectPeriodMs: 100,
+      token: await dataDirSubscriberToken(dir, "soak-subscriber"),
+    });
     cleanup.push(() => sub.close());
     const jobs = await registerJobs(service, JOBS);
     await runWriters({

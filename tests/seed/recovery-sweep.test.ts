@@ -8,9 +8,11 @@ import {
   type Deps,
   type JobStore,
   jobTopic,
+  MamError,
   type NotificationPayload,
   newIntent,
   OPERATOR,
+  type Publisher,
   type RecoverOptions,
   recoverNotifications,
   registerJob,
@@ -214,7 +216,7 @@ describeBackends("recovery sweep: no record can stop it", (backend) => {
     });
   });
 
-  it("an unreachable broker counts against nobody: the sweep stops at the first intent, the rest not_tried, no failure recorded", async () => {
+  it("an unreachable broker counts against nobody: each intent is deferred, no failure recorded, and the pass's time budget leaves the rest not_tried", async () => {
     const b = backend();
     const clock = new TestClock(CLOCK_START);
     const live = { ...b.deps(undefined, { clock }), clock };
@@ -225,11 +227,15 @@ describeBackends("recovery sweep: no record can stop it", (backend) => {
 
     for (let sweep = 0; sweep < 3; sweep++) {
       const r = await run(down);
-      expect(r).toMatchObject({ owed: 3, sent: 0, failed: 1, quarantined: 0, not_tried: 2 });
-      expect(r.results.map((x) => x.outcome)).toEqual(["deferred", "not_tried", "not_tried"]);
-      expect(r.results[0]?.error?.code).toBe("publish.unreachable");
+      expect(r).toMatchObject({ owed: 3, sent: 0, failed: 3, quarantined: 0, not_tried: 0 });
+      expect(r.results.map((x) => x.outcome)).toEqual(["deferred", "deferred", "deferred"]);
+      expect(r.results.map((x) => x.error?.code)).toEqual(["publish.unreachable", "publish.unreachable", "publish.unreachable"]);
       clock.advance(60 * MINUTE);
     }
+    // A pass whose budget is spent after two intents (a monotonic clock of its own, 10 ms a look).
+    let looks = 0;
+    const budgeted = await recoverNotifications(down, { budgetMs: 25, elapsedClock: () => 10 * looks++ });
+    expect(budgeted.results.map((x) => x.outcome)).toEqual(["deferred", "deferred", "not_tried"]);
     // Nothing counted, nothing backed off, nothing quarantined.
     expect(await Promise.all(jobs.map(async (j) => (await live.jobs.get(j))?.pending_notification))).toEqual(owedBefore);
     expect(logged).toEqual([]);
@@ -237,6 +243,32 @@ describeBackends("recovery sweep: no record can stop it", (backend) => {
     const sub = await b.subscribe("mam/jobs/+/events");
     expect(await run(live)).toMatchObject({ owed: 3, sent: 3, failed: 0 });
     for (const [i, j] of jobs.entries()) await delivered(sub, j, owedBefore[i]?.id ?? "");
+  });
+
+  it("a publish that times out under congestion defers its intent alone: the sweep goes on and sends the others (issue 17)", async () => {
+    const b = backend();
+    const clock = new TestClock(CLOCK_START);
+    const live = { ...b.deps(undefined, { clock }), clock };
+    const jobs = [await completedJob(live), await completedJob(live), await completedJob(live)];
+    const ids = await Promise.all(jobs.map((j) => owedIntentId(live, j)));
+    const congested = jobTopic(jobs[0] ?? "");
+    // The real publisher, but the first job's publish meets a congested broker (as the storm of issue 17 did).
+    const publisher: Publisher = {
+      publish: (topic, payload) =>
+        topic === congested
+          ? Promise.reject(new MamError("publish.unreachable", "the broker did not finish the publish within 5000 ms"))
+          : live.publisher.publish(topic, payload),
+    };
+    const sub = await b.subscribe("mam/jobs/+/events");
+    const { run, logged } = sweepWith({ maxFailures: 1, backoffMs: MINUTE });
+    const r = await run({ ...live, publisher });
+    expect(r.results.map((x) => x.outcome)).toEqual(["deferred", "sent", "sent"]);
+    expect(r).toMatchObject({ owed: 3, sent: 2, quarantined: 0, not_tried: 0 });
+    for (const [i, j] of jobs.entries()) if (i > 0) await delivered(sub, j, ids[i] ?? "");
+    // Not counted, though one failure would quarantine: it is owed as it was, and goes out next pass.
+    expect((await live.jobs.get(jobs[0] ?? ""))?.pending_notification?.failures).toBeUndefined();
+    expect(logged).toEqual([]);
+    expect(await run(live)).toMatchObject({ owed: 1, sent: 1, quarantined: 0 });
   });
 
   it("a record whose event-log line cannot be appended fails for itself alone and is quarantined after N sweeps", async () => {

@@ -4,18 +4,28 @@
  * startEmbeddedBroker), keeping its sessions on disk with the same persistence
  * library, on a port and in a directory the test chooses, so a restart after a
  * SIGKILL comes back on the same port with the same sessions. The service logs in
- * with the credentials given; anyone may subscribe.
+ * with the credentials given; a subscriber logs in with a read token (with a name)
+ * signed with `signingKey` to keep a persistent session; anyone may subscribe clean.
  *
  * Imported, this file is the helper (`startBrokerProcess`); run as a script, it is
  * the broker (configured through the environment below).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { createTokenService, verifySubscriberLogin } from "@mam/api";
+import { systemClock } from "@mam/core";
 
 export interface BrokerProcessOptions {
   readonly port: number;
   readonly sessionsDir: string;
   readonly credentials: { readonly username: string; readonly password: string };
+  /** The key subscribers' tokens are signed with (`brokerSubscriberToken`). */
+  readonly signingKey: string;
+}
+
+/** A read token with a name, for a persistent session on a broker process started with `signingKey`. */
+export function brokerSubscriberToken(signingKey: string, name: string): string {
+  return createTokenService({ signingKey, clock: systemClock }).mintOperator(["read"], { name });
 }
 
 export interface BrokerProcess {
@@ -39,6 +49,7 @@ export async function startBrokerProcess(o: BrokerProcessOptions): Promise<Broke
       MAM_TEST_BROKER_DIR: o.sessionsDir,
       MAM_TEST_BROKER_USERNAME: o.credentials.username,
       MAM_TEST_BROKER_PASSWORD: o.credentials.password,
+      MAM_TEST_BROKER_SIGNING_KEY: o.signingKey,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -76,7 +87,9 @@ export async function startBrokerProcess(o: BrokerProcessOptions): Promise<Broke
 async function main(): Promise<void> {
   const { startEmbeddedBroker } = await import("@mam/local");
   const env = process.env;
+  const tokens = createTokenService({ signingKey: String(env.MAM_TEST_BROKER_SIGNING_KEY), clock: systemClock });
   const broker = await startEmbeddedBroker({
+    verifySubscriber: (token) => verifySubscriberLogin(tokens, token),
     port: Number(env.MAM_TEST_BROKER_PORT),
     sessionsDir: String(env.MAM_TEST_BROKER_DIR),
     publisherCredentials: { username: String(env.MAM_TEST_BROKER_USERNAME), password: String(env.MAM_TEST_BROKER_PASSWORD) },

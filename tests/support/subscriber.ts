@@ -1,4 +1,8 @@
-import type { Publisher } from "@mam/core";
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createTokenService, verifySubscriberLogin } from "@mam/api";
+import { type Publisher, systemClock } from "@mam/core";
 import { connect } from "mqtt";
 
 export interface ReceivedMessage {
@@ -34,11 +38,17 @@ export interface SubscribeOptions {
    * subscription, with nothing asked again.
    */
   readonly subscribe?: boolean;
+  /**
+   * Log in: the embedded broker keeps a persistent session only for a subscriber who
+   * logs in, with an operator token (read scope, a name) as the MQTT password; the
+   * session belongs to the token's name.
+   */
+  readonly token?: string;
 }
 
 /**
  * The one test subscriber, a plain MQTT client as a dashboard would be: it connects
- * without credentials, subscribes (filters allowed) at QoS 1, resolves once the
+ * without credentials (or logs in with `token`), subscribes (filters allowed) at QoS 1, resolves once the
  * broker granted it, and throws if the broker refused it.
  */
 export async function subscribe(url: string, topicFilter: string, opts: SubscribeOptions = {}): Promise<Subscription> {
@@ -56,6 +66,7 @@ export async function subscribe(url: string, topicFilter: string, opts: Subscrib
     // A returning persistent session keeps its subscription on the broker: asking again is not what is tested.
     resubscribe: false,
     ...(opts.clientId === undefined ? {} : { clientId: opts.clientId }),
+    ...(opts.token === undefined ? {} : { username: "subscriber", password: opts.token }),
   });
   client.on("error", () => undefined);
   // Listening before the first CONNACK: a returning session's queue may arrive right behind it.
@@ -146,4 +157,23 @@ export async function barrier(sub: Subscription, publisher: Publisher, topic: st
   await publisher.publish(topic, marker);
   await sub.waitFor((m) => m.payload === marker);
   return sub.received.findIndex((m) => m.payload === marker);
+}
+
+/**
+ * Logging in as a subscriber, for tests: a token service of the tests' own, the
+ * broker option that verifies its tokens as `mam serve` does, and read tokens with
+ * a name (each test picks names of its own, so sessions never meet across tests).
+ */
+const testTokens = createTokenService({ signingKey: randomBytes(32).toString("hex"), clock: systemClock });
+export const subscriberLogins = {
+  verifySubscriber: (token: string) => verifySubscriberLogin(testTokens, token),
+} as const;
+export function subscriberToken(name = `subscriber-${randomBytes(4).toString("hex")}`): string {
+  return testTokens.mintOperator(["read"], { name });
+}
+
+/** A read token with `name` signed with a data dir's key, as `mam token create --scope read --name NAME` prints it. */
+export async function dataDirSubscriberToken(dataDir: string, name = `subscriber-${randomBytes(4).toString("hex")}`): Promise<string> {
+  const { signing_key } = JSON.parse(await readFile(join(dataDir, "credentials.json"), "utf8")) as { signing_key: string };
+  return createTokenService({ signingKey: signing_key, clock: systemClock }).mintOperator(["read"], { name });
 }

@@ -19,7 +19,9 @@ export {
   SCOPES,
   type Scope,
   ScopeSchema,
+  TokenName,
   type TokenService,
   type TokenServiceOptions,
+  verifySubscriberLogin,
 } from "./tokens.ts";
 export * from "./wire.ts";

@@ -1,5 +1,5 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
-import { AttemptId, type Clock, JobId, MamError } from "@mam/core";
+import { AttemptId, type Clock, isMamError, JobId, MamError } from "@mam/core";
 import * as z from "zod";
 
 /**
@@ -25,6 +25,12 @@ export type Principal =
       readonly tokenId: string;
       readonly scopes: readonly Scope[];
       readonly expiresAt?: string;
+      /**
+       * Who the token is for (`mam token create --name`), when minted with one: a
+       * renewed token of the same name is the same subscriber to the MQTT broker,
+       * whose persistent sessions belong to the name, not to one token.
+       */
+      readonly name?: string;
     }
   | {
       readonly kind: "agent";
@@ -43,7 +49,7 @@ export interface MintedAgentToken {
 
 export interface TokenService {
   /** An operator token with these scopes; without `ttlSeconds` it does not expire. */
-  mintOperator(scopes: readonly Scope[], opts?: { ttlSeconds?: number }): string;
+  mintOperator(scopes: readonly Scope[], opts?: { ttlSeconds?: number; name?: string }): string;
   /** An agent token bound to one job and one attempt, expiring after the agent TTL. */
   mintAgent(jobId: string, attemptId: number): MintedAgentToken;
   /** The principal a token names. Throws `auth.invalid` (malformed, bad signature, expired). */
@@ -67,6 +73,9 @@ const MIN_KEY_LENGTH = 32;
 const MAX_TOKEN_LENGTH = 4096;
 const VERIFIED_CACHE_SIZE = 1024;
 
+/** A token's name: what a subscriber's persistent sessions belong to (letters, digits, `.`, `_`, `-`; at most 64). */
+export const TokenName = z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, "a name is 1 to 64 letters, digits, '.', '_' or '-'");
+
 const Common = {
   iss: z.literal(ISSUER),
   jti: z.string().min(1).max(128),
@@ -78,6 +87,7 @@ const ClaimsSchema = z.discriminatedUnion("kind", [
     kind: z.literal("operator"),
     scopes: z.array(ScopeSchema).min(1),
     exp: z.number().int().optional(),
+    name: TokenName.optional(),
   }),
   z.strictObject({ ...Common, kind: z.literal("agent"), job_id: JobId, attempt_id: AttemptId, exp: z.number().int() }),
 ]);
@@ -109,6 +119,18 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
           issues: [{ path: "scopes", message: parsed.error.issues[0]?.message ?? "invalid" }],
         });
       }
+      if (mintOpts.name !== undefined) {
+        const name = TokenName.safeParse(mintOpts.name);
+        if (!name.success) {
+          throw new MamError(
+            "input.invalid",
+            `the token's name ${JSON.stringify(mintOpts.name)} is not one: ${name.error.issues[0]?.message}`,
+            {
+              issues: [{ path: "name", message: name.error.issues[0]?.message ?? "invalid" }],
+            },
+          );
+        }
+      }
       const iat = nowSeconds();
       return sign({
         iss: ISSUER,
@@ -117,6 +139,7 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
         iat,
         scopes: [...new Set(parsed.data)],
         ...(mintOpts.ttlSeconds === undefined ? {} : { exp: iat + mintOpts.ttlSeconds }),
+        ...(mintOpts.name === undefined ? {} : { name: mintOpts.name }),
       });
     },
 
@@ -180,6 +203,7 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
           tokenId: c.jti,
           scopes: c.scopes,
           ...(c.exp === undefined ? {} : { expiresAt: new Date(c.exp * 1000).toISOString() }),
+          ...(c.name === undefined ? {} : { name: c.name }),
         },
       };
     }
@@ -194,6 +218,24 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
       },
     };
   }
+}
+
+/**
+ * Who may log in to the embedded broker as a subscriber: an operator token with the
+ * read scope and a name (the name owns its persistent sessions), as the API
+ * verifies it; an agent token may not, whatever its job.
+ */
+export function verifySubscriberLogin(tokens: TokenService, token: string): { readonly name: string } | { readonly refused: string } {
+  let principal: ReturnType<TokenService["verify"]>;
+  try {
+    principal = tokens.verify(token);
+  } catch (e) {
+    return { refused: isMamError(e) ? e.message : "the token does not verify" };
+  }
+  if (principal.kind !== "operator") return { refused: "an agent token may not log in to the broker; subscribers use an operator token" };
+  if (!principal.scopes.includes("read")) return { refused: "this operator token lacks the read scope" };
+  if (principal.name === undefined) return { refused: "this operator token has no name: mint one with mam token create --name NAME" };
+  return { name: principal.name };
 }
 
 function invalid(detail: string): MamError {

@@ -347,15 +347,20 @@ the store) cannot be reached, with the --after that resumes.`,
   },
   "token create": {
     summary: "mint an operator token with narrower scopes, signed with the data dir's key",
-    usage: `mam token create --scope read[,write,gate,ops] [--ttl SECONDS] [--data-dir DIR] [--json]
+    usage: `mam token create --scope read[,write,gate,ops] [--ttl SECONDS] [--name NAME] [--data-dir DIR] [--json]
 
 Reads the signing key from <data dir>/credentials.json (written by mam serve on
 first start), or MAM_TOKEN_SIGNING_KEY, and prints a new operator token with just
 those scopes. It signs locally: there is no API mode.
 
---json prints {token, scopes, ttl_seconds?}.`,
+--name NAME says who the token is for (1-64 letters, digits, '.', '_', '-'). A
+subscriber logs in to the embedded MQTT broker with a read token that has a name
+(the token as the password) to keep a persistent session (clean: false); the
+session belongs to the name, so a renewed token of the same name keeps it.
+
+--json prints {token, scopes, ttl_seconds?, name?}.`,
     modes: "embedded",
-    options: { scope: { type: "string" }, ttl: { type: "string" } },
+    options: { scope: { type: "string" }, ttl: { type: "string" }, name: { type: "string" } },
     async run(v, ctx) {
       const scopes = required("scope", v.scope)
         .split(",")
@@ -375,11 +380,12 @@ those scopes. It signs locally: there is no API mode.
             : `no signing key: ${ctx.dataDir}/credentials.json does not exist (run mam serve once) and MAM_TOKEN_SIGNING_KEY is unset`,
         );
       }
-      const token = createTokenService({ signingKey: key, clock: systemClock }).mintOperator(
-        scopes as Scope[],
-        ttl === undefined ? {} : { ttlSeconds: ttl },
-      );
-      ctx.out(token, { token, scopes, ...(ttl === undefined ? {} : { ttl_seconds: ttl }) });
+      const name = v.name === undefined ? undefined : String(v.name);
+      const token = createTokenService({ signingKey: key, clock: systemClock }).mintOperator(scopes as Scope[], {
+        ...(ttl === undefined ? {} : { ttlSeconds: ttl }),
+        ...(name === undefined ? {} : { name }),
+      });
+      ctx.out(token, { token, scopes, ...(ttl === undefined ? {} : { ttl_seconds: ttl }), ...(name === undefined ? {} : { name }) });
       return EXIT_OK;
     },
   },

@@ -2,7 +2,7 @@ import { randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, open } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
-import { createApp, createTokenService, StreamSlots, type TokenService } from "@mam/api";
+import { createApp, createTokenService, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
 import {
   type Clock,
   type Config,
@@ -132,6 +132,14 @@ export async function startService(
   // an external broker (MAM_MQTT_URL; parseConfig requires MAM_MQTT_USERNAME and
   // MAM_MQTT_PASSWORD with it) it publishes over MQTT as MAM_MQTT_CLIENT_ID at
   // QoS 2, whose PUBCOMP comes only once that broker took the message.
+  const tokens = withStaticOperator(
+    createTokenService({
+      signingKey: config.tokenSigningKey ?? credentials.signing_key,
+      clock: systemClock,
+      agentTtlSeconds: config.agentTokenTtlSeconds,
+    }),
+    config.operatorToken,
+  );
   let broker: EmbeddedBroker | undefined;
   let publisher: Publisher;
   let mqttUrl: string;
@@ -145,6 +153,17 @@ export async function startService(
       maxPacketBytes: config.mqttMaxPacketBytes,
       // Persistent sessions (`clean: false`) and their QoS 1 queues outlive a restart.
       sessionsDir: paths.broker,
+      sessionOwnersFile: paths.brokerOwners,
+      // A subscriber logs in with an operator token as its password, verified as the API verifies it.
+      verifySubscriber: (token) => verifySubscriberLogin(tokens, token),
+      maxSessionsPerName: config.mqttSessions.maxPerName,
+      maxSessions: config.mqttSessions.max,
+      maxQueuedBytesPerSession: config.mqttSessions.maxQueuedBytes,
+      maxInflightInbound: config.mqttSessions.maxInflightInbound,
+      // Writes never wait for a subscriber to read; one that falls this far behind is dropped.
+      maxOutgoingBytes: config.mqttSessions.maxOutgoingBytes,
+      onConnectRefused: (clientId, code, reason) =>
+        log(JSON.stringify({ level: "info", msg: "mqtt connect refused", client_id: clientId, connack: code, detail: reason })),
       // A subscriber that stops reading is dropped well before a publish would time out.
       drainTimeoutMs: Math.min(DEFAULT_DRAIN_TIMEOUT_MS, Math.floor(config.publishTimeoutMs / 2)),
       onError: (error) => log(JSON.stringify({ level: "warn", msg: "mqtt broker error", detail: error.message })),
@@ -219,14 +238,6 @@ export async function startService(
   });
   deps = { jobs, reports: store.reports, publisher, clock, ids: randomIds, flags: config.flags };
 
-  const tokens = withStaticOperator(
-    createTokenService({
-      signingKey: config.tokenSigningKey ?? credentials.signing_key,
-      clock: systemClock,
-      agentTtlSeconds: config.agentTokenTtlSeconds,
-    }),
-    config.operatorToken,
-  );
   // Open feed streams wake on this process's commits (the relay sees each one) and end
   // at once when the service stops; another process's commits are found by their poll.
   const shutdown = new AbortController();
@@ -252,6 +263,7 @@ export async function startService(
       const r = await recoverNotifications(deps, {
         policy: config.sweep,
         graceMs,
+        budgetMs: config.sweepBudgetSeconds * 1000,
         log: (entry) => log(JSON.stringify({ msg: entry.event, ...entry })),
       });
       if (r.owed > 0) {

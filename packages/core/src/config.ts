@@ -63,6 +63,11 @@ export const EnvSchema = z.object({
     .regex(/^[A-Za-z0-9_-]{1,23}$/, "MAM_MQTT_CLIENT_ID must be 1 to 23 letters, digits, '-' or '_' (what every MQTT 3.1.1 broker accepts)")
     .default("mam-service"),
   MAM_MQTT_MAX_PACKET_BYTES: int("MAM_MQTT_MAX_PACKET_BYTES", 64 * 1024, 1024, 16 * 1024 * 1024),
+  MAM_MQTT_MAX_SESSIONS_PER_NAME: int("MAM_MQTT_MAX_SESSIONS_PER_NAME", 16, 1, 10_000),
+  MAM_MQTT_MAX_SESSIONS: int("MAM_MQTT_MAX_SESSIONS", 1000, 1, 1_000_000),
+  MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION: int("MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION", 4 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024),
+  MAM_MQTT_MAX_INFLIGHT_INBOUND: int("MAM_MQTT_MAX_INFLIGHT_INBOUND", 32, 1, 65_535),
+  MAM_MQTT_MAX_OUTGOING_BYTES: int("MAM_MQTT_MAX_OUTGOING_BYTES", 256 * 1024, 16 * 1024, 256 * 1024 * 1024),
   // Accepted as a bearer with every scope: as hard to guess as the signing key behind the other tokens.
   MAM_OPERATOR_TOKEN: z
     .string()
@@ -80,6 +85,7 @@ export const EnvSchema = z.object({
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
   MAM_SWEEP_GRACE_SECONDS: int("MAM_SWEEP_GRACE_SECONDS", 5, 0, 3_600),
+  MAM_SWEEP_BUDGET_SECONDS: int("MAM_SWEEP_BUDGET_SECONDS", 20, 1, 86_400),
   MAM_PUBLISH_TIMEOUT_MS: int("MAM_PUBLISH_TIMEOUT_MS", 5000, 100, 120_000),
   MAM_FEED_MAX_STREAMS: int("MAM_FEED_MAX_STREAMS", 64, 1, 10_000),
   MAM_FEED_STREAMS_PER_AGENT: int("MAM_FEED_STREAMS_PER_AGENT", 4, 1, 10_000),
@@ -143,6 +149,19 @@ export interface Config {
   readonly mqttClientId: string;
   /** The embedded broker's largest packet, fixed header included. */
   readonly mqttMaxPacketBytes: number;
+  /** The embedded broker's bounds on persistent sessions (which need a login), on their queues, and on a client's QoS 2 state. */
+  readonly mqttSessions: {
+    /** The most persistent sessions one token name may own. */
+    readonly maxPerName: number;
+    /** The most persistent sessions in all. */
+    readonly max: number;
+    /** The most bytes (topics and payloads) queued unacknowledged for one session. */
+    readonly maxQueuedBytes: number;
+    /** QoS 2 publishes one client may have awaiting their PUBREL. */
+    readonly maxInflightInbound: number;
+    /** Bytes written to a client and not yet read by it, beyond which it is dropped (a logged-in one has room for its queue besides). */
+    readonly maxOutgoingBytes: number;
+  };
   readonly operatorToken: string | undefined;
   readonly tokenSigningKey: string | undefined;
   readonly tokenSigningKeyParameter: string | undefined;
@@ -162,6 +181,8 @@ export interface Config {
    * commit (the change relay, the stream publisher).
    */
   readonly sweepGraceSeconds: number;
+  /** Each sweep pass's time budget: what is not tried by then waits for the next pass. */
+  readonly sweepBudgetSeconds: number;
   readonly publishTimeoutMs: number;
   /** The change feed's stream: its bounds on open streams, in all and per principal, and on a write. */
   readonly feedStreams: {
@@ -265,6 +286,13 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
     mqttPassword: e.MAM_MQTT_PASSWORD,
     mqttClientId: e.MAM_MQTT_CLIENT_ID,
     mqttMaxPacketBytes: e.MAM_MQTT_MAX_PACKET_BYTES,
+    mqttSessions: {
+      maxPerName: e.MAM_MQTT_MAX_SESSIONS_PER_NAME,
+      max: e.MAM_MQTT_MAX_SESSIONS,
+      maxQueuedBytes: e.MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION,
+      maxInflightInbound: e.MAM_MQTT_MAX_INFLIGHT_INBOUND,
+      maxOutgoingBytes: e.MAM_MQTT_MAX_OUTGOING_BYTES,
+    },
     operatorToken: e.MAM_OPERATOR_TOKEN,
     tokenSigningKey: e.MAM_TOKEN_SIGNING_KEY,
     tokenSigningKeyParameter: e.MAM_TOKEN_SIGNING_KEY_PARAMETER,
@@ -276,6 +304,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
     sweepIntervalSeconds: e.MAM_SWEEP_INTERVAL_SECONDS,
     sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
     sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,
+    sweepBudgetSeconds: e.MAM_SWEEP_BUDGET_SECONDS,
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
     feedStreams: {
       maxStreams: e.MAM_FEED_MAX_STREAMS,

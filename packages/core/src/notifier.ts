@@ -152,9 +152,13 @@ export const SWEEP_OUTCOMES = {
   failed: "failed",
   /** Failed for the N-th time: still owed, not tried again until an operator releases it. */
   quarantined: "quarantined",
-  /** The broker or the store could not be reached: nobody's fault, not counted; the sweep stopped here. */
+  /**
+   * The broker or the store could not be reached (a publish that timed out under
+   * congestion included): nobody's fault, not counted toward quarantine. The sweep
+   * goes on after an unreachable publish and stops after an unreachable store.
+   */
   deferred: "deferred",
-  /** Not tried: the sweep stopped before it (the broker or the store could not be reached). */
+  /** Not tried: the sweep stopped before it (the store could not be reached, or the pass's time budget was spent). */
   not_tried: "not_tried",
 } as const;
 export type SweepOutcome = (typeof SWEEP_OUTCOMES)[keyof typeof SWEEP_OUTCOMES];
@@ -205,14 +209,27 @@ export interface RecoverOptions {
    * root writes each as a log line.
    */
   readonly log?: (entry: Readonly<Record<string, unknown>>) => void;
+  /**
+   * The pass's time budget (MAM_SWEEP_BUDGET_SECONDS; default none): once spent, the
+   * intents not yet tried are left `not_tried`, owed for the next pass. A flood that
+   * slows every publish then delays notifications; it never holds a pass for ever.
+   */
+  readonly budgetMs?: number;
+  /** Milliseconds on a monotonic clock, for the budget (default `performance.now`). */
+  readonly elapsedClock?: () => number;
 }
 
 /**
  * Failures that say nothing about the intent: the broker or the store could not be
- * reached or throttled. They never count toward quarantine, and the sweep stops at
- * the first one — every intent after it would meet the same wall.
+ * reached or throttled. They never count toward quarantine. After an unreachable
+ * store the sweep stops (every intent after it would meet the same wall, and none
+ * could even be recorded); after an unreachable publish it goes on: a publish that
+ * timed out because the broker was congested says nothing of the next one, and
+ * stopping there let a flood hold back every intent behind the first (issue 17).
+ * The pass's time budget bounds what a broker that is really down costs.
  */
 const NOBODYS_FAULT: ReadonlySet<ErrorCode> = new Set(["publish.unreachable", "store.unavailable"]);
+const STOPS_THE_SWEEP: ReadonlySet<ErrorCode> = new Set(["store.unavailable"]);
 
 /**
  * The recovery sweep: re-send every owed notification that is due, found through the
@@ -223,7 +240,9 @@ const NOBODYS_FAULT: ReadonlySet<ErrorCode> = new Set(["publish.unreachable", "s
  *   owed & due ──flush──> sent ............................ settled
  *              └─fails (its own reason)──> failures+1, retry_at = now + backoff
  *                        └─ failures == N ──> quarantined (still owed, listed, log line)
- *              └─broker/store unreachable──> deferred, not counted; the rest not_tried
+ *              └─broker unreachable (or congested)──> deferred, not counted; the sweep goes on
+ *              └─store unreachable──> deferred, not counted; the rest not_tried
+ *   the pass's time budget spent ──> the rest not_tried
  *
  * Its bookkeeping writes only `pending_notification`, conditional on the exact
  * intent id (B-39, B-41): an intent settled or superseded meanwhile is left alone.
@@ -238,8 +257,12 @@ export async function recoverNotifications(deps: NotifierDeps, opts: RecoverOpti
   const owed = await deps.jobs.listOwed(opts.limit ?? 1000, { dueBy: new Date(now.getTime() - graceMs).toISOString() });
   deps.metrics?.oldestOwedIntentAge(oldestAgeSeconds(owed, now));
   const results: IntentOutcome[] = [];
+  const elapsed = opts.elapsedClock ?? (() => performance.now());
+  const startedAt = elapsed();
+  const overBudget = () => opts.budgetMs !== undefined && elapsed() - startedAt >= opts.budgetMs;
   let stopped = false;
   for (const record of owed) {
+    if (!stopped && overBudget()) stopped = true;
     const intentId = String(record.pending_notification?.id ?? "");
     if (stopped) {
       results.push({ job_id: record.job_id, intent_id: intentId, outcome: "not_tried" });
@@ -260,7 +283,7 @@ export async function recoverNotifications(deps: NotifierDeps, opts: RecoverOpti
       };
     }
     results.push(result);
-    stopped = result.outcome === "deferred";
+    stopped = result.outcome === "deferred" && result.error !== undefined && STOPS_THE_SWEEP.has(result.error.code);
   }
   const count = (...outcomes: SweepOutcome[]) => results.filter((r) => outcomes.includes(r.outcome)).length;
   return {

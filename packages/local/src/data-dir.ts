@@ -28,6 +28,8 @@ export function dataDirPaths(dir: string) {
     credentials: join(root, "credentials.json"),
     /** The embedded broker's persistent sessions (a LevelDB database, 0700). */
     broker: join(root, "broker"),
+    /** Which token name owns each persistent session of the broker (JSON, 0600; beside `broker`). */
+    brokerOwners: join(root, "broker-owners.json"),
   };
 }
 

@@ -9,9 +9,13 @@ import { Aedes, type AuthenticateError, type Client } from "aedes";
 import { Level } from "level";
 import { listenOn } from "./listen.ts";
 import { publishPacketBytes } from "./mqtt-publisher.ts";
+import { SessionOwners } from "./session-owners.ts";
 
+const require = createRequire(import.meta.url);
 /** aedes-persistence-level ships no types: it takes an open `level` database and returns an aedes persistence. */
-const levelPersistence = createRequire(import.meta.url)("aedes-persistence-level") as (db: Level<string, Buffer>) => QueueingPersistence;
+const levelPersistence = require("aedes-persistence-level") as (db: Level<string, Buffer>) => QueueingPersistence;
+/** The encoding aedes-persistence-level stores packets in (its own dependency). */
+const msgpack = createRequire(require.resolve("aedes-persistence-level"))("msgpack-lite") as { decode(blob: Buffer): unknown };
 
 /** What of an aedes persistence `sessionQueues` wraps (aedes-persistence 11's interface, promise style). */
 interface QueueingPersistence {
@@ -23,6 +27,15 @@ interface QueuedFor {
   readonly clientId: string;
 }
 
+/** What a queued message weighs against its session's byte bound: its topic and payload (what the client is sent, less a few header bytes). */
+function queuedBytes(packet: unknown): number {
+  const p = packet as { topic?: unknown; payload?: unknown } | undefined;
+  const topic = typeof p?.topic === "string" ? Buffer.byteLength(p.topic) : 0;
+  const payload = p?.payload;
+  const body = payload instanceof Uint8Array ? payload.byteLength : typeof payload === "string" ? Buffer.byteLength(payload) : 0;
+  return topic + body;
+}
+
 /** Where aedes-persistence-level keeps a session's queued messages: `outgoing:<encoded client id>:<broker id>:<counter>`. */
 const OUTGOING_PREFIX = "outgoing:";
 
@@ -31,11 +44,12 @@ const OUTGOING_PREFIX = "outgoing:";
  *
  * - **A bound per session.** aedes queues every QoS 1 message for every persistent
  *   session with no limit, so a `clean: false` subscriber that never returns would
- *   grow the disk for ever. A session holds at most `maxQueued` messages not yet
- *   acknowledged by its client; beyond that, new messages are not queued for it
- *   (as Mosquitto's `max_queued_messages` does) and `onQueueFull` is told, once per
- *   time the session fills. The counts are read from disk at start and follow each
- *   queue write and each acknowledgement.
+ *   grow the disk for ever. A session holds at most `maxQueued` messages, and at
+ *   most `maxQueuedBytes` bytes of topics and payloads, not yet acknowledged by its
+ *   client; beyond either, new messages are not queued for it (as Mosquitto's
+ *   `max_queued_messages` and `max_queued_bytes` do) and `onQueueFull` is told, once
+ *   per time the session fills. The counts and bytes are read from disk at start and
+ *   follow each queue write and each acknowledgement.
  * - **In order.** aedes delivers a QoS 1 message to a connected client only if its
  *   broker counter is higher than the last one that client was sent (its duplicate
  *   check, in lib/client.js), and hands a message to the connected clients once the
@@ -51,12 +65,15 @@ async function sessionQueues<P extends QueueingPersistence>(
   persistence: P,
   db: Level<string, Buffer>,
   maxQueued: number,
+  maxQueuedBytes: number,
   onQueueFull: ((clientId: string) => void) | undefined,
 ): Promise<P> {
   const queued = new Map<string, number>();
-  for await (const key of db.keys({ gte: OUTGOING_PREFIX, lt: "outgoing;" })) {
+  const bytes = new Map<string, number>();
+  for await (const [key, value] of db.iterator({ gte: OUTGOING_PREFIX, lt: "outgoing;", valueEncoding: "buffer" })) {
     const clientId = decodeURIComponent(key.slice(OUTGOING_PREFIX.length).split(":", 1)[0] ?? "");
     queued.set(clientId, (queued.get(clientId) ?? 0) + 1);
+    bytes.set(clientId, (bytes.get(clientId) ?? 0) + queuedBytes(msgpack.decode(value as Buffer)));
   }
   const full = new Set<string>();
   /**
@@ -65,13 +82,15 @@ async function sessionQueues<P extends QueueingPersistence>(
    * filter, but its queue holds the message once (one key per client and message)
    * and its PUBACK clears it once: it is counted once.
    */
-  const admit = (subs: QueuedFor[]): QueuedFor[] => {
+  const admit = (subs: QueuedFor[], packet: unknown): QueuedFor[] => {
     const seen = new Set<string>();
+    const size = queuedBytes(packet);
     return subs.filter((sub) => {
       if (seen.has(sub.clientId)) return false;
       seen.add(sub.clientId);
       const n = queued.get(sub.clientId) ?? 0;
-      if (n >= maxQueued) {
+      const b = bytes.get(sub.clientId) ?? 0;
+      if (n >= maxQueued || b + size > maxQueuedBytes) {
         if (!full.has(sub.clientId)) {
           full.add(sub.clientId);
           onQueueFull?.(sub.clientId);
@@ -79,6 +98,7 @@ async function sessionQueues<P extends QueueingPersistence>(
         return false;
       }
       queued.set(sub.clientId, n + 1);
+      bytes.set(sub.clientId, b + size);
       return true;
     });
   };
@@ -88,7 +108,7 @@ async function sessionQueues<P extends QueueingPersistence>(
   const clear = persistence.outgoingClearMessageId.bind(persistence);
   let previous: Promise<unknown> = Promise.resolve();
   persistence.outgoingEnqueueCombi = (subs, packet) => {
-    const write = enqueue(admit(subs ?? []), packet);
+    const write = enqueue(admit(subs ?? [], packet), packet);
     const after = previous.then(
       () => write,
       () => write,
@@ -96,13 +116,19 @@ async function sessionQueues<P extends QueueingPersistence>(
     previous = after.catch(() => undefined);
     return after;
   };
-  persistence.outgoingEnqueue = (sub, packet) => (admit([sub]).length === 0 ? Promise.resolve() : enqueueOne(sub, packet));
+  persistence.outgoingEnqueue = (sub, packet) => (admit([sub], packet).length === 0 ? Promise.resolve() : enqueueOne(sub, packet));
   persistence.outgoingClearMessageId = async (client, packet) => {
     const cleared = await clear(client, packet);
     if (cleared !== undefined) {
       const n = (queued.get(client.id) ?? 1) - 1;
-      if (n > 0) queued.set(client.id, n);
-      else queued.delete(client.id);
+      const b = (bytes.get(client.id) ?? 0) - queuedBytes(cleared);
+      if (n > 0) {
+        queued.set(client.id, n);
+        bytes.set(client.id, Math.max(b, 0));
+      } else {
+        queued.delete(client.id);
+        bytes.delete(client.id);
+      }
       full.delete(client.id);
     }
     return cleared;
@@ -156,8 +182,39 @@ export interface EmbeddedBrokerOptions {
    * up from the change feed.
    */
   readonly maxQueuedPerSession?: number;
-  /** Told when a persistent session reaches `maxQueuedPerSession` (once until it drains). */
+  /**
+   * With `sessionsDir`: the most bytes of topics and payloads a persistent session
+   * holds unacknowledged (default 4 MiB); beyond it, as beyond `maxQueuedPerSession`.
+   */
+  readonly maxQueuedBytesPerSession?: number;
+  /** Told when a persistent session reaches `maxQueuedPerSession` or `maxQueuedBytesPerSession` (once until it drains). */
   readonly onSessionQueueFull?: (clientId: string) => void;
+  /**
+   * Who a subscriber logging in is: its MQTT password is an operator token, and this
+   * verifies it as the API does, answering the token's name, or why it may not log
+   * in (an agent token, no read scope, no name, a token that does not verify).
+   * Without it nobody but the service may log in, so nobody may keep a persistent
+   * session (`clean: false`).
+   */
+  readonly verifySubscriber?: (token: string) => { readonly name: string } | { readonly refused: string };
+  /**
+   * Whether a client may connect without a login (for `clean: true` subscriptions
+   * only). Default: when `host` is a loopback address, on; beyond loopback, off.
+   */
+  readonly anonymousSubscribers?: boolean;
+  /** The most persistent sessions one token name may own (default 16). */
+  readonly maxSessionsPerName?: number;
+  /** The most persistent sessions the broker keeps in all (default 1,000). */
+  readonly maxSessions?: number;
+  /**
+   * Where the owner of each persistent session is kept (a JSON file, 0600); default
+   * `<sessionsDir>-owners.json`, beside the sessions. Without `sessionsDir`, in memory.
+   */
+  readonly sessionOwnersFile?: string;
+  /** QoS 2 publishes one client may have awaiting their PUBREL (aedes's `maxInflightInbound`; default 32). */
+  readonly maxInflightInbound?: number;
+  /** Told of each CONNECT refused, with its reason (MQTT 3.1.1's CONNACK carries only a code). */
+  readonly onConnectRefused?: (clientId: string, code: number, reason: string) => void;
   /**
    * How long a subscriber's socket may stay full before aedes drops the connection
    * (its `drainTimeout`; default 2000 ms, aedes's own is 60 s). A delivery waits for
@@ -169,6 +226,14 @@ export interface EmbeddedBrokerOptions {
    * reconnects; a clean one catches up from the feed.
    */
   readonly drainTimeoutMs?: number;
+  /**
+   * The most bytes written to a client that it has not read yet (its socket's
+   * buffer) before the broker drops it (default 256 KiB; at least `maxPacketBytes`;
+   * a logged-in subscriber's bound has room for its whole queue besides). Writes
+   * never wait for a client to read: this bound, not a wait, is what a client that
+   * stops reading meets, so no delivery of the service's waits on it.
+   */
+  readonly maxOutgoingBytes?: number;
   /**
    * Told of an error aedes raises on the broker itself (a persistence failure, a will
    * from an earlier run it cannot publish), which would otherwise end the process.
@@ -199,6 +264,18 @@ function publishRefusal(
 
 /** The default bound on a persistent session's queue: about 1.5 MiB on disk of mam's ~230-byte notifications (measured). */
 export const DEFAULT_MAX_QUEUED_PER_SESSION = 10_000;
+/** The default byte bound on a persistent session's queue: 10,000 of mam's notifications fit; 10,000 64 KiB junk messages do not. */
+export const DEFAULT_MAX_QUEUED_BYTES_PER_SESSION = 4 * 1024 * 1024;
+export const DEFAULT_MAX_SESSIONS_PER_NAME = 16;
+export const DEFAULT_MAX_SESSIONS = 1000;
+export const DEFAULT_MAX_INFLIGHT_INBOUND = 32;
+/** A reading subscriber holds a few of mam's notifications unread at most; 256 KiB is a thousand of them. */
+export const DEFAULT_MAX_OUTGOING_BYTES = 256 * 1024;
+
+/** Whether `host` is a loopback address (where only this machine's users can reach the broker). */
+export function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
 
 export interface EmbeddedBroker {
   /** `mqtt://host:port`. */
@@ -233,9 +310,8 @@ const SERVICE_PREFIX = "mam/";
 const SYS_PREFIX = "$SYS";
 
 /** MQTT 3.1.1 CONNACK return codes (AuthErrorCode is a const enum aedes does not export at runtime). */
-const IDENTIFIER_REJECTED = 2;
-const BAD_USERNAME_OR_PASSWORD = 4;
-const NOT_AUTHORIZED = 5;
+export const CONNACK = { IDENTIFIER_REJECTED: 2, SERVER_UNAVAILABLE: 3, BAD_USERNAME_OR_PASSWORD: 4, NOT_AUTHORIZED: 5 } as const;
+const { IDENTIFIER_REJECTED, SERVER_UNAVAILABLE, BAD_USERNAME_OR_PASSWORD, NOT_AUTHORIZED } = CONNACK;
 
 /**
  * An MQTT 3.1.1 broker (aedes) in the service's process. Anyone may connect without
@@ -260,11 +336,26 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const host = options.host ?? "127.0.0.1";
   const credentials = options.publisherCredentials;
   const maxPacketBytes = options.maxPacketBytes ?? DEFAULT_MAX_PACKET_BYTES;
+  const maxOutgoingBytes = Math.max(options.maxOutgoingBytes ?? DEFAULT_MAX_OUTGOING_BYTES, maxPacketBytes);
+  const maxQueuedBytes = options.maxQueuedBytesPerSession ?? DEFAULT_MAX_QUEUED_BYTES_PER_SESSION;
   const publishers = new WeakSet<Client>();
-  const willRefusals = new WeakMap<Client, string>();
+  const wills = new WeakMap<Client, { readonly topic: string; readonly retain?: boolean }>();
 
-  const refuseConnect = (done: (error: AuthenticateError | null, success: boolean | null) => void, code: number, message: string) =>
+  const anonymousAllowed = options.anonymousSubscribers ?? isLoopbackHost(host);
+  const maxSessionsPerName = options.maxSessionsPerName ?? DEFAULT_MAX_SESSIONS_PER_NAME;
+  const maxSessions = options.maxSessions ?? DEFAULT_MAX_SESSIONS;
+  const owners = SessionOwners.load(
+    options.sessionsDir === undefined ? undefined : (options.sessionOwnersFile ?? `${options.sessionsDir}-owners.json`),
+  );
+  const refuseConnect = (
+    client: Client,
+    done: (error: AuthenticateError | null, success: boolean | null) => void,
+    code: number,
+    message: string,
+  ) => {
+    options.onConnectRefused?.(client.id, code, message);
     done(Object.assign(new Error(message), { returnCode: code }) as AuthenticateError, false);
+  };
 
   let sessions: Level<string, Buffer> | undefined;
   if (options.sessionsDir !== undefined) {
@@ -286,24 +377,24 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
               levelPersistence(sessions),
               sessions,
               options.maxQueuedPerSession ?? DEFAULT_MAX_QUEUED_PER_SESSION,
+              maxQueuedBytes,
               options.onSessionQueueFull,
             ),
           }),
       drainTimeout: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
+      maxInflightInbound: options.maxInflightInbound ?? DEFAULT_MAX_INFLIGHT_INBOUND,
       // A will is published by the broker when its client goes away, from disk after a
       // crash too (aedes's will sweep, which authorizes it then and, refused, raised an
       // error that ended the process at every restart): one that could never be
-      // published is refused with the CONNECT that carries it. The service sets none.
-      // It is noted here, where the CONNECT is seen, and refused by authenticate with
-      // "not authorized", so the client is told (CONNACK 5) rather than cut off.
+      // published is refused with the CONNECT that carries it: anyone's but the
+      // service's, which sets none. It is noted here, where the CONNECT is seen, and
+      // refused by authenticate, which knows who connects, with "not authorized", so
+      // the client is told (CONNACK 5) rather than cut off.
       preConnect(client, packet, done) {
-        const refusal = packet.will ? publishRefusal(packet.will, false, options.refusePublish) : undefined;
-        if (refusal !== undefined) willRefusals.set(client, `the will is refused: ${refusal}`);
+        if (packet.will) wills.set(client, packet.will);
         done(null, true);
       },
       authenticate(client, username, password, done) {
-        const refusedWill = willRefusals.get(client);
-        if (refusedWill !== undefined) return refuseConnect(done, NOT_AUTHORIZED, refusedWill);
         const anonymous = (username === undefined || username === "") && password === undefined;
         const isPublisher =
           !anonymous &&
@@ -311,17 +402,84 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
           username === credentials.username &&
           password !== undefined &&
           sameSecret(password, credentials.password);
-        if (!anonymous && !isPublisher) return refuseConnect(done, BAD_USERNAME_OR_PASSWORD, "bad user name or password");
-        // aedes closes a connected client when another connects with its id (after this
-        // hook accepts it), so the check must be here, before that can happen.
-        if (options.serviceClientId !== undefined && client.id === options.serviceClientId && !isPublisher) {
-          return refuseConnect(done, IDENTIFIER_REJECTED, "this client id is reserved for the service");
+        const will = wills.get(client);
+        if (will !== undefined) {
+          const refusal = isPublisher ? publishRefusal(will, true, options.refusePublish) : "only the service may publish";
+          if (refusal !== undefined) return refuseConnect(client, done, NOT_AUTHORIZED, `the will is refused: ${refusal}`);
         }
-        if (isPublisher) publishers.add(client);
-        done(null, true);
+        if (!isPublisher && credentials !== undefined && username === credentials.username) {
+          return refuseConnect(client, done, BAD_USERNAME_OR_PASSWORD, "bad user name or password");
+        }
+        // aedes closes a connected client when another connects with its id (after this
+        // hook accepts it), so every check on the id must be here, before that can happen.
+        if (options.serviceClientId !== undefined && client.id === options.serviceClientId && !isPublisher) {
+          return refuseConnect(client, done, IDENTIFIER_REJECTED, "this client id is reserved for the service");
+        }
+        if (isPublisher) {
+          publishers.add(client);
+          return done(null, true);
+        }
+        let name: string | undefined;
+        if (!anonymous) {
+          const verified =
+            options.verifySubscriber === undefined || password === undefined
+              ? { refused: password === undefined ? "a login needs a token as the password" : "this broker takes no subscriber logins" }
+              : options.verifySubscriber(password.toString("utf8"));
+          if ("refused" in verified) return refuseConnect(client, done, BAD_USERNAME_OR_PASSWORD, verified.refused);
+          name = verified.name;
+        }
+        const owner = owners.owner(client.id);
+        if (owner !== undefined && owner !== name) {
+          return refuseConnect(client, done, IDENTIFIER_REJECTED, "this client id's persistent session belongs to another subscriber");
+        }
+        if (name === undefined) {
+          if (!client.clean) {
+            return refuseConnect(
+              client,
+              done,
+              NOT_AUTHORIZED,
+              "a persistent session (clean: false) needs a login: an operator token with the read scope and a name as the password",
+            );
+          }
+          if (!anonymousAllowed) {
+            return refuseConnect(client, done, NOT_AUTHORIZED, "this broker listens beyond loopback: subscribers log in");
+          }
+          return done(null, true);
+        }
+        const loggedIn = name;
+        // Its session's queue comes at once when it returns: room for all of it.
+        if (client.conn instanceof PacketSizeGuard) client.conn.allowOutgoing(maxQueuedBytes + maxOutgoingBytes);
+        const settle = (p: Promise<void>) =>
+          p.then(
+            () => done(null, true),
+            (e: unknown) =>
+              refuseConnect(
+                client,
+                done,
+                SERVER_UNAVAILABLE,
+                `the session's owner could not be recorded: ${e instanceof Error ? e.message : e}`,
+              ),
+          );
+        // Its owner starting the session afresh: aedes wipes it, and it is nobody's.
+        if (client.clean) return owner === undefined ? done(null, true) : void settle(owners.release(client.id));
+        if (owner === loggedIn) return done(null, true);
+        if (owners.countOf(loggedIn) >= maxSessionsPerName) {
+          return refuseConnect(
+            client,
+            done,
+            NOT_AUTHORIZED,
+            `${loggedIn} already owns ${maxSessionsPerName} persistent sessions, the most one name may (start one afresh with clean: true to free it)`,
+          );
+        }
+        if (owners.size >= maxSessions) {
+          return refuseConnect(client, done, SERVER_UNAVAILABLE, `the broker keeps ${maxSessions} persistent sessions, the most it may`);
+        }
+        void settle(owners.claim(client.id, loggedIn));
       },
       authorizePublish(client, packet, done) {
-        const refusal = publishRefusal(packet, client !== null && publishers.has(client), options.refusePublish);
+        // Subscribers, logged in or not, only listen: a publish is the service's.
+        const byService = client !== null && publishers.has(client);
+        const refusal = byService ? publishRefusal(packet, true, options.refusePublish) : "only the service may publish";
         done(refusal === undefined ? null : new Error(refusal));
       },
       authorizeSubscribe(client, subscription, done) {
@@ -344,7 +502,7 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
-    broker.handle(new PacketSizeGuard(socket, maxPacketBytes));
+    broker.handle(new PacketSizeGuard(socket, maxPacketBytes, maxOutgoingBytes));
   });
   let port: number;
   try {
@@ -440,15 +598,17 @@ function inProcessPublisher(
 class PacketSizeGuard extends Duplex {
   readonly #socket: net.Socket;
   readonly #maxPacketBytes: number;
+  #maxOutgoingBytes: number;
   #phase: "type" | "length" | "body" = "type";
   #remaining = 0;
   #multiplier = 1;
   #lengthBytes = 0;
 
-  constructor(socket: net.Socket, maxPacketBytes: number) {
-    super({ allowHalfOpen: false });
+  constructor(socket: net.Socket, maxPacketBytes: number, maxOutgoingBytes: number) {
+    super({ allowHalfOpen: false, writableHighWaterMark: maxOutgoingBytes });
     this.#socket = socket;
     this.#maxPacketBytes = maxPacketBytes;
+    this.#maxOutgoingBytes = maxOutgoingBytes;
     socket.on("data", (chunk: Buffer) => {
       if (!this.#withinLimit(chunk)) {
         // MQTT 3.1.1 has no way to say "too large" but to close the connection.
@@ -466,18 +626,36 @@ class PacketSizeGuard extends Duplex {
     this.#socket.resume();
   }
 
+  /** Raises this connection's outgoing bound (a logged-in subscriber's session replays its queue at once). */
+  allowOutgoing(bytes: number): void {
+    this.#maxOutgoingBytes = Math.max(this.#maxOutgoingBytes, bytes);
+  }
+
   override _write(chunk: Buffer, encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
-    this.#socket.write(chunk, encoding, callback);
+    this.#socket.write(chunk, encoding);
+    this.#bounded(callback);
   }
 
   override _writev(chunks: { chunk: Buffer; encoding: BufferEncoding }[], callback: (error?: Error | null) => void): void {
     this.#socket.cork();
-    const last = chunks.length - 1;
-    chunks.forEach(({ chunk, encoding }, i) => {
-      if (i === last) this.#socket.write(chunk, encoding, callback);
-      else this.#socket.write(chunk, encoding);
-    });
+    for (const { chunk, encoding } of chunks) this.#socket.write(chunk, encoding);
     this.#socket.uncork();
+    this.#bounded(callback);
+  }
+
+  /**
+   * Every write is done at once for aedes, whatever the client reads: what it has not
+   * read waits in its socket's buffer, and once that holds more than the bound the
+   * client is dropped. So no delivery ever waits for a client's socket to drain, and
+   * a client that stops reading holds no delivery of anyone else's, nor a slot of
+   * aedes's hundred deliveries at once.
+   */
+  #bounded(callback: (error?: Error | null) => void): void {
+    if (this.#socket.writableLength > this.#maxOutgoingBytes) {
+      this.#socket.destroy();
+      this.destroy();
+    }
+    callback();
   }
 
   override _final(callback: (error?: Error | null) => void): void {

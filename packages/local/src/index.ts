@@ -2,11 +2,16 @@ export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.t
 export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type Credentials, dataDirPaths, openDataDir, openEmbeddedJobStore, readCredentials, secureDataDir } from "./data-dir.ts";
 export {
+  CONNACK,
   DEFAULT_DRAIN_TIMEOUT_MS,
   DEFAULT_MAX_PACKET_BYTES,
+  DEFAULT_MAX_QUEUED_BYTES_PER_SESSION,
   DEFAULT_MAX_QUEUED_PER_SESSION,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_MAX_SESSIONS_PER_NAME,
   type EmbeddedBroker,
   type EmbeddedBrokerOptions,
+  isLoopbackHost,
   startEmbeddedBroker,
 } from "./embedded-broker.ts";
 export { FILE_STORE_SCHEME, FileReportStore, type FileReportStoreOptions } from "./file-report-store.ts";
