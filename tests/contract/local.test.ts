@@ -698,12 +698,16 @@ describe("MqttPublisher and the embedded broker, beyond the contract", () => {
     expect(await sub.next()).toEqual({ topic: "mam/jobs/x/events", payload: "yes" });
   });
 
-  it("anyone may publish outside mam/, and anyone may subscribe", async () => {
-    const b = await broker();
+  it("nobody but the service publishes, outside mam/ too (issue 17); anyone may subscribe", async () => {
+    const publisherCredentials = credentials();
+    const b = await startEmbeddedBroker({ port: 0, publisherCredentials });
+    cleanup.push(() => b.close());
     const sub = await subscribe(b.url, "elsewhere/#");
     cleanup.push(() => sub.close());
     const anonymous = publisher({ url: b.url });
-    await anonymous.publish("elsewhere/chat", "hello");
+    await expect(anonymous.publish("elsewhere/chat", "junk")).rejects.toMatchObject({ code: "publish.refused" });
+    const service = publisher({ url: b.url, ...publisherCredentials });
+    await service.publish("elsewhere/chat", "hello");
     expect(await sub.next()).toEqual({ topic: "elsewhere/chat", payload: "hello" });
   });
 
