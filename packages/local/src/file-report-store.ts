@@ -52,7 +52,14 @@ export class FileReportStore implements ReportStore {
     this.#allowAbsolute = options.allowAbsolute ?? true;
   }
 
-  async put(location: string, name: string, body: Uint8Array | AsyncIterable<Uint8Array>): Promise<{ sha256: string; bytes: number }> {
+  put(location: string, name: string, body: Uint8Array | AsyncIterable<Uint8Array>): Promise<{ sha256: string; bytes: number }> {
+    return onExhaustion(
+      () => `put ${this.describe(location, name)}`,
+      () => this.#put(location, name, body),
+    );
+  }
+
+  async #put(location: string, name: string, body: Uint8Array | AsyncIterable<Uint8Array>): Promise<{ sha256: string; bytes: number }> {
     const file = await this.#file(location, name, { create: true });
     const dir = path.dirname(file);
     const temp = path.join(dir, `.${name}.${randomBytes(8).toString("hex")}.part`);
@@ -82,7 +89,14 @@ export class FileReportStore implements ReportStore {
     return { sha256: hash.digest("hex"), bytes };
   }
 
-  async getBytes(location: string, name: string): Promise<Uint8Array | undefined> {
+  getBytes(location: string, name: string): Promise<Uint8Array | undefined> {
+    return onExhaustion(
+      () => `getBytes ${this.describe(location, name)}`,
+      () => this.#getBytes(location, name),
+    );
+  }
+
+  async #getBytes(location: string, name: string): Promise<Uint8Array | undefined> {
     const file = await this.#file(location, name);
     try {
       return await readFile(file);
@@ -92,13 +106,27 @@ export class FileReportStore implements ReportStore {
     }
   }
 
-  async read(location: string, name: string): Promise<AsyncIterable<Uint8Array> | undefined> {
+  read(location: string, name: string): Promise<AsyncIterable<Uint8Array> | undefined> {
+    return onExhaustion(
+      () => `read ${this.describe(location, name)}`,
+      () => this.#read(location, name),
+    );
+  }
+
+  async #read(location: string, name: string): Promise<AsyncIterable<Uint8Array> | undefined> {
     // Open first, so "absent" is decided once and the stream reads that very file.
     const handle = await openIfPresent(await this.#file(location, name));
     return handle?.createReadStream({ highWaterMark: CHUNK, autoClose: true });
   }
 
-  async exists(location: string, name: string): Promise<boolean> {
+  exists(location: string, name: string): Promise<boolean> {
+    return onExhaustion(
+      () => `exists ${this.describe(location, name)}`,
+      () => this.#exists(location, name),
+    );
+  }
+
+  async #exists(location: string, name: string): Promise<boolean> {
     try {
       return (await stat(await this.#file(location, name))).isFile();
     } catch (e) {
@@ -107,7 +135,14 @@ export class FileReportStore implements ReportStore {
     }
   }
 
-  async promote(location: string, from: string, to: string): Promise<void> {
+  promote(location: string, from: string, to: string): Promise<void> {
+    return onExhaustion(
+      () => `promote ${this.describe(location, to)}`,
+      () => this.#promote(location, from, to),
+    );
+  }
+
+  async #promote(location: string, from: string, to: string): Promise<void> {
     const source = await this.#file(location, from);
     const target = await this.#file(location, to);
     try {
@@ -119,7 +154,14 @@ export class FileReportStore implements ReportStore {
     await syncDirectory(path.dirname(target));
   }
 
-  async hash(location: string, name: string): Promise<{ sha256: string; bytes: number } | undefined> {
+  hash(location: string, name: string): Promise<{ sha256: string; bytes: number } | undefined> {
+    return onExhaustion(
+      () => `hash ${this.describe(location, name)}`,
+      () => this.#hash(location, name),
+    );
+  }
+
+  async #hash(location: string, name: string): Promise<{ sha256: string; bytes: number } | undefined> {
     const handle = await openIfPresent(await this.#file(location, name));
     if (handle === undefined) return undefined;
     // One buffer, reused for every read: a stream would allocate a fresh chunk each
@@ -140,7 +182,14 @@ export class FileReportStore implements ReportStore {
     return { sha256: hash.digest("hex"), bytes };
   }
 
-  async delete(location: string, name: string): Promise<void> {
+  delete(location: string, name: string): Promise<void> {
+    return onExhaustion(
+      () => `delete ${this.describe(location, name)}`,
+      () => this.#delete(location, name),
+    );
+  }
+
+  async #delete(location: string, name: string): Promise<void> {
     const file = await this.#file(location, name);
     try {
       await unlink(file);
@@ -157,7 +206,18 @@ export class FileReportStore implements ReportStore {
    * the target exists, and is then checked instead), remove the temp name and fsync
    * the directory. A refusal removes what it made, directories included.
    */
-  async copyOnce(
+  copyOnce(
+    from: { readonly location: string; readonly name: string },
+    to: { readonly location: string; readonly name: string },
+    sha256: string,
+  ): Promise<{ bytes: number; created: boolean }> {
+    return onExhaustion(
+      () => `pin ${this.describe(to.location, to.name)}`,
+      () => this.#copyOnce(from, to, sha256),
+    );
+  }
+
+  async #copyOnce(
     from: { readonly location: string; readonly name: string },
     to: { readonly location: string; readonly name: string },
     sha256: string,
@@ -367,4 +427,28 @@ async function openIfPresent(file: string): Promise<FileHandle | undefined> {
 function isAbsent(e: unknown): boolean {
   const code = (e as { code?: unknown }).code;
   return code === "ENOENT" || code === "ENOTDIR";
+}
+
+/**
+ * The file-system answers that say the host ran out of something (space, a quota,
+ * file descriptors) rather than that the request is wrong: the port's retryable
+ * `store.unavailable`, naming what ran out and never a server path. Every method
+ * removes what it made before it throws, so nothing half-written is left.
+ */
+const EXHAUSTED: Readonly<Record<string, string>> = {
+  ENOSPC: "no space is left on the report store's disk",
+  EDQUOT: "the report store's disk quota is spent",
+  EMFILE: "the service has too many open files",
+  ENFILE: "the host has too many open files",
+};
+
+async function onExhaustion<T>(what: () => string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    const why = typeof code === "string" ? EXHAUSTED[code] : undefined;
+    if (why === undefined) throw e;
+    throw new MamError("store.unavailable", `${what()}: ${why}; nothing was written; retry once it is freed`, { cause: e });
+  }
 }

@@ -756,11 +756,32 @@ function decodeEventCursor(cursor: string): [string, string] {
   throw invalidCursor();
 }
 
-/** SQLite's "try again" answers become the port's retryable store.unavailable. */
+/**
+ * SQLite's "try again" answers become the port's retryable store.unavailable: busy
+ * or locked (another writer), full (the disk, or the database's `max_page_count`:
+ * SQLITE_FULL, "database or disk is full", which is how ENOSPC reaches us), and a
+ * file it could not open (SQLITE_CANTOPEN: EMFILE, ENFILE). The statement that
+ * failed wrote nothing: SQLite rolls it (and its transaction) back.
+ */
 function storeError(e: unknown): unknown {
   const code = (e as { code?: unknown }).code;
-  if (typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"))) {
+  if (typeof code !== "string") return e;
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED")) {
     return new MamError("store.unavailable", `the job database is busy: ${(e as Error).message}`, { cause: e });
+  }
+  if (code.startsWith("SQLITE_FULL")) {
+    return new MamError(
+      "store.unavailable",
+      "the job database is full (no space left on its disk); nothing was written; retry once space is freed",
+      {
+        cause: e,
+      },
+    );
+  }
+  if (code.startsWith("SQLITE_CANTOPEN")) {
+    return new MamError("store.unavailable", "the job database could not open a file (too many open files?); nothing was written; retry", {
+      cause: e,
+    });
   }
   return e;
 }
