@@ -172,6 +172,24 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       expect(next.transition_seq).toBe(4);
     });
 
+    it("chargeUsage writes agent_usage iff the stored counts are the prior's (absent: 0), bumping nothing; a lost charge writes nothing; an unknown job is job.notFound", async () => {
+      const record = job("usage", { status: "running", transition_seq: 2, evidence_seq: 1, updated_at: at(3) });
+      await store.create(record);
+      const first = { events: 1, bytes: 100, attempt_id: 1, attempt_bytes: 100 };
+      expect(await store.chargeUsage("usage", undefined, first)).toBe(true);
+      expect(await store.get("usage")).toEqual({ ...record, agent_usage: first });
+      // Two charges read at the same counts: the second loses and writes nothing.
+      const second = { events: 2, bytes: 150, attempt_id: 1, attempt_bytes: 150 };
+      const rival = { events: 1, bytes: 900, attempt_id: 1, attempt_bytes: 900 };
+      expect(await store.chargeUsage("usage", first, second)).toBe(true);
+      expect(await store.chargeUsage("usage", first, rival)).toBe(false);
+      expect(await store.chargeUsage("usage", undefined, rival)).toBe(false);
+      expect(await store.get("usage")).toEqual({ ...record, agent_usage: second });
+      // The transition seq a caller read is still good.
+      expect((await store.transition("usage", 2, { from: ["running"], set: { updated_at: at(4) } })).agent_usage).toEqual(second);
+      await expectMamError(store.chargeUsage("nobody-here", undefined, first), "job.notFound");
+    });
+
     it("settleNotification with a different intent id returns false and leaves the intent owed", async () => {
       const record = job("settle-other", { pending_notification: intent("kept", "completed", 0, at(2)) });
       await store.create(record);

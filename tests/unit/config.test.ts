@@ -6,7 +6,13 @@ import { configError } from "../support/config-error.ts";
 describe("parseConfig", () => {
   it("has the documented defaults on an empty environment", () => {
     const config: Config = parseConfig({});
-    expect(config.flags).toEqual({ autoComplete: false, engineCas: true, allowedBackends: ["claude", "claude-code", "codex", "grok"] });
+    expect(config.flags).toEqual({
+      autoComplete: false,
+      engineCas: true,
+      allowedBackends: ["claude", "claude-code", "codex", "grok"],
+      // Several report cycles at the largest upload (256 MiB), and 10,000 events, per job.
+      quotas: { jobEvents: 10_000, attemptBytes: 1024 ** 3, jobBytes: 4 * 1024 ** 3 },
+    });
     expect(config).toMatchObject({
       host: "127.0.0.1",
       port: 8787,
@@ -39,8 +45,16 @@ describe("parseConfig", () => {
       MAM_MQTT_USERNAME: "mam",
       MAM_MQTT_PASSWORD: "secret",
       MAM_MQTT_PORT: "11883",
+      MAM_QUOTA_JOB_EVENTS: "50",
+      MAM_QUOTA_ATTEMPT_BYTES: "2097152",
+      MAM_QUOTA_JOB_BYTES: "4194304",
     });
-    expect(config.flags).toEqual({ autoComplete: true, engineCas: false, allowedBackends: ["grok", "codex"] });
+    expect(config.flags).toEqual({
+      autoComplete: true,
+      engineCas: false,
+      allowedBackends: ["grok", "codex"],
+      quotas: { jobEvents: 50, attemptBytes: 2 * 1024 * 1024, jobBytes: 4 * 1024 * 1024 },
+    });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });
   });
 

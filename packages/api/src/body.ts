@@ -123,6 +123,11 @@ export class Upload {
     this.#uploadPath = opts.uploadPath ?? REPORT_UPLOAD_PATH;
   }
 
+  /** The most this body can be: its declared Content-Length, else the limit (what an agent's upload reserves of its quota). */
+  get atMostBytes(): number {
+    return Math.min(this.#declaredLength ?? this.#limit, this.#limit);
+  }
+
   /** Take up to `bytes` (an upload's declared size, within the middleware's ceiling) instead of the limit. */
   allow(bytes: number): void {
     this.#limit = Math.max(this.#limit, bytes);

@@ -125,6 +125,7 @@ const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
   "store.unavailable": "the job store could not be reached; try again",
   "stream.tooMany":
     "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
+  "quota.events": `job ${EXAMPLE.jobId} has taken its quota of 10000 agent events (MAM_QUOTA_JOB_EVENTS); nothing was written`,
   "route.notFound": `no asset "${EXAMPLE.file}.map"`,
   internal: "an unexpected error occurred; quote the request id when reporting it",
 };

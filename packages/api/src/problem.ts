@@ -32,6 +32,8 @@ export const HTTP_STATUS = {
   "report.changed": 409,
   "report.location": 400,
   "report.mismatch": 409,
+  "quota.bytes": 413,
+  "quota.events": 429,
   "auth.missing": 401,
   "auth.invalid": 401,
   "auth.forbidden": 403,

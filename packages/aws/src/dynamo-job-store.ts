@@ -11,6 +11,7 @@ import {
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
 import {
+  type AgentUsage,
   type ChangeNote,
   type ChangeQuery,
   type ChangeRow,
@@ -312,6 +313,33 @@ export class DynamoJobStore implements JobStore {
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     return this.#update(jobId, null, evidenceWriteOf(change), false);
+  }
+
+  /**
+   * One `UpdateItem` of `agent_usage` alone, conditional on the stored counts (an item
+   * without it counts 0 and 0). It leaves the feed's note and time as they are: the
+   * change feed has no row for it, and the stream function sees no new intent in it.
+   */
+  async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
+    const events = prior?.events ?? 0;
+    const bytes = prior?.bytes ?? 0;
+    const counted = "agent_usage.events = :events AND agent_usage.bytes = :bytes";
+    try {
+      await this.#doc.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
+          UpdateExpression: "SET agent_usage = :next",
+          ConditionExpression: `attribute_exists(pk) AND (${events === 0 && bytes === 0 ? `attribute_not_exists(agent_usage) OR (${counted})` : counted})`,
+          ExpressionAttributeValues: { ":next": next, ":events": events, ":bytes": bytes },
+        }),
+      );
+      return true;
+    } catch (err) {
+      if (!isConditionalFailure(err)) throw storeFailure(err, `charge the usage of job ${jobId}`);
+      if ((await this.#read(jobId)) === undefined) throw notFound(jobId);
+      return false;
+    }
   }
 
   /**

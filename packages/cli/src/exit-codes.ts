@@ -32,6 +32,8 @@ export const EXIT_CODES = {
   "report.changed": 1,
   "report.location": 1,
   "report.mismatch": 1,
+  "quota.bytes": 1,
+  "quota.events": 1,
   "auth.missing": 1,
   "auth.invalid": 1,
   "auth.forbidden": 1,

@@ -521,6 +521,12 @@ export interface components {
           at: string;
         };
       };
+      agent_usage?: {
+        events: number;
+        bytes: number;
+        attempt_id: number;
+        attempt_bytes: number;
+      };
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -1216,7 +1222,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -1758,7 +1764,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2023,7 +2029,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2332,7 +2338,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2573,7 +2579,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2848,7 +2854,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -3328,7 +3334,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -3856,7 +3862,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -3899,6 +3905,30 @@ export interface operations {
            *       "status": 415,
            *       "detail": "this route takes application/json, not \"text/plain\"",
            *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `stream.tooMany`: This token already holds as many open streams as it may */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/stream.tooMany",
+           *       "title": "This token already holds as many open streams as it may",
+           *       "status": 429,
+           *       "detail": "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
+           *       "code": "stream.tooMany",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -4235,7 +4265,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `stream.tooMany`: This token already holds as many open streams as it may */
+      /** @description `quota.events`: The job's event quota is spent; `stream.tooMany`: This token already holds as many open streams as it may */
       429: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -4436,7 +4466,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -4708,7 +4738,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `input.tooLarge`: The body is too large */
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
       413: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */

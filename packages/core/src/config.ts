@@ -81,6 +81,11 @@ export const EnvSchema = z.object({
   // One PUT: S3 takes at most 5 GiB in a single (presigned) PUT.
   MAM_REPORT_UPLOAD_LIMIT: int("MAM_REPORT_UPLOAD_LIMIT", 256 * 1024 * 1024, 1024, 5 * 1024 * 1024 * 1024),
   MAM_REPORT_UPLOAD_TTL_SECONDS: int("MAM_REPORT_UPLOAD_TTL_SECONDS", 900, 60, 3600),
+  // What one job's agents may send (issue 17). The byte defaults hold several report
+  // cycles at the largest upload (MAM_REPORT_UPLOAD_LIMIT, 256 MiB) and its re-send.
+  MAM_QUOTA_JOB_EVENTS: int("MAM_QUOTA_JOB_EVENTS", 10_000, 1, 10_000_000),
+  MAM_QUOTA_ATTEMPT_BYTES: int("MAM_QUOTA_ATTEMPT_BYTES", 1024 * 1024 * 1024, 1024 * 1024, 2 ** 40),
+  MAM_QUOTA_JOB_BYTES: int("MAM_QUOTA_JOB_BYTES", 4 * 1024 * 1024 * 1024, 1024 * 1024, 2 ** 42),
   MAM_SWEEP_INTERVAL_SECONDS: int("MAM_SWEEP_INTERVAL_SECONDS", 30, 1, 86_400),
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
@@ -133,6 +138,18 @@ export interface Flags {
   readonly engineCas: boolean;
   /** The evidence-backed allowlist, narrowed by MAM_AUTO_COMPLETE_BACKENDS. */
   readonly allowedBackends: readonly string[];
+  /** What one job's agents may send (`chargeAgentUsage`). */
+  readonly quotas: Quotas;
+}
+
+/** Bounds on what a job's agents send (issue 17), kept by core on every backend. */
+export interface Quotas {
+  /** Events an agent may publish to one job (MAM_QUOTA_JOB_EVENTS). */
+  readonly jobEvents: number;
+  /** Bytes (event data, report bodies, upload declarations) one attempt may send (MAM_QUOTA_ATTEMPT_BYTES). */
+  readonly attemptBytes: number;
+  /** The same, over every attempt of the job (MAM_QUOTA_JOB_BYTES). */
+  readonly jobBytes: number;
 }
 
 export interface Config {
@@ -276,6 +293,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       autoComplete: e.MAM_AUTO_COMPLETE,
       engineCas: e.MAM_ENGINE_CAS,
       allowedBackends: allowedBackends(e.MAM_AUTO_COMPLETE_BACKENDS),
+      quotas: { jobEvents: e.MAM_QUOTA_JOB_EVENTS, attemptBytes: e.MAM_QUOTA_ATTEMPT_BYTES, jobBytes: e.MAM_QUOTA_JOB_BYTES },
     },
     host: e.MAM_HOST,
     port: e.MAM_PORT,

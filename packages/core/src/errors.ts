@@ -35,6 +35,8 @@ export const ERROR_TABLE = {
   "report.changed": { retryable: false, title: "The report changed while it was being pinned" },
   "report.location": { retryable: false, title: "Not a valid report location" },
   "report.mismatch": { retryable: false, title: "The uploaded report is not the one its upload declared" },
+  "quota.bytes": { retryable: false, title: "The job's or the attempt's byte quota would be exceeded" },
+  "quota.events": { retryable: false, title: "The job's event quota is spent" },
   "auth.missing": { retryable: false, title: "A bearer token is required" },
   "auth.invalid": { retryable: false, title: "The token is not valid" },
   "auth.forbidden": { retryable: false, title: "The token does not grant this" },

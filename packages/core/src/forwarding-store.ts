@@ -1,6 +1,6 @@
 import type { ChangeNote, ChangeQuery } from "./feed.ts";
 import type { EvidenceChange, FeedPage, JobChange, JobStore, OwedQuery, Page } from "./ports.ts";
-import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
+import type { AgentUsage, DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
 
 /**
  * A JobStore that hands every call to `inner`: the base of a decorator (a cache, the
@@ -27,6 +27,9 @@ export class ForwardingJobStore implements JobStore {
   }
   list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
     return this.inner.list(query);
+  }
+  chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
+    return this.inner.chargeUsage(jobId, prior, next);
   }
   recordDispatch(dispatch: DispatchRecord): Promise<void> {
     return this.inner.recordDispatch(dispatch);

@@ -15,6 +15,7 @@ export * from "./notifier.ts";
 export * as policy from "./policy.ts";
 export { type Scenario, ScenarioSchema } from "./policy.ts";
 export * from "./ports.ts";
+export * from "./quotas.ts";
 export * from "./schemas.ts";
 export * from "./services.ts";
 export * from "./store-guard.ts";

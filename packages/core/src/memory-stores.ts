@@ -14,7 +14,7 @@ import {
   type Page,
   type ReportStore,
 } from "./ports.ts";
-import type { DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
+import type { AgentUsage, DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
 
 /**
  * Reference adapters: the ports kept in memory, with no I/O, for pure unit tests
@@ -109,6 +109,15 @@ export class MemoryJobStore implements JobStore {
     this.#jobs.set(jobId, record);
     this.#record(current, record, change.note);
     return structuredClone(record);
+  }
+
+  async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
+    const current = this.#jobs.get(jobId);
+    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+    const stored = current.agent_usage;
+    if ((stored?.events ?? 0) !== (prior?.events ?? 0) || (stored?.bytes ?? 0) !== (prior?.bytes ?? 0)) return false;
+    this.#jobs.set(jobId, { ...current, agent_usage: structuredClone(next) });
+    return true;
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {

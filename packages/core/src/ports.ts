@@ -1,8 +1,19 @@
 import type { ChangeNote, ChangeQuery, ChangeRow } from "./feed.ts";
-import { type DispatchRecord, type EventLogEntry, type JobRecord, NON_TERMINAL, type NotificationIntent, type Status } from "./schemas.ts";
+import {
+  type AgentUsage,
+  type DispatchRecord,
+  type EventLogEntry,
+  type JobRecord,
+  NON_TERMINAL,
+  type NotificationIntent,
+  type Status,
+} from "./schemas.ts";
 
-/** Fields no change writes: the job's identity, its two counters (the store bumps them) and its birth. */
-export const FIXED_JOB_FIELDS = ["job_id", "transition_seq", "evidence_seq", "created_at"] as const;
+/**
+ * Fields no change writes: the job's identity, its two counters (the store bumps them),
+ * its birth, and what its agents sent (`chargeUsage` alone writes that).
+ */
+export const FIXED_JOB_FIELDS = ["job_id", "transition_seq", "evidence_seq", "created_at", "agent_usage"] as const;
 /** The optional fields a change may remove (`JobChange.unset`). */
 export const UNSETTABLE_JOB_FIELDS = ["completed_by", "completed_evidence", "pending_notification", "agent_session", "progress"] as const;
 export type UnsettableJobField = (typeof UNSETTABLE_JOB_FIELDS)[number];
@@ -151,6 +162,16 @@ export interface JobRecords {
   recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord>;
   /** Newest first (by `updated_at`, then `job_id`); all statuses when `status` is absent. */
   list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>>;
+  /**
+   * Quota bookkeeping (issue 17): write `next` as the job's `agent_usage` iff the
+   * stored one still counts exactly `prior`'s events and bytes (absent: 0 and 0).
+   * Both only grow and every charge grows one of them, so equal counts mean no other
+   * charge landed between the caller's read and this write. One conditional write;
+   * it never bumps `transition_seq` or `evidence_seq`, adds no change-feed row and
+   * owes no notification. True if written; false when another charge landed first
+   * (nothing written). `job.notFound` if there is no such job.
+   */
+  chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean>;
 }
 
 /** Dispatch records: write-once per (job, attempt). */

@@ -98,6 +98,21 @@ export const EventDataSchema = boundedJsonObject(
   "the agent's event data",
 );
 
+/**
+ * What the job's agents have sent it, counted against the quotas (issue 17): every
+ * event, and the bytes of event data, report bodies and upload declarations. Written
+ * only by `chargeUsage`, reserved before the bytes are written. Absent: nothing yet.
+ * `attempt_bytes` counts the attempt `attempt_id` alone; a charge for another
+ * attempt starts it again.
+ */
+export const AgentUsageSchema = z.strictObject({
+  events: z.number().int().min(0),
+  bytes: z.number().int().min(0),
+  attempt_id: AttemptId,
+  attempt_bytes: z.number().int().min(0),
+});
+export type AgentUsage = z.infer<typeof AgentUsageSchema>;
+
 export const JobRecordSchema = z.strictObject({
   job_id: JobId,
   prompt: z.string().max(65536),
@@ -122,6 +137,7 @@ export const JobRecordSchema = z.strictObject({
   completed_by: z.literal("auto_complete").optional(),
   completed_evidence: CompletedEvidenceSchema.optional(),
   pending_notification: NotificationIntentSchema.optional(),
+  agent_usage: AgentUsageSchema.optional(),
   created_at: IsoTime,
   updated_at: IsoTime,
 });

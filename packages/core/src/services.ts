@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { utf8Bytes } from "./bounds.ts";
 import { conflictFor, TransitionConflict } from "./conflicts.ts";
 import type { Actor, Deps, Using } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
@@ -23,6 +24,7 @@ import {
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
+import { chargeAgentUsage } from "./quotas.ts";
 import {
   type Action,
   type DispatchRecord,
@@ -119,14 +121,21 @@ export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobI
  *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
  */
 export async function stageAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "ids">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
   /** Who stages it, for the change feed; the service itself when absent. */
   actor?: Actor,
+  /**
+   * The most the body can be (its Content-Length, else the route's limit): what an
+   * agent's upload reserves against its quotas before a byte is written. A body
+   * handed in whole counts its length.
+   */
+  atMostBytes?: number,
 ): Promise<{ sha256: string; bytes: number }> {
   const location = await writableAttempt(deps, jobId, attemptId);
+  await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0) });
   const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
   let staged: { sha256: string; bytes: number };
   try {
@@ -333,16 +342,19 @@ export async function publishAgentEvent(
   if (input.finalize) validateSideEffects(input.finalize.sideEffects);
   const job = await getJob(deps, jobId);
   const action = EVENT_ACTIONS[input.event];
+  if (input.finalize && isTerminal(job.status))
+    throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
+  // Refuse what the commit would refuse before writing anything: bad input changes
+  // nothing, not its quota, not even an unreferenced pinned copy. (The commit still checks both.)
+  const rule = TRANSITIONS[action];
+  const stale = deps.flags.engineCas && input.expectedSeq !== undefined ? input.expectedSeq : null;
+  if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
+    throw conflictFor(job, stale, rule.from);
+  }
+  // The event and its data are reserved against the job's quotas before anything is written.
+  await chargeAgentUsage(deps, jobId, actor, { events: 1, bytes: input.data === undefined ? 0 : utf8Bytes(JSON.stringify(input.data)) });
   let prepared: PreparedFinalize | undefined;
   if (input.finalize) {
-    if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
-    // Refuse what the commit would refuse before preparing anything: bad input changes
-    // nothing, not even an unreferenced pinned copy. (The commit still checks both.)
-    const rule = TRANSITIONS[action];
-    const stale = deps.flags.engineCas && input.expectedSeq !== undefined ? input.expectedSeq : null;
-    if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
-      throw conflictFor(job, stale, rule.from);
-    }
     // Only unreferenced, write-once bytes are written before the commit; the finalize
     // becomes visible once the transition that carries its pointer has committed.
     prepared = await prepareFinalize(deps.reports, deps.clock, { ...input.finalize, jobId });

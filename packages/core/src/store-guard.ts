@@ -13,6 +13,8 @@ import {
   UNSETTABLE_JOB_FIELDS,
 } from "./ports.ts";
 import {
+  type AgentUsage,
+  AgentUsageSchema,
   AttemptId,
   type DispatchRecord,
   DispatchRecordSchema,
@@ -127,6 +129,22 @@ function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
     set[field] = value;
   }
   return { guard: change.guard, set: set as NonNullable<EvidenceChange["set"]>, ...note };
+}
+
+/**
+ * A charge is core's own: `next` a valid `agent_usage` whose counts only grow from
+ * `prior`'s, one of them strictly (the adapters' condition compares the counts, so a
+ * charge that grew neither could not tell itself from no charge). Otherwise core's bug:
+ * `internal`, and nothing is written.
+ */
+function checkCharge(prior: AgentUsage | undefined, next: AgentUsage): AgentUsage {
+  const parsed = AgentUsageSchema.safeParse(next);
+  if (!parsed.success) throw new MamError("internal", "a usage charge is not valid", { issues: zodIssues(parsed.error, "usage") });
+  const from = { events: prior?.events ?? 0, bytes: prior?.bytes ?? 0 };
+  if (next.events < from.events || next.bytes < from.bytes || (next.events === from.events && next.bytes === from.bytes)) {
+    throw new MamError("internal", "a usage charge must grow the counts it was read at");
+  }
+  return parsed.data;
 }
 
 // ---- cursors: the adapter's position, in an envelope naming the listing it belongs to
@@ -250,6 +268,11 @@ class GuardedJobStore implements JobStore {
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     assertJobId(jobId);
     return this.#store.recordEvidence(jobId, checkEvidenceChange(change));
+  }
+
+  async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
+    assertJobId(jobId);
+    return this.#store.chargeUsage(jobId, prior, checkCharge(prior, next));
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {

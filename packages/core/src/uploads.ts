@@ -3,6 +3,7 @@ import { MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
 import { STAGED_REPORT_NAME, UPLOAD_DECLARATION_NAME, type UploadDeclaration } from "./finalize.ts";
 import type { JobRecords, UploadTarget } from "./ports.ts";
+import { chargeAgentUsage } from "./quotas.ts";
 import { writableAttempt } from "./services.ts";
 
 /** What an uploader declares of the report it will send: checked against the bytes that arrive. */
@@ -46,12 +47,12 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
  * address still good after its job ended reaches a staged name nothing reads any more.
  */
 export async function requestReportUpload(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "clock" | "flags">,
   jobId: string,
   attemptId: number,
   request: ReportUploadRequest,
   policy: ReportUploadPolicy,
-  /** Who declares the upload, for the change feed; the service itself when absent. */
+  /** Who declares the upload, for the change feed (the service itself when absent); an agent's declaration reserves its bytes against the job's quotas. */
   actor?: Actor,
 ): Promise<IssuedReportUpload> {
   if (!SHA256_HEX.test(request.sha256)) {
@@ -70,6 +71,7 @@ export async function requestReportUpload(
     );
   }
   const location = await writableAttempt(deps, jobId, attemptId);
+  await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: request.bytes });
   await deps.jobs.recordEvidence(jobId, {
     guard: { attempt: attemptId },
     note: noteOf(actor, { declared: { sha256: request.sha256, bytes: request.bytes } }),

@@ -1,4 +1,5 @@
 import {
+  type AgentUsage,
   type ChangeNote,
   type EventLogEntry,
   type EvidenceChange,
@@ -99,6 +100,9 @@ export class CachedJobStore extends ForwardingJobStore {
   }
   override recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     return this.#write(() => this.inner.recordEvidence(jobId, change));
+  }
+  override chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
+    return this.#write(() => this.inner.chargeUsage(jobId, prior, next));
   }
   override replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     return this.#write(() => this.inner.replaceNotification(jobId, intent, note));

@@ -1,4 +1,5 @@
 import {
+  type AgentUsage,
   type ChangeNote,
   type ChangeQuery,
   changeRowsOf,
@@ -165,6 +166,22 @@ export class SqliteJobStore implements JobStore {
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     return this.#update(jobId, null, evidenceWriteOf(change), false);
+  }
+
+  /** One `UPDATE ... WHERE <the stored counts are prior's>`: no counter bumped, no feed row. */
+  async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
+    return this.#write(() => {
+      const result = this.#run(
+        `UPDATE jobs SET doc = json_set(doc, '$.agent_usage', json(?)) WHERE job_id = ?
+         AND coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?`,
+        [JSON.stringify(next), jobId, prior?.events ?? 0, prior?.bytes ?? 0],
+      );
+      if (result.changes === 1) return true;
+      if (this.#get("SELECT 1 AS one FROM jobs WHERE job_id = ?", [jobId]) === undefined) {
+        throw new MamError("job.notFound", `job ${jobId} does not exist`);
+      }
+      return false;
+    });
   }
 
   /**

@@ -88,6 +88,7 @@ export const publishEvent = defineRoute(
       issues: [{ path: "body.finalize.attempt_id", message: "not a recorded dispatch of this job" }],
     }),
     409,
+    429,
   ],
 );
 

@@ -236,7 +236,7 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
     }
     const actor = actorOf(c.get("principal"));
     const staged = await upload
-      .pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body, actor))
+      .pipeTo((body) => stageAttemptReport(deps, jobId, attempt, body, actor, upload.atMostBytes))
       .catch(async (refusal: unknown) => {
         // Refused before a byte was read. The agent re-sending the report its completion
         // pinned is told it is done: the body is hashed, kept nowhere, compared (core's rule).
