@@ -108,6 +108,22 @@ function withoutPublished(doc: unknown): unknown {
   return rest;
 }
 
+/**
+ * `record.agent_usage` is what the service charged an agent's token against its job's
+ * quotas: over the API an agent's event is charged; in --data-dir mode the agent holds
+ * the store's files themselves, nothing is charged and the record has none
+ * (docs/decisions.md, "Quotas bound a token, not the data dir").
+ */
+function withoutUsage(doc: unknown, mode: Mode, who: Step["who"]): unknown {
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) return doc;
+  const { record, ...rest } = doc as Record<string, unknown>;
+  if (record === null || typeof record !== "object") return doc;
+  const { agent_usage: usage, ...fields } = record as Record<string, unknown>;
+  if (mode === "embedded") expect(usage).toBeUndefined();
+  else if (who === "agent") expect(usage).toMatchObject({ events: expect.any(Number) });
+  return { ...rest, record: fields };
+}
+
 /** One run of `mam <args> --json` in a mode: its exit code and the one JSON document it printed. */
 async function mam(mode: Mode, step: Step): Promise<{ code: number; doc: unknown; stderr: string }> {
   const lane = lanes[mode];
@@ -185,7 +201,9 @@ describe("e2e: each mam command prints one --json shape in both modes [--api and
       expect(embedded.code, `embedded: ${embedded.stderr}`).toBe(step.exit);
       step.check?.(api.doc, "api");
       step.check?.(embedded.doc, "embedded");
-      expect(shapeOf(withoutPublished(embedded.doc))).toEqual(shapeOf(withoutPublished(api.doc)));
+      expect(shapeOf(withoutUsage(withoutPublished(embedded.doc), "embedded", step.who))).toEqual(
+        shapeOf(withoutUsage(withoutPublished(api.doc), "api", step.who)),
+      );
     });
   }
 });
