@@ -290,6 +290,7 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}, metric
     log: overrides.log ?? stdoutLines,
     sweep: config.sweep,
     sweepGraceSeconds: config.sweepGraceSeconds,
+    sweepBudgetSeconds: config.sweepBudgetSeconds,
     // One publish path per process: the stream publisher publishes every commit.
     publishInline: false,
     // API Gateway's HTTP API buffers a Lambda's whole answer: the feed's stream answers

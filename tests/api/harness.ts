@@ -75,6 +75,7 @@ export interface HarnessOptions {
   /** As a root with another publish path (the relay, the stream publisher) composes the app. */
   readonly publishInline?: boolean;
   readonly sweepGraceSeconds?: number;
+  readonly sweepBudgetSeconds?: number;
   readonly feed?: AppOptions["feed"];
 }
 
@@ -119,6 +120,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     ...(opts.publishInline === undefined ? {} : { publishInline: opts.publishInline }),
     ...(opts.sweepGraceSeconds === undefined ? {} : { sweepGraceSeconds: opts.sweepGraceSeconds }),
+    ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
     // Through app.request() a stream is read to its end: by default the feed's stream
     // answers the rows there now and ends (as on Lambda); feed suites ask for streaming.
     feed: opts.feed ?? { streaming: false },

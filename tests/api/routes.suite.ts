@@ -487,6 +487,33 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         );
       });
 
+      it("POST /v1/recovery-sweeps keeps to the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): once spent, the rest are not_tried and stay owed, untouched", async () => {
+        // A budget already spent when the pass starts: no intent is tried. Without the
+        // budget the unreachable broker's intents are each tried (deferred), one by one.
+        const h = await harness({ publisher: "unreachable", sweepBudgetSeconds: 0 });
+        const owed = [];
+        for (let i = 0; i < 3; i++) {
+          const job = await register(h);
+          const t = await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+          owed.push({ job_id: job.job_id, intent: t.body.pending_notification });
+          h.clock.advance(1);
+        }
+        const sweep = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator });
+        expect(sweep.status, sweep.text).toBe(200);
+        expect(sweep.body).toMatchObject({ owed: 3, sent: 0, failed: 0, quarantined: 0, not_tried: 3 });
+        for (const o of owed) {
+          const got = await h.call("GET", `/v1/jobs/${o.job_id}`, { token: h.operator });
+          expect(got.body.pending_notification).toEqual(o.intent);
+        }
+        const unbounded = await harness({ publisher: "unreachable" });
+        const job = await register(unbounded);
+        await transition(unbounded, job.job_id, unbounded.operator, { action: "cancel", expected_seq: 0 });
+        expect((await unbounded.call("POST", "/v1/recovery-sweeps", { token: unbounded.operator })).body).toMatchObject({
+          owed: 1,
+          not_tried: 0,
+        });
+      });
+
       it("GET /openapi.json is OpenAPI 3.1 covering every route, with bearer security and problem responses", async () => {
         const h = await harness();
         const res = await h.call("GET", "/openapi.json");

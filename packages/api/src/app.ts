@@ -46,6 +46,12 @@ export interface AppOptions {
    */
   readonly sweepGraceSeconds?: number;
   /**
+   * `POST /v1/recovery-sweeps` stops trying intents once this much time is spent
+   * (MAM_SWEEP_BUDGET_SECONDS; no budget when absent): the rest are `not_tried`, owed
+   * for the next sweep, so a congested broker cannot hold the request open.
+   */
+  readonly sweepBudgetSeconds?: number;
+  /**
    * Whether `POST /v1/jobs/{job_id}/events` publishes the intent it committed itself
    * (true when absent). A root whose process has another path publishing every
    * commit — `mam serve`'s change relay, the stream publisher on AWS — says false,
@@ -77,6 +83,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     log: opts.log ?? ((line: string) => console.log(line)),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
+    ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
     publishInline: opts.publishInline ?? true,
     ...(opts.feed === undefined ? {} : { feed: opts.feed }),
   };

@@ -28,6 +28,8 @@ export interface Services {
   readonly sweep?: SweepPolicy;
   /** The sweep's grace period (MAM_SWEEP_GRACE_SECONDS). */
   readonly sweepGraceSeconds: number;
+  /** Each sweep's time budget (MAM_SWEEP_BUDGET_SECONDS); none when absent. */
+  readonly sweepBudgetSeconds?: number;
   /** Whether a request that commits an intent publishes it itself (false: another path of this process does). */
   readonly publishInline: boolean;
   /** How the change feed's stream runs here (`routes/feed.ts`); defaults when absent. */

@@ -252,6 +252,7 @@ export async function startService(
     log,
     sweep: config.sweep,
     sweepGraceSeconds: config.sweepGraceSeconds,
+    sweepBudgetSeconds: config.sweepBudgetSeconds,
     // One publish path per process: the relay publishes every commit, so a request
     // that commits does not publish too (it answers without `published`).
     publishInline: false,

@@ -262,7 +262,7 @@ export interface paths {
     put?: never;
     /**
      * Re-send every owed notification that is due
-     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).
+     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep.
      */
     post: operations["runRecoverySweep"];
     delete?: never;

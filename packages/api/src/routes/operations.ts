@@ -21,7 +21,7 @@ export const runRecoverySweep = defineRoute(operator("ops"), {
   tags: ["operations"],
   summary: "Re-send every owed notification that is due",
   description:
-    "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable broker counts against nobody and stops the sweep (the rest are `not_tried`).",
+    "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep.",
   request: {
     body: jsonRequest(
       RecoverySweepRequestSchema,
@@ -88,13 +88,14 @@ export const releaseNotification = defineRoute(
   [404],
 );
 
-export function operationRoutes(app: RouteOpener, { deps, log, sweep, sweepGraceSeconds }: Services): void {
+export function operationRoutes(app: RouteOpener, { deps, log, sweep, sweepGraceSeconds, sweepBudgetSeconds }: Services): void {
   app(runRecoverySweep, async (c) => {
     const requestId = c.get("requestId");
     const body = c.req.valid("json");
     const r = await recoverNotifications(deps, {
       ...(sweep === undefined ? {} : { policy: sweep }),
       graceMs: (body.grace_seconds ?? sweepGraceSeconds) * 1000,
+      ...(sweepBudgetSeconds === undefined ? {} : { budgetMs: sweepBudgetSeconds * 1000 }),
       log: (entry) => log(JSON.stringify({ msg: entry.event, request_id: requestId, ...entry })),
     });
     return c.json(
