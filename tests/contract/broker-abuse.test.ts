@@ -188,7 +188,7 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
     await liveNotification();
   });
 
-  it("a subscriber that never reads holds the service's publishes only until the broker drops it (its drain timeout), never past the publish timeout", async () => {
+  it("a subscriber that never reads holds the service's publishes only until the broker drops it (more than its outgoing bound behind, or past its drain timeout, whichever comes first), never past the publish timeout", async () => {
     const bounded = await startEmbeddedBroker({ port: 0, publisherCredentials, drainTimeoutMs: 300 });
     cleanup.push(() => bounded.close());
     const honest = await subscribe(bounded.url, "mam/jobs/after/events");
@@ -215,8 +215,9 @@ describe("the embedded broker under abuse: each refused, and the service keeps p
     await suback;
     deaf.pause();
     // Large messages (60 KB, under the packet bound), 24 MB in all: more than its socket
-    // and the kernel's buffers hold, so deliveries to it stall; each publish waits at
-    // most the drain timeout, after which the broker drops it.
+    // and the kernel's buffers hold, so deliveries to it stall; the broker drops it once
+    // it is more than its outgoing bound behind (MAM_MQTT_MAX_OUTGOING_BYTES), and a
+    // publish waits at most the drain timeout in any case.
     const publisher = bounded.publisher({ timeoutMs: 3000 });
     const payload = "x".repeat(60_000);
     let slowest = 0;
