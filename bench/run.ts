@@ -38,6 +38,12 @@ const SMOKE: Readonly<Record<string, Readonly<Record<string, string>>>> = {
   hash: { MAM_BENCH_HASH_BYTES: "4M" },
   http: { MAM_BENCH_HTTP_ROUNDS: "1", MAM_BENCH_HTTP_SECONDS: "1" },
   notify: { MAM_BENCH_NOTIFY: "200", MAM_BENCH_NOTIFY_RATE: "200", MAM_BENCH_NOTIFY_WORKERS: "4" },
+  subscribers: {
+    MAM_BENCH_SUBSCRIBERS_N: "20",
+    MAM_BENCH_SUBSCRIBERS_SESSIONS: "40",
+    MAM_BENCH_SUBSCRIBERS_STALLED: "2",
+    MAM_BENCH_SUBSCRIBERS_JUNK: "1",
+  },
   transitions: { MAM_BENCH_TRANSITIONS: "1000" },
 };
 /** A smoke run that takes longer than this is stuck: it is killed and counts as a failure. */
