@@ -1,10 +1,10 @@
-import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { createTokenService } from "@mam/api";
 import { startService } from "@mam/cli";
 import { type JobRecord, OPERATOR, parseConfig, registerJob, systemClock, transitionJob } from "@mam/core";
 import { dataDirPaths } from "@mam/local";
-import { connect, connectAsync, type MqttClient } from "mqtt";
+import { connectAsync, type MqttClient } from "mqtt";
+import { junkPublisher, stalled as stalledClient, stalledSubscriber } from "../tests/support/hostile-mqtt.ts";
 import { fixed, grouped, machineNote, sizeFromEnv, tempDir } from "./support/measure.ts";
 
 /**
@@ -103,32 +103,10 @@ try {
   const baseline = await phase("baseline (the honest subscriber alone)");
 
   // ---- the storm
-  const stalled: MqttClient[] = [];
-  for (let i = 0; i < STALLED; i++) {
-    const c = connect(service.mqttUrl, { protocolVersion: 4, reconnectPeriod: 20, clientId: `stalled-${i}`, keepalive: 0 });
-    c.on("error", () => undefined);
-    c.on("connect", () => {
-      c.subscribe(["#", "mam/#"], { qos: 1 }, () => undefined);
-      setImmediate(() => c.stream.pause());
-    });
-    stalled.push(c);
-    clients.push(c);
-  }
   storm.on = true;
-  for (let i = 0; i < JUNK; i++) {
-    const c = connect(service.mqttUrl, { protocolVersion: 4, reconnectPeriod: 20, clientId: `junk-${i}` });
-    c.on("error", () => undefined);
-    const payload = randomBytes(60_000);
-    const pump = () => {
-      if (!storm.on || !c.connected) return;
-      c.publish(`junk/${i}`, payload, { qos: 0 }, () => setImmediate(pump));
-    };
-    c.on("connect", pump);
-    clients.push(c);
-  }
-  await Promise.all(
-    stalled.map((c) => new Promise<void>((resolve) => (c.connected ? resolve() : c.once("connect", () => setImmediate(resolve))))),
-  );
+  const stalled = Array.from({ length: STALLED }, (_, i) => stalledSubscriber(service.mqttUrl, i));
+  clients.push(...stalled, ...Array.from({ length: JUNK }, (_, i) => junkPublisher(service.mqttUrl, i, storm)));
+  await Promise.all(stalled.map(stalledClient));
   const stormed = await phase(`storm (${STALLED} stalled subscribers, ${JUNK} junk publishers)`);
   storm.on = false;
   for (const c of clients.splice(1)) await c.endAsync(true);

@@ -25,9 +25,9 @@ import {
   systemClock,
   transitionJob,
 } from "@mam/core";
-import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
-import { connect, type MqttClient } from "mqtt";
+import { startEmbeddedBroker } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
+import { junkPublisher, stalled as stalledClient, stalledSubscriber } from "../support/hostile-mqtt.ts";
 import { subscribe, subscriberLogins } from "../support/subscriber.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
@@ -49,32 +49,6 @@ describe("the stalled-subscriber storm: the service's deliveries never wait on o
   afterEach(async () => {
     for (const c of cleanup.splice(0).reverse()) await c().catch(() => undefined);
   });
-
-  /** A client that subscribes to everything, then stops reading; dropped, it comes back and stalls again. */
-  function stalledClient(broker: EmbeddedBroker, i: number): MqttClient {
-    const c = connect(broker.url, { protocolVersion: 4, reconnectPeriod: 20, clientId: `stalled-${i}`, keepalive: 0 });
-    c.on("error", () => undefined);
-    c.on("connect", () => {
-      c.subscribe(["#", "mam/#"], { qos: 1 }, () => undefined);
-      // Reading stops once the SUBSCRIBE is out: the broker keeps writing to a socket nobody reads.
-      setImmediate(() => c.stream.pause());
-    });
-    cleanup.push(() => c.endAsync(true));
-    return c;
-  }
-
-  /** A client that publishes 60 KB junk outside mam/ for as long as the storm lasts. */
-  function junkClient(broker: EmbeddedBroker, i: number, storm: { readonly on: boolean }): void {
-    const c = connect(broker.url, { protocolVersion: 4, reconnectPeriod: 20, clientId: `junk-${i}` });
-    c.on("error", () => undefined);
-    const payload = randomBytes(60_000);
-    const pump = () => {
-      if (!storm.on || !c.connected) return;
-      c.publish(`junk/${i}`, payload, { qos: 0 }, () => setImmediate(pump));
-    };
-    c.on("connect", pump);
-    cleanup.push(() => c.endAsync(true));
-  }
 
   it(`${STALLED} stalled subscribers and ${JUNK} junk publishers: the sweep sends all ${OWED} owed intents, none times out or is quarantined`, async () => {
     const dir = await tempDir("storm");
@@ -122,15 +96,11 @@ describe("the stalled-subscriber storm: the service's deliveries never wait on o
     cleanup.push(async () => {
       storm.on = false;
     });
-    const stalled = Array.from({ length: STALLED }, (_, i) => stalledClient(broker, i));
-    for (let i = 0; i < JUNK; i++) junkClient(broker, i, storm);
+    const stalled = Array.from({ length: STALLED }, (_, i) => stalledSubscriber(broker.url, i));
+    const junk = Array.from({ length: JUNK }, (_, i) => junkPublisher(broker.url, i, storm));
+    for (const c of [...stalled, ...junk]) cleanup.push(() => c.endAsync(true));
     // The storm is on once every stalled client has connected and stopped reading.
-    await Promise.all(
-      stalled.map(
-        (c) =>
-          new Promise<void>((resolve) => (c.connected && c.stream.isPaused() ? resolve() : c.once("connect", () => setImmediate(resolve)))),
-      ),
-    );
+    await Promise.all(stalled.map(stalledClient));
 
     const started = performance.now();
     const result = await recoverNotifications(deps, { policy: { maxFailures: 1, backoffMs: 60_000 } });
