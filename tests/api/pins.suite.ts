@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from "node:crypto";
-import type { JobStore } from "@mam/core";
+import type { JobStore, ReportStore } from "@mam/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { type ApiPorts, type Harness, makeHarness, type PortsFactory } from "./harness.ts";
 
@@ -30,11 +30,13 @@ export function apiPinnedCopiesSuite(name: string, factory: PortsFactory, list: 
 
     /** Runs once, just before the next commit of a finalize's pointer reaches the store, then disarms. */
     let beforeFinalizeCommit: (() => Promise<void>) | undefined;
-    const harness = () =>
+    /** `retireFails`: the store's retire throws (fault injection; every other call reaches the adapter). */
+    const harness = (opts: { retireFails?: boolean } = {}) =>
       makeHarness(
-        async (opts) => {
-          const ports = await factory(opts);
-          return { ...ports, jobs: interleaving(ports.jobs, () => beforeFinalizeCommit) };
+        async (portsOpts) => {
+          const ports = await factory(portsOpts);
+          const reports = opts.retireFails ? failingRetire(ports.reports) : ports.reports;
+          return { ...ports, reports, jobs: interleaving(ports.jobs, () => beforeFinalizeCommit) };
         },
         {},
         cleanup,
@@ -87,6 +89,41 @@ export function apiPinnedCopiesSuite(name: string, factory: PortsFactory, list: 
       // Before issue 17: 16 copies, one referenced. A store that marks keeps the other 15 until its lifecycle rule expires them.
       expect(await live(h, evidence)).toEqual([referenced]);
       expect(all.length === 1 || all.filter((c) => c.retired).length === 15, JSON.stringify(all)).toBe(true);
+      const verification = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
+      expect(verification.body).toMatchObject({ ok: true });
+    });
+
+    it("a finalize carried by a progress event retires by the same rule; a completion's finalize retires nothing", async () => {
+      const h = await harness();
+      const { jobId, agent, evidence } = await dispatchedJob(h);
+      const withFinalize = (event: string) => ({
+        token: agent,
+        json: { event, finalize: { attempt_id: 1, side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] } },
+      });
+      let last = "";
+      for (let i = 1; i <= 4; i++) {
+        expect((await stage(h, jobId, agent, `# Report, progress ${i}\n`)).status).toBe(201);
+        const res = await h.call("POST", `/v1/jobs/${jobId}/events`, withFinalize(i === 1 ? "started" : "progress"));
+        expect(res.status, res.text).toBe(200);
+        last = res.body.finalized.manifest.sha256;
+        expect(await live(h, evidence)).toEqual([last]);
+      }
+      expect((await stage(h, jobId, agent, "# Report, completed\n")).status).toBe(201);
+      const done = await h.call("POST", `/v1/jobs/${jobId}/events`, withFinalize("completed"));
+      expect(done.status, done.text).toBe(200);
+      const completed = done.body.record.completed_evidence.report_sha256;
+      // The completion superseded the last progress finalize, and left its copy: completing never removes evidence.
+      expect(await live(h, evidence)).toEqual([last, completed].sort());
+    });
+
+    it("a retire that fails never fails the finalize: the commit stands, and the copy stays for want of it", async () => {
+      const h = await harness({ retireFails: true });
+      const { jobId, agent, evidence } = await dispatchedJob(h);
+      const first = await cycle(h, jobId, agent, "# Report\n\nfirst\n");
+      const second = await cycle(h, jobId, agent, "# Report\n\nsecond\n");
+      const job = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
+      expect(job.body.finalized_report).toMatchObject({ report_sha256: second });
+      expect(await live(h, evidence)).toEqual([first, second].sort());
       const verification = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
       expect(verification.body).toMatchObject({ ok: true });
     });
@@ -164,6 +201,16 @@ export function apiPinnedCopiesSuite(name: string, factory: PortsFactory, list: 
       expect(refused.status, refused.text).toBe(409);
       expect(await live(h, evidence)).toEqual([current]);
     });
+
+    function failingRetire(store: ReportStore): ReportStore {
+      return new Proxy(store, {
+        get(target, prop) {
+          const value: unknown = Reflect.get(target, prop, target);
+          if (prop === "retire") return async () => Promise.reject(new Error("the store refused to retire"));
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    }
 
     /** A pass-through over the real store that runs `hook()` once just before a finalize's pointer is committed: a cancel landing in between. */
     function interleaving(store: JobStore, hook: () => (() => Promise<void>) | undefined): JobStore {

@@ -194,23 +194,44 @@ export async function finalizeAttemptReport(
       ...(actor === undefined ? {} : { note: noteOf(actor) }),
     });
   } catch (e) {
-    // Refused: nothing this finalize wrote is referenced by it. Its copy goes unless
-    // the record names the same bytes (content-addressed: an earlier finalize or the
-    // completion may pin this very copy). Any other failure (the store unreachable)
-    // leaves the outcome unknown, and the copy where it is.
-    if (e instanceof TransitionConflict) await retireIfUnreferenced(deps, jobId, attemptId, pinned);
+    await retireRefused(deps, jobId, attemptId, pinned, e);
     throw e;
   }
   try {
     await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
   } finally {
     // The commit stands whatever became of the live names: the pointer it replaced is superseded.
-    const previous = before.finalized_report;
-    if (previous !== undefined && previous.attempt_id === attemptId && previous.report_sha256 !== pinned) {
-      await retireIfUnreferenced(deps, jobId, attemptId, previous.report_sha256);
-    }
+    await retireSuperseded(deps, before, attemptId, pinned);
   }
   return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+}
+
+/** After a finalize's pointer committed: the copy of the pointer it replaced (read before), if of this attempt and other bytes. */
+async function retireSuperseded(
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  before: JobRecord,
+  attemptId: number,
+  pinned: string,
+): Promise<void> {
+  const previous = before.finalized_report;
+  if (previous === undefined || previous.attempt_id !== attemptId || previous.report_sha256 === pinned) return;
+  await retireIfUnreferenced(deps, before.job_id, attemptId, previous.report_sha256);
+}
+
+/**
+ * After a finalize's commit was refused: nothing this finalize wrote is referenced by
+ * it, so its copy goes unless the record names the same bytes (content-addressed: an
+ * earlier finalize or the completion may pin this very copy). Any other failure (the
+ * store unreachable) leaves the outcome unknown, and the copy where it is.
+ */
+async function retireRefused(
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  jobId: string,
+  attemptId: number,
+  pinned: string,
+  refusal: unknown,
+): Promise<void> {
+  if (refusal instanceof TransitionConflict) await retireIfUnreferenced(deps, jobId, attemptId, pinned);
 }
 
 /**
@@ -464,8 +485,23 @@ export async function publishAgentEvent(
         }),
     ...(input.finalize === undefined ? {} : { reportLocation: input.finalize.location }),
   };
-  const record = await transitionJob(deps, jobId, t, actor);
+  // A finalize carried by an event other than a completion (progress, started, error)
+  // supersedes the attempt's previous one as `finalizeAttemptReport` does, and retires
+  // by the same rule; a completion never retires anything. Only in the service's own
+  // tree: the CLI's finalize of the agent's own directory keeps every copy.
+  const retiring =
+    prepared !== undefined && action !== "completed" && prepared.location === attemptReportLocation(jobId, prepared.manifest.attempt_id)
+      ? { attemptId: prepared.manifest.attempt_id, pinned: prepared.manifest.sha256 }
+      : undefined;
+  let record: JobRecord;
+  try {
+    record = await transitionJob(deps, jobId, t, actor);
+  } catch (e) {
+    if (retiring !== undefined) await retireRefused(deps, jobId, retiring.attemptId, retiring.pinned, e);
+    throw e;
+  }
   // From here on the commit stands: nothing below may turn it into a failure of the request.
+  if (retiring !== undefined) await retireSuperseded(deps, job, retiring.attemptId, retiring.pinned);
   const warnings: string[] = [];
   if (prepared !== undefined) {
     try {
