@@ -254,10 +254,11 @@ export function namesPinnedCopy(job: JobRecord, attemptId: number, sha256: strin
  * it is superseded by a newer finalize of the attempt (or was pinned by a finalize
  * whose commit was refused) and the record, read again now, names it neither in
  * `finalized_report` nor in `completed_evidence`. Then the store retires it (files:
- * removed; S3: tagged for the lifecycle rule). Only the service's finalize
- * (`finalizeAttemptReport`) calls this; the paths that complete (the gate, an
- * agent's `completed`) never retire anything, and a copy of a superseded attempt
- * stays unless this same rule, applied by a finalize of that attempt, says otherwise.
+ * removed; S3: tagged for the lifecycle rule). Only the service's finalizes call
+ * this (`finalizeAttemptReport`, and an event other than `completed` carrying a
+ * finalize in the service's tree); the paths that complete (the gate, an agent's
+ * `completed`) never retire anything, and a copy of a superseded attempt stays unless
+ * this same rule, applied by a finalize of that attempt, says otherwise.
  *
  * Best effort, after the commit: a failure is counted (`pinnedCopy("retire_failed")`)
  * and never fails the finalize.
@@ -265,9 +266,12 @@ export function namesPinnedCopy(job: JobRecord, attemptId: number, sha256: strin
  * The race left open until finalizes of one attempt are serialized (a lease on the
  * job record, issue 17): a concurrent finalize of the same bytes may pin the copy
  * again (a no-op: it exists) between this read and the retire, then commit a pointer
- * to it. That pointer then names a copy that is gone (files) or expiring (S3), and
- * the gate refuses it — `verifyPinnedReport` answers "the pinned copy … is missing" —
- * so the job is not completed on it: fail closed, and the agent finalizes again.
+ * to it. On files that pointer names a copy that is gone, and the gate refuses it —
+ * `verifyPinnedReport` answers "the pinned copy … is missing" — so the job is not
+ * completed on it: fail closed, and the agent finalizes again. On S3 the copy is only
+ * tagged, still reads and still verifies, so a completion may pin it; the lifecycle
+ * rule then expires it after 7 days, and from then on the completion's re-verification
+ * answers "missing" (docs/decisions.md). The lease closes both.
  *
  *   finalize A commits B ── re-read: names neither A nor … ── retire(A)
  *              finalize C: copyOnce(A) exists ─────────────────────────── commit pointer A → gate: missing
