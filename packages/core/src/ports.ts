@@ -280,7 +280,7 @@ export interface ReportStore {
   ): Promise<{ bytes: number; created: boolean }>;
   /**
    * An object nothing references any more: a pinned copy (`evidence/<sha256>`) that
-   * core's rule (`retireUnreferencedCopy`, services.ts) found named by no completion
+   * core's rule (`retireIfUnreferenced`, services.ts) found named by no completion
    * and no current finalize. Core decides; the store only carries it out, its way:
    * - the file store (and the memory store) remove it;
    * - S3 tags it (`mam-retired=true`, PutObjectTagging) and a bucket lifecycle rule
