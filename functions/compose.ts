@@ -184,6 +184,7 @@ function lazyReportStore(bucket: string, build: () => Promise<ReportStore>): Rep
     hash: async (location, name) => (await get()).hash(location, name),
     delete: async (location, name) => (await get()).delete(location, name),
     copyOnce: async (from, to, sha256) => (await get()).copyOnce(from, to, sha256),
+    retire: async (location, name) => (await get()).retire(location, name),
     describe: (location, name) => s3Uri(bucket, location, name),
     copy: async (from, to) => optional(await get(), "copy")(from, to),
     uploadUrl: async (location, name, declared) => optional(await get(), "uploadUrl")(location, name, declared),

@@ -19,6 +19,8 @@
  *   IntentsQuarantined   Count         [service]
  *   PublishLatency       Milliseconds  [service]
  *   OldestOwedIntentAge  Seconds       [service]   (the sweep, once per run)
+ *   PinnedCopiesRetired       Count  [service]   (a finalize retired a copy nothing names)
+ *   PinnedCopyRetireFailures  Count  [service]   (the store failed to retire one; the finalize stands)
  */
 import type { Metrics } from "@aws-lambda-powertools/metrics";
 import { METRIC_NAMES, type MetricsSink } from "@mam/core";
@@ -102,6 +104,9 @@ function metricsSink(record: (r: Recording) => void): MetricsSink {
     },
     oldestOwedIntentAge(seconds) {
       record((metrics, unit) => metrics.addMetric(METRIC_NAMES.oldestOwedIntentAge, unit.Seconds, seconds));
+    },
+    pinnedCopy(outcome) {
+      record((metrics, unit) => metrics.addMetric(METRIC_NAMES.pinnedCopies[outcome], unit.Count, 1));
     },
   };
 }

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
-import { CreateBucketCommand } from "@aws-sdk/client-s3";
-import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { CreateBucketCommand, GetObjectTaggingCommand } from "@aws-sdk/client-s3";
+import { createJobTable, DynamoJobStore, IotPublisher, RETIRED_TAG, S3ReportStore } from "@mam/aws";
 import { guardJobStore } from "@mam/core";
 import { startEmbeddedBroker } from "@mam/local";
 import { afterAll, beforeAll } from "vitest";
@@ -49,7 +49,20 @@ reportStoreContract(
     await s3.client.send(new CreateBucketCommand({ Bucket: bucket }));
     return { store: new S3ReportStore({ client: s3.client, bucket }), close: async () => undefined };
   },
-  { uploadUrl: true, copy: true },
+  {
+    uploadUrl: true,
+    copy: true,
+    // s3rver keeps object tags (GetObjectTagging answers what PutObjectTagging set) but
+    // applies no lifecycle rule: the mark is shown here, the expiry only by the template.
+    retire: {
+      removes: false,
+      async retired(location, name) {
+        const bucket = `mam-contract-${seq}`;
+        const out = await s3.client.send(new GetObjectTaggingCommand({ Bucket: bucket, Key: `${location}/${name}` }));
+        return (out.TagSet ?? []).some((t) => t.Key === RETIRED_TAG.Key && t.Value === RETIRED_TAG.Value);
+      },
+    },
+  },
 );
 
 // ---------------------------------------------------------------- Publisher

@@ -12,6 +12,15 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 export interface ReportStoreCapabilities {
   readonly uploadUrl?: boolean;
   readonly copy?: boolean;
+  /**
+   * How this adapter carries out `retire` (ports.ts), as its test file observes it:
+   * - `removes` (files, memory): the object is gone at once;
+   * - `marks` with a probe of the mark (S3: the `mam-retired=true` tag). The object
+   *   still reads until the bucket's lifecycle rule expires it; no peer we run (s3rver)
+   *   applies lifecycle rules, so the expiry itself is shown only by the template's rule
+   *   (tests/packaging/template.test.ts), not here.
+   */
+  readonly retire?: { readonly removes: true } | { readonly removes: false; retired(location: string, name: string): Promise<boolean> };
 }
 
 export function reportStoreContract(
@@ -150,6 +159,44 @@ export function reportStoreContract(
       const body = new TextEncoder().encode("# Report\n\nthe bytes the gate verified\n");
       const digest = sha256(body);
       const pinned = () => ({ location: `${location}/evidence`, name: digest });
+
+      /** Whether the store has retired an object, as this adapter shows it. */
+      const retired = async (at: { location: string; name: string }): Promise<boolean> => {
+        const how = capabilities.retire ?? { removes: true };
+        return how.removes ? !(await store.exists(at.location, at.name)) : how.retired(at.location, at.name);
+      };
+
+      it("retire: the object is retired (removed, or marked for the store's expiry) and nothing else is; again, or of an absent name, is no error", async () => {
+        await store.put(location, report.name, body);
+        const other = new TextEncoder().encode("another finalize's bytes, still referenced");
+        await store.put(location, "other.md", other);
+        await store.copyOnce({ location, ...report }, pinned(), digest);
+        await store.copyOnce({ location, name: "other.md" }, { location: `${location}/evidence`, name: sha256(other) }, sha256(other));
+        expect(await retired(pinned())).toBe(false);
+        await store.retire(pinned().location, pinned().name);
+        expect(await retired(pinned())).toBe(true);
+        if (capabilities.retire?.removes === false) {
+          // Marked, not removed: it reads as before until the lifecycle rule expires it.
+          expect(await store.hash(pinned().location, pinned().name)).toEqual({ sha256: digest, bytes: body.byteLength });
+        }
+        await store.retire(pinned().location, pinned().name);
+        await store.retire(`${location}/evidence`, "f".repeat(64));
+        expect(await retired({ location: `${location}/evidence`, name: sha256(other) })).toBe(false);
+        expect(await store.hash(`${location}/evidence`, sha256(other))).toEqual({ sha256: sha256(other), bytes: other.byteLength });
+        expect(Buffer.from((await store.getBytes(location, report.name)) ?? [])).toEqual(Buffer.from(body));
+      });
+
+      it("copyOnce onto a retired copy pins it again: it holds exactly its bytes and is no longer retired", async () => {
+        await store.put(location, report.name, body);
+        const from = { location, ...report };
+        await store.copyOnce(from, pinned(), digest);
+        await store.retire(pinned().location, pinned().name);
+        const again = await store.copyOnce(from, pinned(), digest);
+        // Files: it was removed, so it is created again; S3: it still existed, and its mark is cleared.
+        expect(again).toEqual({ bytes: body.byteLength, created: capabilities.retire?.removes !== false });
+        expect(await retired(pinned())).toBe(false);
+        expect(await store.hash(pinned().location, pinned().name)).toEqual({ sha256: digest, bytes: body.byteLength });
+      });
 
       it("creates the target with exactly the source's bytes, then a second call leaves it and answers created: false", async () => {
         await store.put(location, report.name, body);

@@ -146,6 +146,10 @@ class CountingReports implements ReportStore {
     this.#count("delete");
     return this.#inner.delete(location, name);
   }
+  retire(location: string, name: string) {
+    this.#count("retire");
+    return this.#inner.retire(location, name);
+  }
   copyOnce(from: { location: string; name: string }, to: { location: string; name: string }, sha256: string) {
     this.#count("copyOnce");
     return this.#inner.copyOnce(from, to, sha256);

@@ -12,7 +12,7 @@ import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DOCS_ASSETS } from "@mam/api";
-import { JOB_TABLE_DEFINITION } from "@mam/aws";
+import { JOB_TABLE_DEFINITION, RETIRED_TAG } from "@mam/aws";
 import { parseConfig } from "@mam/core";
 import type { Metafile } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -370,8 +370,29 @@ describe("the CloudFormation template", () => {
     expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
     expect(actionsOn(role, `${ACCOUNT_ARN("ssm")}:parameter/mam/token-signing-key`)).toEqual(["ssm:GetParameter"]);
     expect(grants(role).filter((g) => g.action.startsWith("kms:"))).toEqual([]);
+    // Retiring a pinned copy nothing references: tagging the evidence keys, with the one tag key the lifecycle rule filters on.
+    expect(actionsOn(role, "<ReportBucket.Arn>/reports/*/evidence/*")).toEqual(["s3:PutObjectTagging"]);
+    expect(grants(role).find((g) => g.action === "s3:PutObjectTagging")?.condition).toEqual({
+      "ForAllValues:StringEquals": { "s3:RequestObjectTagKeys": ["mam-retired"] },
+    });
     const covered = new Set(grants(role).map((g) => g.resource));
-    expect(covered.size).toBe(7); // the log group and the six above: nothing else
+    expect(covered.size).toBe(8); // the log group and the seven above: nothing else
+  });
+
+  it("retired pinned copies expire by a lifecycle rule filtered on their tag, noncurrent versions included; nothing else expires them", () => {
+    const rules = (resource("ReportBucket").Properties.LifecycleConfiguration as { Rules: Record<string, unknown>[] }).Rules;
+    const retired = rules.filter((r) => r.TagFilters !== undefined);
+    expect(retired).toEqual([
+      {
+        Id: "expire-retired-pinned-copies",
+        Status: "Enabled",
+        TagFilters: [{ Key: RETIRED_TAG.Key, Value: RETIRED_TAG.Value }],
+        ExpirationInDays: 7,
+        NoncurrentVersionExpiration: { NoncurrentDays: 1 },
+      },
+    ]);
+    // No rule expires current objects without the tag: a pinned copy in force is never expired.
+    expect(rules.filter((r) => r.ExpirationInDays !== undefined || r.ExpirationDate !== undefined)).toEqual(retired);
   });
 
   it("no role may delete the write-once evidence a completion pins", () => {

@@ -14,5 +14,5 @@ export {
   owedIntentIdOfImage,
 } from "./job-item.ts";
 export { createJobTable, JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./job-table.ts";
-export { createS3Client, S3ReportStore, type S3ReportStoreOptions, s3ClientConfig } from "./s3-report-store.ts";
+export { createS3Client, RETIRED_TAG, S3ReportStore, type S3ReportStoreOptions, s3ClientConfig } from "./s3-report-store.ts";
 export { isNetworkFailure, isTransient, readSdkFailure, type SdkFailure, storeFailure } from "./sdk-errors.ts";

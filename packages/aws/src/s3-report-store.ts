@@ -6,6 +6,7 @@ import {
   type GetObjectCommandOutput,
   HeadObjectCommand,
   PutObjectCommand,
+  PutObjectTaggingCommand,
   S3Client,
   type S3ClientConfig,
 } from "@aws-sdk/client-s3";
@@ -307,6 +308,26 @@ export class S3ReportStore implements ReportStore {
     return { bytes: size, created: true };
   }
 
+  /**
+   * Tag the object `mam-retired=true` (PutObjectTagging on its current version): the
+   * bucket's lifecycle rule (infra/bucket.yml) expires tagged objects and then their
+   * noncurrent versions. Nothing here deletes: the functions' role is denied deleting
+   * pinned evidence, and keeps that deny. Absent is not an error.
+   */
+  async retire(location: string, name: string): Promise<void> {
+    await this.#tag(location, name, [{ ...RETIRED_TAG }], `retire ${this.describe(location, name)}`);
+  }
+
+  async #tag(location: string, name: string, tags: { Key: string; Value: string }[], what: string): Promise<void> {
+    const key = objectKey(location, name);
+    try {
+      await this.#client.send(new PutObjectTaggingCommand({ Bucket: this.bucket, Key: key, Tagging: { TagSet: tags } }));
+    } catch (err) {
+      if (isMissing(err)) return;
+      throw storeFailure(err, what);
+    }
+  }
+
   describe(location: string, name: string): string {
     return s3Uri(this.bucket, location, name);
   }
@@ -436,6 +457,8 @@ export class S3ReportStore implements ReportStore {
         `${this.describe(to.location, to.name)} already exists and does not hold the bytes of sha256 ${sha256}; it was left as it is`,
       );
     }
+    // Pinned again: whatever retired it before (the same bytes, finalized again) no longer holds.
+    await this.#tag(to.location, to.name, [], `pin ${this.describe(to.location, to.name)}`);
     return { bytes: existing.bytes, created: false };
   }
 
@@ -457,5 +480,8 @@ export class S3ReportStore implements ReportStore {
     return new MamError("input.tooLarge", `the body for s3://${this.bucket}/${key} is over ${this.#maxBodyBytes} bytes`);
   }
 }
+
+/** The tag a retired object carries, and the lifecycle rule's filter in infra/bucket.yml. */
+export const RETIRED_TAG = { Key: "mam-retired", Value: "true" } as const;
 
 async function* emptyStream(): AsyncIterable<Uint8Array> {}

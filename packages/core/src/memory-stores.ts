@@ -353,6 +353,11 @@ export class MemoryReportStore implements ReportStore {
     this.#objects.delete(objectKey(location, name));
   }
 
+  /** As the file store does: a retired object is removed. */
+  async retire(location: string, name: string): Promise<void> {
+    this.#objects.delete(objectKey(location, name));
+  }
+
   async copyOnce(
     from: { readonly location: string; readonly name: string },
     to: { readonly location: string; readonly name: string },

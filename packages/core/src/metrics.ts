@@ -65,6 +65,15 @@ export const INTENT_OUTCOMES = ["settled", "failed", "quarantined"] as const;
 export type IntentMetricOutcome = (typeof INTENT_OUTCOMES)[number];
 
 /**
+ * What became of a pinned copy core found unreferenced after a finalize (services.ts,
+ * `retireIfUnreferenced`): retired, or the store failed to retire it (the finalize
+ * stands; the copy stays, and is counted so an operator can see the disk is not being
+ * reclaimed).
+ */
+export const PINNED_COPY_OUTCOMES = ["retired", "retire_failed"] as const;
+export type PinnedCopyOutcome = (typeof PINNED_COPY_OUTCOMES)[number];
+
+/**
  * The metric names (CloudWatch namespace `Mam`, dimension `service` on every one).
  * Dimension sets beyond `service`: `GateAnswers` by `outcome`, and by `outcome` and
  * `reason_class`; `Transitions` by `action`. The rest have `service` alone.
@@ -75,6 +84,7 @@ export const METRIC_NAMES = {
   intents: { settled: "IntentsSettled", failed: "IntentsFailed", quarantined: "IntentsQuarantined" },
   publishLatency: "PublishLatency",
   oldestOwedIntentAge: "OldestOwedIntentAge",
+  pinnedCopies: { retired: "PinnedCopiesRetired", retire_failed: "PinnedCopyRetireFailures" },
 } as const;
 
 /** The port. Each call records one observation; the sink decides when it is flushed. */
@@ -89,6 +99,8 @@ export interface MetricsSink {
   publishLatency(ms: number): void;
   /** The age of the oldest owed intent the sweep found due, in seconds (0 when none is owed). */
   oldestOwedIntentAge(seconds: number): void;
+  /** One unreferenced pinned copy retired after a finalize, or one whose retire failed. */
+  pinnedCopy(outcome: PinnedCopyOutcome): void;
 }
 
 export const NO_METRICS: MetricsSink = {
@@ -97,4 +109,5 @@ export const NO_METRICS: MetricsSink = {
   intent: () => undefined,
   publishLatency: () => undefined,
   oldestOwedIntentAge: () => undefined,
+  pinnedCopy: () => undefined,
 };

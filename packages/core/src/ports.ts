@@ -279,6 +279,20 @@ export interface ReportStore {
     sha256: string,
   ): Promise<{ bytes: number; created: boolean }>;
   /**
+   * An object nothing references any more: a pinned copy (`evidence/<sha256>`) that
+   * core's rule (`retireIfUnreferenced`, services.ts) found named by no completion
+   * and no current finalize. Core decides; the store only carries it out, its way:
+   * - the file store (and the memory store) remove it;
+   * - S3 tags it (`mam-retired=true`, PutObjectTagging) and a bucket lifecycle rule
+   *   expires tagged objects, noncurrent versions included: the IAM deny on deleting
+   *   pinned evidence stays, so no function can remove evidence itself.
+   * Until the object is gone it reads as before. A `copyOnce` onto a retired object
+   * that still exists pins it again (S3: its tags are cleared), so the same bytes
+   * finalized again are never left marked for expiry. Absent is not an error:
+   * retiring twice is retiring once.
+   */
+  retire(location: string, name: string): Promise<void>;
+  /**
    * The absolute address of an object, as a manifest records it (B-16): for an
    * absolute location (the CLI, the agent's own tree) its file path; for a location
    * in the store's own tree a URI in the store's namespace (`s3://bucket/key`,

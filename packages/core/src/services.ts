@@ -9,6 +9,7 @@ import {
   applyFinalize,
   attemptReportLocation,
   checkDeclaredUpload,
+  evidenceLocation,
   type Finalized,
   type Manifest,
   missingArtifacts,
@@ -100,6 +101,15 @@ const notDispatchedAgain = (job: JobRecord): MamError =>
  * report write checks the same in its own condition.
  */
 export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobId: string, attemptId: number): Promise<string> {
+  return (await writableAttemptOf(deps, jobId, attemptId)).location;
+}
+
+/** `writableAttempt`, with the record it read. */
+async function writableAttemptOf(
+  deps: Using<Pick<JobRecords, "get">>,
+  jobId: string,
+  attemptId: number,
+): Promise<{ location: string; job: JobRecord }> {
   const job = await getJob(deps, jobId);
   if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
   if (job.latest_attempt !== attemptId) {
@@ -108,7 +118,7 @@ export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobI
     }
     throw conflictFor(job, null, NON_TERMINAL, { attempt: attemptId });
   }
-  return attemptReportLocation(jobId, attemptId);
+  return { location: attemptReportLocation(jobId, attemptId), job };
 }
 
 /**
@@ -157,9 +167,15 @@ export async function stageAttemptReport(
  * pin the bytes and build the manifest (nothing visible yet), commit the
  * `finalized_report` pointer in one conditional write (not terminal, the latest
  * attempt, `evidence_seq` bumped), then write the live names.
+ *
+ * Then, best effort, the copies this finalize left unreferenced are retired
+ * (`retireIfUnreferenced`): the copy of the pointer it superseded (same attempt,
+ * other bytes), or, when its commit was refused (terminal job, superseded attempt,
+ * lost race), the copy it just pinned. Without this, every finalize of changed bytes
+ * leaves one more copy for ever, and one agent token can fill the disk.
  */
 export async function finalizeAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock" | "metrics">,
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
@@ -167,15 +183,113 @@ export async function finalizeAttemptReport(
   actor?: Actor,
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
-  const location = await writableAttempt(deps, jobId, attemptId);
+  const { location, job: before } = await writableAttemptOf(deps, jobId, attemptId);
   const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
-  const committed = await deps.jobs.recordEvidence(jobId, {
-    guard: { attempt: attemptId },
-    set: { finalized_report: pointerOf(prepared) },
-    ...(actor === undefined ? {} : { note: noteOf(actor) }),
-  });
-  await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
+  const pinned = prepared.manifest.sha256;
+  let committed: JobRecord;
+  try {
+    committed = await deps.jobs.recordEvidence(jobId, {
+      guard: { attempt: attemptId },
+      set: { finalized_report: pointerOf(prepared) },
+      ...(actor === undefined ? {} : { note: noteOf(actor) }),
+    });
+  } catch (e) {
+    await retireRefused(deps, jobId, attemptId, pinned, e);
+    throw e;
+  }
+  try {
+    await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
+  } finally {
+    // The commit stands whatever became of the live names: the pointer it replaced is superseded.
+    await retireSuperseded(deps, before, attemptId, pinned);
+  }
   return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+}
+
+/** After a finalize's pointer committed: the copy of the pointer it replaced (read before), if of this attempt and other bytes. */
+async function retireSuperseded(
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  before: JobRecord,
+  attemptId: number,
+  pinned: string,
+): Promise<void> {
+  const previous = before.finalized_report;
+  if (previous === undefined || previous.attempt_id !== attemptId || previous.report_sha256 === pinned) return;
+  await retireIfUnreferenced(deps, before.job_id, attemptId, previous.report_sha256);
+}
+
+/**
+ * After a finalize's commit was refused: nothing this finalize wrote is referenced by
+ * it, so its copy goes unless the record names the same bytes (content-addressed: an
+ * earlier finalize or the completion may pin this very copy). Any other failure (the
+ * store unreachable) leaves the outcome unknown, and the copy where it is.
+ */
+async function retireRefused(
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  jobId: string,
+  attemptId: number,
+  pinned: string,
+  refusal: unknown,
+): Promise<void> {
+  if (refusal instanceof TransitionConflict) await retireIfUnreferenced(deps, jobId, attemptId, pinned);
+}
+
+/**
+ * Whether the record names an attempt's pinned copy: its current finalize
+ * (`finalized_report`) or its completion (`completed_evidence`), each for that
+ * attempt (a copy lives under its attempt's location: the same bytes pinned for
+ * another attempt are another object).
+ */
+export function namesPinnedCopy(job: JobRecord, attemptId: number, sha256: string): boolean {
+  const finalized = job.finalized_report;
+  const completed = job.completed_evidence;
+  return (
+    (finalized?.attempt_id === attemptId && finalized.report_sha256 === sha256) ||
+    (completed?.attempt_id === attemptId && completed.report_sha256 === sha256)
+  );
+}
+
+/**
+ * The one rule for removing evidence: an attempt's pinned copy is unreferenced once
+ * it is superseded by a newer finalize of the attempt (or was pinned by a finalize
+ * whose commit was refused) and the record, read again now, names it neither in
+ * `finalized_report` nor in `completed_evidence`. Then the store retires it (files:
+ * removed; S3: tagged for the lifecycle rule). Only the service's finalizes call
+ * this (`finalizeAttemptReport`, and an event other than `completed` carrying a
+ * finalize in the service's tree); the paths that complete (the gate, an agent's
+ * `completed`) never retire anything, and a copy of a superseded attempt stays unless
+ * this same rule, applied by a finalize of that attempt, says otherwise.
+ *
+ * Best effort, after the commit: a failure is counted (`pinnedCopy("retire_failed")`)
+ * and never fails the finalize.
+ *
+ * The race left open until finalizes of one attempt are serialized (a lease on the
+ * job record, issue 17): a concurrent finalize of the same bytes may pin the copy
+ * again (a no-op: it exists) between this read and the retire, then commit a pointer
+ * to it. On files that pointer names a copy that is gone, and the gate refuses it —
+ * `verifyPinnedReport` answers "the pinned copy … is missing" — so the job is not
+ * completed on it: fail closed, and the agent finalizes again. On S3 the copy is only
+ * tagged, still reads and still verifies, so a completion may pin it; the lifecycle
+ * rule then expires it after 7 days, and from then on the completion's re-verification
+ * answers "missing" (docs/decisions.md). The lease closes both.
+ *
+ *   finalize A commits B ── re-read: names neither A nor … ── retire(A)
+ *              finalize C: copyOnce(A) exists ─────────────────────────── commit pointer A → gate: missing
+ */
+async function retireIfUnreferenced(
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  jobId: string,
+  attemptId: number,
+  sha256: string,
+): Promise<void> {
+  try {
+    const now = await deps.jobs.get(jobId);
+    if (now === undefined || namesPinnedCopy(now, attemptId, sha256)) return;
+    await deps.reports.retire(evidenceLocation(attemptReportLocation(jobId, attemptId)), sha256);
+    deps.metrics?.pinnedCopy("retired");
+  } catch {
+    deps.metrics?.pinnedCopy("retire_failed");
+  }
 }
 
 /** The `finalized_report` a prepared finalize commits. */
@@ -375,8 +489,23 @@ export async function publishAgentEvent(
         }),
     ...(input.finalize === undefined ? {} : { reportLocation: input.finalize.location }),
   };
-  const record = await transitionJob(deps, jobId, t, actor);
+  // A finalize carried by an event other than a completion (progress, started, error)
+  // supersedes the attempt's previous one as `finalizeAttemptReport` does, and retires
+  // by the same rule; a completion never retires anything. Only in the service's own
+  // tree: the CLI's finalize of the agent's own directory keeps every copy.
+  const retiring =
+    prepared !== undefined && action !== "completed" && prepared.location === attemptReportLocation(jobId, prepared.manifest.attempt_id)
+      ? { attemptId: prepared.manifest.attempt_id, pinned: prepared.manifest.sha256 }
+      : undefined;
+  let record: JobRecord;
+  try {
+    record = await transitionJob(deps, jobId, t, actor);
+  } catch (e) {
+    if (retiring !== undefined) await retireRefused(deps, jobId, retiring.attemptId, retiring.pinned, e);
+    throw e;
+  }
   // From here on the commit stands: nothing below may turn it into a failure of the request.
+  if (retiring !== undefined) await retireSuperseded(deps, job, retiring.attemptId, retiring.pinned);
   const warnings: string[] = [];
   if (prepared !== undefined) {
     try {

@@ -200,6 +200,14 @@ export class FileReportStore implements ReportStore {
     await syncDirectory(path.dirname(file));
   }
 
+  /** A retired object is removed (unlinked, its directory fsynced): on a disk, nothing else would ever reclaim it. */
+  retire(location: string, name: string): Promise<void> {
+    return onExhaustion(
+      () => `retire ${this.describe(location, name)}`,
+      () => this.#delete(location, name),
+    );
+  }
+
   /**
    * Copy while hashing into a hidden temp file beside the target, fsync it, and only
    * if the bytes are the ones the caller hashed, link(2) it to the target name (EEXIST:
