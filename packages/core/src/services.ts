@@ -121,7 +121,7 @@ export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobI
  *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
  */
 export async function stageAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags" | "disk">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
