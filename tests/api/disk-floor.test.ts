@@ -72,7 +72,7 @@ describe("the disk floor and a full report disk (issue 17), over the local adapt
       expect(res.body.detail).toContain("nothing was written");
     }
 
-    it("an agent's event, report body and upload declaration are 507 store.insufficientSpace naming the free bytes, the floor and the variable, and write nothing", async () => {
+    it("an agent's event, report body, upload declaration and finalize are 507 store.insufficientSpace naming the free bytes, the floor and the variable, and write nothing", async () => {
       const h = await harness();
       const [jobId, agent] = await dispatchedJob(h);
       const before = await fingerprint(h, jobId);
@@ -91,9 +91,24 @@ describe("the disk floor and a full report disk (issue 17), over the local adapt
         await h.call("POST", `/v1/jobs/${jobId}/attempts/1/report/upload`, { token: agent, json: { sha256: "a".repeat(64), bytes: 1024 } }),
         "an upload declaration",
       );
-      // Nothing: not the job record (not even its agent_usage), its log, its feed, a report file.
       expect(await fingerprint(h, jobId)).toEqual(before);
       expect(await filesUnder(reportRoot)).toEqual(filesBefore);
+      // An agent's finalize pins a copy: refused too (the operator stages the report it would pin).
+      const staged = await h.call("PUT", `/v1/jobs/${jobId}/attempts/1/report`, {
+        token: h.operator,
+        body: "# done\n",
+        headers: { "content-type": "text/markdown" },
+      });
+      expect(staged.status, staged.text).toBe(201);
+      const stagedPrint = await fingerprint(h, jobId);
+      const stagedFiles = await filesUnder(reportRoot);
+      expectBelowFloor(
+        await h.call("POST", `/v1/jobs/${jobId}/attempts/1/finalize`, { token: agent, json: { side_effects: [] } }),
+        "a finalize",
+      );
+      expect(await fingerprint(h, jobId)).toEqual(stagedPrint);
+      expect(await filesUnder(reportRoot)).toEqual(stagedFiles);
+      // Nothing: not the job record (not even its agent_usage), its log, its feed, a report file.
       // Reads stay open to the agent.
       expect((await h.call("GET", `/v1/jobs/${jobId}`, { token: agent })).status).toBe(200);
     });

@@ -287,6 +287,15 @@ describe("reliability: one agent fills the data dir's disk (a tmpfs the test mou
       expectOneOfTheAnswers(await declare(p2, "another agent's declaration", jobId, token), "another agent's declaration", [200, 503]);
     }
     for (let i = 0; i < 5; i++) expectOneOfTheAnswers(await register(p2), "an operator's registration", [200, 503]);
+    // Without the floor the service's own records have no room either: an operator's cancel commits or is refused 503; nothing settles a commit that could not be written.
+    const [lastJob] = others.at(-1)!;
+    const last = await call(api(), "GET", `/v1/jobs/${lastJob}`, op);
+    const lastCancel = await call(api(), "POST", `/v1/jobs/${lastJob}/transitions`, op, {
+      action: "cancel",
+      expected_seq: last.body.transition_seq,
+    });
+    p2.add("an operator's cancel", lastCancel);
+    expectOneOfTheAnswers(lastCancel, "an operator's cancel", [200, 503]);
     expectOneOfTheAnswers(await call(api(), "GET", "/v1/jobs", op), "an operator's listing", [200, 503]);
     const lines = served
       .stdout()

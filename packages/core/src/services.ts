@@ -24,7 +24,7 @@ import {
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
-import { chargeAgentUsage } from "./quotas.ts";
+import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
 import {
   type Action,
   type DispatchRecord,
@@ -159,7 +159,7 @@ export async function stageAttemptReport(
  * attempt, `evidence_seq` bumped), then write the live names.
  */
 export async function finalizeAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock" | "flags" | "disk">,
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
@@ -168,6 +168,8 @@ export async function finalizeAttemptReport(
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
   const location = await writableAttempt(deps, jobId, attemptId);
+  // An agent's finalize pins a copy of its report: below the disk floor it is refused, writing nothing.
+  if (actor?.kind === "agent") await keepDiskFloor(deps, 0);
   const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
   const committed = await deps.jobs.recordEvidence(jobId, {
     guard: { attempt: attemptId },

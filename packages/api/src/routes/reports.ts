@@ -185,6 +185,7 @@ export const finalizeReport = defineRoute(
     },
   },
   [
+    507,
     exampleProblem("report.notFound", `no staged report for attempt 1 of job ${EXAMPLE.jobId}`),
     exampleProblem(
       "report.mismatch",
