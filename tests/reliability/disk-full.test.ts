@@ -309,6 +309,15 @@ describe("reliability: one agent fills the data dir's disk (a tmpfs the test mou
 
     // ---- room again, restarted on the same dir: everything acknowledged is there
     await served.stop();
+    // A figure, not a bound: whether the service comes back on the disk while it is still full.
+    try {
+      served = await start(0);
+      const read = await call(api(), "GET", `/v1/jobs/${filler}`, op);
+      console.log(`disk full: restarted on the full disk: it serves (a read answered ${read.status})`);
+      await served.stop();
+    } catch (e) {
+      console.log(`disk full: restarted on the full disk: it does not start (${String(e).split("\n")[0]})`);
+    }
     execFileSync("mount", ["-o", "remount,size=96m", mnt]);
     served = await start(FLOOR);
     for (const jobId of registered) expect((await call(api(), "GET", `/v1/jobs/${jobId}`, op)).status, jobId).toBe(200);
