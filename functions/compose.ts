@@ -275,6 +275,8 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}, metric
       maxBodyBytes: config.reportBodyLimit,
     });
   });
+  // No `disk`: DynamoDB and S3 have no disk of ours for an agent to starve, so no disk
+  // floor is kept here (MAM_DISK_FLOOR_BYTES is read and unused); their quotas are what bound an agent.
   const deps: Deps = { ...base, reports, flags: config.flags };
   const tokens = createTokenService({
     signingKey: await readSigningKey(config, overrides),

@@ -1,6 +1,15 @@
 import { readFileSync } from "node:fs";
 import { type AppOptions, createApp, createTokenService, type TokenService } from "@mam/api";
-import { type Deps, type JobStore, type Publisher, parseFlags, type ReportStore, randomIds, type SweepPolicy } from "@mam/core";
+import {
+  type Deps,
+  type DiskSpace,
+  type JobStore,
+  type Publisher,
+  parseFlags,
+  type ReportStore,
+  randomIds,
+  type SweepPolicy,
+} from "@mam/core";
 import type { Hono } from "hono";
 import { expect } from "vitest";
 import { TestClock } from "../support/clock.ts";
@@ -11,6 +20,8 @@ export interface ApiPorts {
   readonly jobs: JobStore;
   readonly reports: ReportStore;
   readonly publisher: Publisher;
+  /** The free space under the stores, for the disk floor; absent: no floor is kept (as on AWS). */
+  readonly disk?: DiskSpace;
   close(): Promise<void>;
 }
 
@@ -103,6 +114,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
   const deps: Deps = {
     jobs: store,
     reports: ports.reports,
+    ...(ports.disk === undefined ? {} : { disk: ports.disk }),
     publisher: ports.publisher,
     clock,
     ids: randomIds,

@@ -12,6 +12,8 @@ describe("parseConfig", () => {
       allowedBackends: ["claude", "claude-code", "codex", "grok"],
       // Several report cycles at the largest upload (256 MiB), and 10,000 events, per job.
       quotas: { jobEvents: 10_000, attemptBytes: 1024 ** 3, jobBytes: 4 * 1024 ** 3 },
+      // Room kept on the data dir's disk for the service's own records (issue 17).
+      diskFloorBytes: 64 * 1024 * 1024,
     });
     expect(config).toMatchObject({
       host: "127.0.0.1",
@@ -48,12 +50,14 @@ describe("parseConfig", () => {
       MAM_QUOTA_JOB_EVENTS: "50",
       MAM_QUOTA_ATTEMPT_BYTES: "2097152",
       MAM_QUOTA_JOB_BYTES: "4194304",
+      MAM_DISK_FLOOR_BYTES: "0",
     });
     expect(config.flags).toEqual({
       autoComplete: true,
       engineCas: false,
       allowedBackends: ["grok", "codex"],
       quotas: { jobEvents: 50, attemptBytes: 2 * 1024 * 1024, jobBytes: 4 * 1024 * 1024 },
+      diskFloorBytes: 0,
     });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });
   });

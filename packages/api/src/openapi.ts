@@ -125,6 +125,8 @@ const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
   "store.unavailable": "the job store could not be reached; try again",
   "stream.tooMany":
     "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
+  "store.insufficientSpace":
+    "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
   "quota.events": `job ${EXAMPLE.jobId} has taken its quota of 10000 agent events (MAM_QUOTA_JOB_EVENTS); nothing was written`,
   "route.notFound": `no asset "${EXAMPLE.file}.map"`,
   internal: "an unexpected error occurred; quote the request id when reporting it",
@@ -143,6 +145,7 @@ const STATUS_EXAMPLE_CODE: Record<number, ProblemCode> = {
   429: "stream.tooMany",
   500: "internal",
   503: "store.unavailable",
+  507: "store.insufficientSpace",
 };
 
 /** An example problem: the code given, or the commonest code of the status. */
@@ -213,12 +216,14 @@ export function problemResponse(example: Problem) {
       schema: { type: "string", example: 'Bearer realm="mam", error="insufficient_scope", scope="write"' },
     };
   }
-  if (status === 503 || status === 429) {
+  if (status === 503 || status === 507 || status === 429) {
     headers["Retry-After"] = {
       description:
         status === 429
           ? "Seconds to wait before trying again: the token holds as many open streams as it may."
-          : "Seconds to wait before trying again: the store or the broker could not be reached.",
+          : status === 507
+            ? "Seconds to wait before trying again: the store's disk is below the floor kept for the service's own records."
+            : "Seconds to wait before trying again: the store or the broker could not be reached.",
       schema: { type: "integer", minimum: 1, example: RETRY_AFTER_SECONDS },
     };
   }

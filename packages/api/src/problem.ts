@@ -41,6 +41,7 @@ export const HTTP_STATUS = {
   "publish.refused": 502,
   "publish.tooLarge": 500,
   "store.unavailable": 503,
+  "store.insufficientSpace": 507,
   "service.unreachable": 503,
   "stream.tooMany": 429,
   "config.invalid": 500,
@@ -132,7 +133,7 @@ export function problemFor(err: unknown, ctx: { requestId: string; instance?: st
 /**
  * The problem as the answer: its status, its content type, the request id (set
  * on the context by the request-id middleware) and the headers its code calls for:
- * a Bearer challenge on 401 and a scope one on a scope refusal, `Retry-After` on 503.
+ * a Bearer challenge on 401 and a scope one on a scope refusal, `Retry-After` on 503, 507 and 429.
  */
 export function problemResponse(c: Context, problem: Problem, headers: Record<string, string> = {}): Response {
   const h: Record<string, string> = { "content-type": PROBLEM_CONTENT_TYPE, "cache-control": "no-store", ...headers };
@@ -143,7 +144,7 @@ export function problemResponse(c: Context, problem: Problem, headers: Record<st
   if (problem.code === "auth.forbidden" && typeof problem.required_scope === "string") {
     h["www-authenticate"] = `Bearer realm="mam", error="insufficient_scope", scope="${problem.required_scope}"`;
   }
-  if (problem.status === 503 || problem.status === 429) h["retry-after"] = String(RETRY_AFTER_SECONDS);
+  if (problem.status === 503 || problem.status === 507 || problem.status === 429) h["retry-after"] = String(RETRY_AFTER_SECONDS);
   return c.body(JSON.stringify(problem), problem.status as 400, h);
 }
 

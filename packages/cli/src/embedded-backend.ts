@@ -191,6 +191,7 @@ async function openStore(opts: EmbeddedOptions): Promise<Deps & { close(): Promi
   return {
     jobs: store.jobs,
     reports: store.reports,
+    disk: store.disk,
     publisher,
     clock: systemClock,
     ids: randomIds,

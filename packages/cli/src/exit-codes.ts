@@ -41,6 +41,7 @@ export const EXIT_CODES = {
   "publish.refused": 2,
   "publish.tooLarge": 2,
   "store.unavailable": 2,
+  "store.insufficientSpace": 2,
   "service.unreachable": 2,
   "stream.tooMany": 2,
   "config.invalid": 1,

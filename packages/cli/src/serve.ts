@@ -236,7 +236,7 @@ export async function startService(
       }
     });
   });
-  deps = { jobs, reports: store.reports, publisher, clock, ids: randomIds, flags: config.flags };
+  deps = { jobs, reports: store.reports, disk: store.disk, publisher, clock, ids: randomIds, flags: config.flags };
 
   // Open feed streams wake on this process's commits (the relay sees each one) and end
   // at once when the service stops; another process's commits are found by their poll.

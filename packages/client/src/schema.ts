@@ -2412,6 +2412,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `store.insufficientSpace`: The store's disk is below the floor kept for the service's own records */
+      507: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store's disk is below the floor kept for the service's own records. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.insufficientSpace",
+           *       "title": "The store's disk is below the floor kept for the service's own records",
+           *       "status": 507,
+           *       "detail": "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
+           *       "code": "store.insufficientSpace",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
     };
   };
   requestReportUpload: {
@@ -2668,6 +2692,30 @@ export interface operations {
            *       "status": 503,
            *       "detail": "the job store could not be reached; try again",
            *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `store.insufficientSpace`: The store's disk is below the floor kept for the service's own records */
+      507: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store's disk is below the floor kept for the service's own records. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.insufficientSpace",
+           *       "title": "The store's disk is below the floor kept for the service's own records",
+           *       "status": 507,
+           *       "detail": "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
+           *       "code": "store.insufficientSpace",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -2943,6 +2991,30 @@ export interface operations {
            *       "status": 503,
            *       "detail": "the job store could not be reached; try again",
            *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `store.insufficientSpace`: The store's disk is below the floor kept for the service's own records */
+      507: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store's disk is below the floor kept for the service's own records. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.insufficientSpace",
+           *       "title": "The store's disk is below the floor kept for the service's own records",
+           *       "status": 507,
+           *       "detail": "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
+           *       "code": "store.insufficientSpace",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -3975,6 +4047,30 @@ export interface operations {
            *       "status": 503,
            *       "detail": "the job store could not be reached; try again",
            *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `store.insufficientSpace`: The store's disk is below the floor kept for the service's own records */
+      507: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store's disk is below the floor kept for the service's own records. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.insufficientSpace",
+           *       "title": "The store's disk is below the floor kept for the service's own records",
+           *       "status": 507,
+           *       "detail": "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
+           *       "code": "store.insufficientSpace",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }

@@ -86,6 +86,8 @@ export const EnvSchema = z.object({
   MAM_QUOTA_JOB_EVENTS: int("MAM_QUOTA_JOB_EVENTS", 10_000, 1, 10_000_000),
   MAM_QUOTA_ATTEMPT_BYTES: int("MAM_QUOTA_ATTEMPT_BYTES", 1024 * 1024 * 1024, 1024 * 1024, 2 ** 40),
   MAM_QUOTA_JOB_BYTES: int("MAM_QUOTA_JOB_BYTES", 4 * 1024 * 1024 * 1024, 1024 * 1024, 2 ** 42),
+  // The free space agents' writes must leave on the data dir's disk, for the service's own records (issue 17).
+  MAM_DISK_FLOOR_BYTES: int("MAM_DISK_FLOOR_BYTES", 64 * 1024 * 1024, 0, 2 ** 50),
   MAM_SWEEP_INTERVAL_SECONDS: int("MAM_SWEEP_INTERVAL_SECONDS", 30, 1, 86_400),
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
@@ -140,6 +142,12 @@ export interface Flags {
   readonly allowedBackends: readonly string[];
   /** What one job's agents may send (`chargeAgentUsage`). */
   readonly quotas: Quotas;
+  /**
+   * The free bytes an agent's upload, declaration or event must leave on the stores'
+   * disk (MAM_DISK_FLOOR_BYTES; 0: none), where there is one (`Deps.disk`): room kept
+   * for the service's own records and the operators' writes, which the floor never refuses.
+   */
+  readonly diskFloorBytes: number;
 }
 
 /** Bounds on what a job's agents send (issue 17), kept by core on every backend. */
@@ -294,6 +302,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       engineCas: e.MAM_ENGINE_CAS,
       allowedBackends: allowedBackends(e.MAM_AUTO_COMPLETE_BACKENDS),
       quotas: { jobEvents: e.MAM_QUOTA_JOB_EVENTS, attemptBytes: e.MAM_QUOTA_ATTEMPT_BYTES, jobBytes: e.MAM_QUOTA_JOB_BYTES },
+      diskFloorBytes: e.MAM_DISK_FLOOR_BYTES,
     },
     host: e.MAM_HOST,
     port: e.MAM_PORT,

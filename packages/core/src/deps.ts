@@ -1,6 +1,6 @@
 import type { Flags } from "./config.ts";
 import type { MetricsSink } from "./metrics.ts";
-import type { Clock, Ids, JobStore, Publisher, ReportStore } from "./ports.ts";
+import type { Clock, DiskSpace, Ids, JobStore, Publisher, ReportStore } from "./ports.ts";
 
 /**
  * Everything core's services need, passed in by each composition root (the
@@ -13,6 +13,12 @@ export interface Deps {
   readonly clock: Clock;
   readonly ids: Ids;
   readonly flags: Flags;
+  /**
+   * The free space under the stores, for the disk floor (`flags.diskFloorBytes`) that
+   * agents' writes must leave; absent (AWS: DynamoDB and S3 have no disk to starve),
+   * no floor is kept.
+   */
+  readonly disk?: DiskSpace;
   /** What core counts (gate answers, transitions, owed intents); absent: nothing is counted. */
   readonly metrics?: MetricsSink;
 }

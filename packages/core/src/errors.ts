@@ -44,6 +44,10 @@ export const ERROR_TABLE = {
   "publish.refused": { retryable: true, title: "The broker refused the publish" },
   "publish.tooLarge": { retryable: false, title: "The notification payload is too large for the broker" },
   "store.unavailable": { retryable: true, title: "The store could not be reached or throttled the request" },
+  "store.insufficientSpace": {
+    retryable: true,
+    title: "The store's disk is below the floor kept for the service's own records",
+  },
   "service.unreachable": { retryable: true, title: "The mam service could not be reached" },
   "stream.tooMany": { retryable: true, title: "This token already holds as many open streams as it may" },
   "config.invalid": { retryable: false, title: "The configuration is not valid" },

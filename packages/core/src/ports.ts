@@ -357,6 +357,17 @@ export interface Clock {
   now(): Date;
 }
 
+/**
+ * The free space on the disk that holds a store with a disk to starve (the embedded
+ * data dir: its database, reports and broker sessions). `freeBytes` answers what an
+ * unprivileged writer may still use there (statfs's `bavail * bsize`), read when it is
+ * asked; it writes nothing, and throws `store.unavailable` when the disk cannot be
+ * asked. Absent where the stores have no disk of ours to fill (DynamoDB, S3).
+ */
+export interface DiskSpace {
+  freeBytes(): Promise<number>;
+}
+
 export interface Ids {
   /** A new lowercase UUID. */
   uuid(): string;

@@ -1,4 +1,4 @@
-import type { Actor, Using } from "./deps.ts";
+import type { Actor, Deps, Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { MamError } from "./errors.ts";
 import type { JobRecords } from "./ports.ts";
@@ -29,14 +29,19 @@ const CHARGE_ATTEMPTS = 8;
  * agent can be refused early, never let past its bound. Only agents are charged; what
  * the service writes of its own (log lines, bookkeeping, feed rows, settles) and what an
  * operator sends never are.
+ *
+ * Before the charge, the disk floor (`keepDiskFloor`): below it the agent is refused
+ * with 507 and not even its usage is counted.
  */
 export async function chargeAgentUsage(
-  deps: Using<Pick<JobRecords, "get" | "chargeUsage">, "flags">,
+  deps: Using<Pick<JobRecords, "get" | "chargeUsage">, "flags" | "disk">,
   jobId: string,
   actor: Actor | undefined,
   charge: UsageCharge,
 ): Promise<void> {
-  if (actor?.kind !== "agent" || (charge.events === 0 && charge.bytes === 0)) return;
+  if (actor?.kind !== "agent") return;
+  await keepDiskFloor(deps, charge.bytes);
+  if (charge.events === 0 && charge.bytes === 0) return;
   const quotas = deps.flags.quotas;
   for (let attempt = 0; attempt < CHARGE_ATTEMPTS; attempt++) {
     const job = await getJob(deps, jobId);
@@ -76,4 +81,31 @@ export async function chargeAgentUsage(
     if (await deps.jobs.chargeUsage(jobId, prior, next)) return;
   }
   throw new MamError("store.unavailable", `other requests of job ${jobId} kept being counted first; nothing was written; retry`);
+}
+
+/**
+ * Refuse an agent's write that would leave less than `flags.diskFloorBytes` free on
+ * the stores' disk (`deps.disk`; none on AWS, or a floor of 0: nothing to keep):
+ * `store.insufficientSpace` (507), naming the free bytes, the floor and its variable,
+ * before anything is written. The room below the floor is for what is never refused
+ * by it: the service's own records (log lines, bookkeeping, feed rows, settles) and
+ * operators' writes, until the disk is really full and the store answers 503.
+ *
+ * The disk is asked on every agent write (one statfs, a few microseconds), never
+ * cached: the bound on overshoot is what agents' writes already past this check
+ * have still to write, not a cache's age.
+ *
+ *   statfs: free -> free - bytes < floor? 507, nothing written -> charge -> write
+ */
+export async function keepDiskFloor(deps: Pick<Deps, "flags" | "disk">, bytes: number): Promise<void> {
+  const floor = deps.flags.diskFloorBytes;
+  if (deps.disk === undefined || floor <= 0) return;
+  const free = await deps.disk.freeBytes();
+  if (free - bytes >= floor) return;
+  const what = bytes > 0 ? `; ${bytes} more would leave less than` : ", less than";
+  throw new MamError(
+    "store.insufficientSpace",
+    `the store's disk has ${free} bytes free${what} the floor of ${floor} bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed`,
+    { details: { free_bytes: free, floor_bytes: floor, variable: "MAM_DISK_FLOOR_BYTES" } },
+  );
 }

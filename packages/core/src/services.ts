@@ -25,7 +25,7 @@ import {
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
-import { chargeAgentUsage } from "./quotas.ts";
+import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
 import {
   type Action,
   type DispatchRecord,
@@ -131,7 +131,7 @@ async function writableAttemptOf(
  *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
  */
 export async function stageAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags" | "disk">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
@@ -175,7 +175,7 @@ export async function stageAttemptReport(
  * leaves one more copy for ever, and one agent token can fill the disk.
  */
 export async function finalizeAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock" | "metrics">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock" | "metrics" | "flags" | "disk">,
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
@@ -184,6 +184,8 @@ export async function finalizeAttemptReport(
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
   const { location, job: before } = await writableAttemptOf(deps, jobId, attemptId);
+  // An agent's finalize pins a copy of its report: below the disk floor it is refused, writing nothing.
+  if (actor?.kind === "agent") await keepDiskFloor(deps, 0);
   const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
   const pinned = prepared.manifest.sha256;
   let committed: JobRecord;

@@ -47,7 +47,7 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
  * address still good after its job ended reaches a staged name nothing reads any more.
  */
 export async function requestReportUpload(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "clock" | "flags">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "clock" | "flags" | "disk">,
   jobId: string,
   attemptId: number,
   request: ReportUploadRequest,

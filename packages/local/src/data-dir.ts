@@ -1,9 +1,10 @@
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { guardJobStore, type JobStore, MamError } from "@mam/core";
+import { type DiskSpace, guardJobStore, type JobStore, MamError } from "@mam/core";
 import type Database from "better-sqlite3";
 import { CachedJobStore } from "./cached-job-store.ts";
+import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
 
@@ -51,12 +52,13 @@ export function openEmbeddedJobStore(database: string | Database.Database): { jo
 /**
  * `allowAbsolute`: the CLI finalizes an agent's report where it lies (an absolute
  * directory, the agent's own tree); the service only ever uses locations it derives
- * under the data dir, so `mam serve` turns absolute locations off.
+ * under the data dir, so `mam serve` turns absolute locations off. `disk` is the free
+ * space of the data dir's disk, for the disk floor (`Deps.disk`).
  */
 export function openDataDir(
   dir: string,
   opts: { allowAbsolute?: boolean } = {},
-): { jobs: JobStore; reports: FileReportStore; close(): void } {
+): { jobs: JobStore; reports: FileReportStore; disk: DiskSpace; close(): void } {
   const p = dataDirPaths(dir);
   mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
   // SQLite would create the database 0644; made first, 0600, it is opened as it is,
@@ -64,7 +66,7 @@ export function openDataDir(
   closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
   const { jobs, close } = openEmbeddedJobStore(p.database);
   const reports = new FileReportStore(p.root, { allowAbsolute: opts.allowAbsolute ?? true });
-  return { jobs, reports, close: () => void close() };
+  return { jobs, reports, disk: statfsDiskSpace(p.root), close: () => void close() };
 }
 
 export interface Credentials {

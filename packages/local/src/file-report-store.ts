@@ -27,7 +27,16 @@ export interface FileReportStoreOptions {
    * every location itself and may pass false to refuse anything but a relative one.
    */
   readonly allowAbsolute?: boolean;
+  /**
+   * How the store creates each temp file it writes before renaming or linking it into
+   * place (default: `fs.promises.open(file, "wx", mode)`). A seam for the disk-full
+   * tests: one that creates the temp file and hands back a handle on Linux's /dev/full
+   * makes the kernel answer the writes ENOSPC, with no mount and no root.
+   */
+  readonly createTemp?: (file: string, mode: number) => Promise<FileHandle>;
 }
+
+const createTempFile = (file: string, mode: number): Promise<FileHandle> => open(file, "wx", mode);
 
 /**
  * The embedded ReportStore: one file per object under `root/<location>/<name>`.
@@ -45,11 +54,13 @@ export interface FileReportStoreOptions {
 export class FileReportStore implements ReportStore {
   readonly #root: string;
   readonly #allowAbsolute: boolean;
+  readonly #createTemp: (file: string, mode: number) => Promise<FileHandle>;
   #realRoot: Promise<string> | undefined;
 
   constructor(root: string, options: FileReportStoreOptions = {}) {
     this.#root = path.resolve(root);
     this.#allowAbsolute = options.allowAbsolute ?? true;
+    this.#createTemp = options.createTemp ?? createTempFile;
   }
 
   put(location: string, name: string, body: Uint8Array | AsyncIterable<Uint8Array>): Promise<{ sha256: string; bytes: number }> {
@@ -65,7 +76,7 @@ export class FileReportStore implements ReportStore {
     const temp = path.join(dir, `.${name}.${randomBytes(8).toString("hex")}.part`);
     const hash = createHash("sha256");
     let bytes = 0;
-    const handle = await open(temp, "wx", REPORT_FILE_MODE);
+    const handle = await this.#createTemp(temp, REPORT_FILE_MODE);
     try {
       for await (const chunk of body instanceof Uint8Array ? [body] : body) {
         hash.update(chunk);
@@ -244,7 +255,7 @@ export class FileReportStore implements ReportStore {
     try {
       madeFrom = await mkdir(dir, { recursive: true, mode: REPORT_DIR_MODE });
       temp = path.join(dir, `.${to.name}.${randomBytes(8).toString("hex")}.part`);
-      const bytes = await copyHashing(input, temp, sha256, () => this.describe(from.location, from.name));
+      const bytes = await copyHashing(input, temp, sha256, () => this.describe(from.location, from.name), this.#createTemp);
       try {
         await link(temp, target);
         created = true;
@@ -365,8 +376,14 @@ async function realpathOfDeepest(p: string): Promise<string> {
  * Copy `input` to a new file `temp` (0400) while hashing it; fsync it. Throws
  * `report.changed` when the bytes do not hash to `sha256`. Returns the size.
  */
-async function copyHashing(input: FileHandle, temp: string, sha256: string, source: () => string): Promise<number> {
-  const out = await open(temp, "wx", PINNED_FILE_MODE);
+async function copyHashing(
+  input: FileHandle,
+  temp: string,
+  sha256: string,
+  source: () => string,
+  createTemp: (file: string, mode: number) => Promise<FileHandle>,
+): Promise<number> {
+  const out = await createTemp(temp, PINNED_FILE_MODE);
   const hash = createHash("sha256");
   const buffer = Buffer.allocUnsafe(CHUNK);
   let bytes = 0;

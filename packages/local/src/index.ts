@@ -1,6 +1,7 @@
 export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.ts";
 export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type Credentials, dataDirPaths, openDataDir, openEmbeddedJobStore, readCredentials, secureDataDir } from "./data-dir.ts";
+export { statfsDiskSpace } from "./disk-space.ts";
 export {
   CONNACK,
   DEFAULT_DRAIN_TIMEOUT_MS,

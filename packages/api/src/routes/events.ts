@@ -89,6 +89,7 @@ export const publishEvent = defineRoute(
     }),
     409,
     429,
+    507,
   ],
 );
 

@@ -62,6 +62,7 @@ export const stageReport = defineRoute(
   [
     exampleProblem("dispatch.notFound", `job ${EXAMPLE.jobId} has no recorded dispatch for attempt 2`),
     exampleProblem("report.frozen", `job ${EXAMPLE.jobId} is completed: its report tree and dispatches are frozen`),
+    507,
     exampleProblem("input.tooLarge", "the report is larger than the limit of 10485760 bytes", {
       issues: [{ path: "body", message: "at most 10485760 bytes" }],
     }),
@@ -136,6 +137,7 @@ export const requestUpload = defineRoute(
   [
     exampleProblem("dispatch.notFound", `job ${EXAMPLE.jobId} has no recorded dispatch for attempt 2`),
     exampleProblem("report.frozen", `job ${EXAMPLE.jobId} is completed: its report tree and dispatches are frozen`),
+    507,
   ],
 );
 
@@ -183,6 +185,7 @@ export const finalizeReport = defineRoute(
     },
   },
   [
+    507,
     exampleProblem("report.notFound", `no staged report for attempt 1 of job ${EXAMPLE.jobId}`),
     exampleProblem(
       "report.mismatch",
