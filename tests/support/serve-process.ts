@@ -58,7 +58,9 @@ export async function startServeProcess(dataDir: string, env: Record<string, str
     child.stderr?.on("data", () => {
       const found = /serving on (http:\/\/\S+)/.exec(err)?.[1];
       const broker = /MQTT broker: (mqtt:\/\/\S+)/.exec(err)?.[1];
-      if (found && (broker || !opts.broker)) {
+      // The banner's last line (each line is its own write, so they may come apart).
+      const banner = /operator token: in .*\n/.test(err);
+      if (found && banner && (broker || !opts.broker)) {
         clearTimeout(timer);
         resolve({ url: found, mqttUrl: broker ?? "" });
       }
