@@ -12,6 +12,7 @@ describe("parseConfig", () => {
       allowedBackends: ["claude", "claude-code", "codex", "grok"],
       // Several report cycles at the largest upload (256 MiB), and 10,000 events, per job.
       quotas: { jobEvents: 10_000, attemptBytes: 1024 ** 3, jobBytes: 4 * 1024 ** 3 },
+      leases: { uploadSeconds: 900, finalizeSeconds: 300 },
     });
     expect(config).toMatchObject({
       host: "127.0.0.1",
@@ -48,12 +49,15 @@ describe("parseConfig", () => {
       MAM_QUOTA_JOB_EVENTS: "50",
       MAM_QUOTA_ATTEMPT_BYTES: "2097152",
       MAM_QUOTA_JOB_BYTES: "4194304",
+      MAM_REPORT_UPLOAD_TTL_SECONDS: "120",
+      MAM_FINALIZE_LEASE_SECONDS: "30",
     });
     expect(config.flags).toEqual({
       autoComplete: true,
       engineCas: false,
       allowedBackends: ["grok", "codex"],
       quotas: { jobEvents: 50, attemptBytes: 2 * 1024 * 1024, jobBytes: 4 * 1024 * 1024 },
+      leases: { uploadSeconds: 120, finalizeSeconds: 30 },
     });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });
   });

@@ -126,6 +126,8 @@ const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
   "stream.tooMany":
     "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
   "quota.events": `job ${EXAMPLE.jobId} has taken its quota of 10000 agent events (MAM_QUOTA_JOB_EVENTS); nothing was written`,
+  "report.uploadInFlight": `an upload of attempt 1 of job ${EXAMPLE.jobId} is in flight by agent, since 2026-07-01T12:00:00.000Z, until it ends or at the latest 2026-07-01T12:15:00.000Z; nothing was written; try again then`,
+  "report.finalizeInProgress": `a finalize of attempt 1 of job ${EXAMPLE.jobId} is in progress by agent, since 2026-07-01T12:00:00.000Z, until it ends or at the latest 2026-07-01T12:05:00.000Z; nothing was written; try again then`,
   "route.notFound": `no asset "${EXAMPLE.file}.map"`,
   internal: "an unexpected error occurred; quote the request id when reporting it",
 };

@@ -34,6 +34,9 @@ export const EXIT_CODES = {
   "report.mismatch": 1,
   "quota.bytes": 1,
   "quota.events": 1,
+  // Another upload or finalize of the attempt holds it: nothing was written; try again once it ends or expires.
+  "report.uploadInFlight": 2,
+  "report.finalizeInProgress": 2,
   "auth.missing": 1,
   "auth.invalid": 1,
   "auth.forbidden": 1,

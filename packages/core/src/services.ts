@@ -22,6 +22,7 @@ import {
   verifyPinnedReport,
 } from "./finalize.ts";
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
+import { releaseLease, takeLease, withLease } from "./leases.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
 import { chargeAgentUsage } from "./quotas.ts";
@@ -118,10 +119,17 @@ export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobI
  * latest) bumping `evidence_seq` — and only then does the upload take the staged
  * name. An upload refused at its end is deleted.
  *
- *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
+ *   take the upload lease -> bytes ... last byte -> recordEvidence (refused: delete
+ *   upload) -> promote to .tmp -> release the lease (also when refused or failed)
+ *
+ * The attempt's one upload in flight (`takeLease`, issue 17) is held from before the
+ * quota is charged until the staged name is taken: a second PUT meanwhile is 409
+ * `report.uploadInFlight` and writes nothing; a PUT of a declared upload takes over
+ * the declaration's lease (it is that upload's body), so parallel PUTs of one
+ * declaration stage one body, and the feed's last `report.staged` row is the staged bytes.
  */
 export async function stageAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage" | "holdLease">, "reports" | "ids" | "flags" | "clock">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
@@ -135,21 +143,24 @@ export async function stageAttemptReport(
   atMostBytes?: number,
 ): Promise<{ sha256: string; bytes: number }> {
   const location = await writableAttempt(deps, jobId, attemptId);
-  await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0) });
-  const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
-  let staged: { sha256: string; bytes: number };
-  try {
-    staged = await deps.reports.put(location, upload, body);
-    // A declared upload binds the staged name: only its bytes may take it.
-    const declared = await readUploadDeclaration(deps.reports, location);
-    if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
-    await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId }, note: { ...noteOf(actor), staged } });
-  } catch (e) {
-    await deps.reports.delete(location, upload).catch(() => undefined);
-    throw e;
-  }
-  await deps.reports.promote(location, upload, STAGED_REPORT_NAME);
-  return staged;
+  const lease = { kind: "upload", attemptId, seconds: deps.flags.leases.uploadSeconds, actor } as const;
+  return withLease(deps, jobId, lease, async () => {
+    await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0) });
+    const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
+    let staged: { sha256: string; bytes: number };
+    try {
+      staged = await deps.reports.put(location, upload, body);
+      // A declared upload binds the staged name: only its bytes may take it.
+      const declared = await readUploadDeclaration(deps.reports, location);
+      if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
+      await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId }, note: { ...noteOf(actor), staged } });
+    } catch (e) {
+      await deps.reports.delete(location, upload).catch(() => undefined);
+      throw e;
+    }
+    await deps.reports.promote(location, upload, STAGED_REPORT_NAME);
+    return staged;
+  });
 }
 
 /**
@@ -157,9 +168,17 @@ export async function stageAttemptReport(
  * pin the bytes and build the manifest (nothing visible yet), commit the
  * `finalized_report` pointer in one conditional write (not terminal, the latest
  * attempt, `evidence_seq` bumped), then write the live names.
+ *
+ *   take the finalize lease -> prepare -> commit the pointer -> write the live names
+ *   -> release a declared upload it took the bytes of -> release the lease (also on a throw)
+ *
+ * The attempt's one finalize in progress (`takeLease`, issue 17): a second finalize
+ * meanwhile, by the same agent, another or an operator, is 409
+ * `report.finalizeInProgress` and writes nothing, so the live names are always one
+ * finalize's, the one `finalized_report` names.
  */
 export async function finalizeAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "holdLease">, "reports" | "clock" | "ids" | "flags">,
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
@@ -168,14 +187,33 @@ export async function finalizeAttemptReport(
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
   const location = await writableAttempt(deps, jobId, attemptId);
-  const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
-  const committed = await deps.jobs.recordEvidence(jobId, {
-    guard: { attempt: attemptId },
-    set: { finalized_report: pointerOf(prepared) },
-    ...(actor === undefined ? {} : { note: noteOf(actor) }),
+  const lease = { kind: "finalize", attemptId, seconds: deps.flags.leases.finalizeSeconds, actor } as const;
+  return withLease(deps, jobId, lease, async () => {
+    const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
+    const committed = await deps.jobs.recordEvidence(jobId, {
+      guard: { attempt: attemptId },
+      set: { finalized_report: pointerOf(prepared) },
+      ...(actor === undefined ? {} : { note: noteOf(actor) }),
+    });
+    await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
+    await releaseDeclaredUpload(deps, jobId, attemptId, committed);
+    return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
   });
-  await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
-  return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+}
+
+/**
+ * A finalize took the staged bytes (checked against their declaration, if any): the
+ * upload its declaration held (bytes sent straight to the store, e.g. a presigned S3
+ * PUT) is complete. Released on its id, so a later upload is left alone.
+ */
+async function releaseDeclaredUpload(
+  deps: Using<Pick<JobRecords, "holdLease">>,
+  jobId: string,
+  attemptId: number,
+  committed: JobRecord,
+): Promise<void> {
+  const held = committed.upload_in_flight;
+  if (held?.declared === true && held.attempt_id === attemptId) await releaseLease(deps, jobId, "upload", held);
 }
 
 /** The `finalized_report` a prepared finalize commits. */
@@ -351,6 +389,33 @@ export async function publishAgentEvent(
   if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
     throw conflictFor(job, stale, rule.from);
   }
+  // A finalize holds the attempt's one finalize in progress (issue 17) from before
+  // anything is written (the quota included) until its live names are written.
+  const lease =
+    input.finalize === undefined
+      ? undefined
+      : await takeLease(deps, jobId, {
+          kind: "finalize",
+          attemptId: input.finalize.attemptId,
+          seconds: deps.flags.leases.finalizeSeconds,
+          actor,
+        });
+  try {
+    return await publishHoldingLease(deps, jobId, input, actor, opts, job, action);
+  } finally {
+    if (lease !== undefined) await releaseLease(deps, jobId, "finalize", lease);
+  }
+}
+
+async function publishHoldingLease(
+  deps: Deps,
+  jobId: string,
+  input: PublishEventInput,
+  actor: Actor,
+  opts: PublishOptions,
+  job: JobRecord,
+  action: Action,
+): Promise<PublishEventResult> {
   // The event and its data are reserved against the job's quotas before anything is written.
   await chargeAgentUsage(deps, jobId, actor, { events: 1, bytes: input.data === undefined ? 0 : utf8Bytes(JSON.stringify(input.data)) });
   let prepared: PreparedFinalize | undefined;
