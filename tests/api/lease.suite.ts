@@ -1,7 +1,24 @@
 import { createHash, randomUUID } from "node:crypto";
-import { attemptReportLocation, REPORT_NAME, type ReportStore, STAGED_REPORT_NAME, takeLease, UPLOAD_DECLARATION_NAME } from "@mam/core";
+import {
+  attemptReportLocation,
+  REPORT_NAME,
+  type ReportStore,
+  releaseLease,
+  STAGED_REPORT_NAME,
+  takeLease,
+  UPLOAD_DECLARATION_NAME,
+} from "@mam/core";
 import { afterEach, describe, expect, it } from "vitest";
-import { type ApiPorts, type Harness, type HarnessOptions, makeHarness, type PortsFactory, type Res } from "./harness.ts";
+import {
+  type ApiPorts,
+  CANDIDATE_DISPATCH,
+  candidateScenario,
+  type Harness,
+  type HarnessOptions,
+  makeHarness,
+  type PortsFactory,
+  type Res,
+} from "./harness.ts";
 
 const PROBLEM = /^application\/problem\+json/;
 
@@ -258,6 +275,37 @@ export function apiLeaseSuite(
       expect(await fingerprint(h, jobId)).toEqual(stuck);
       h.clock.advance(1_000);
       expect((await finalize(h, jobId, agent)).status).toBe(200);
+    });
+
+    it("the gate holds while a finalize of the latest attempt is in progress, naming it, and writes nothing; once it ends, the same scenario completes the job", async () => {
+      const h = await harness({ env: { MAM_AUTO_COMPLETE: "1" } });
+      const jobId = `job-${randomUUID().slice(0, 12)}`;
+      const reg = await h.call("POST", "/v1/jobs", {
+        token: h.operator,
+        json: { job_id: jobId, prompt: "p", agent: "claude-code", auto_complete: true },
+      });
+      expect(reg.status, reg.text).toBe(201);
+      expect((await h.call("POST", `/v1/jobs/${jobId}/dispatches`, { token: h.operator, json: CANDIDATE_DISPATCH })).status).toBe(201);
+      const claim = await h.call("POST", `/v1/jobs/${jobId}/transitions`, {
+        token: h.operator,
+        json: { action: "claim", expected_seq: 0 },
+      });
+      expect(claim.status, claim.text).toBe(200);
+      expect((await put(h, jobId, h.operator, new TextEncoder().encode("# report\n"))).status).toBe(201);
+      expect((await finalize(h, jobId, h.operator)).status).toBe(200);
+      const lease = await takeLease(h.deps, jobId, { kind: "finalize", attemptId: 1, seconds: 300 });
+      const before = await fingerprint(h, jobId);
+      const evaluate = () =>
+        h.call("POST", `/v1/jobs/${jobId}/evaluations`, { token: h.operator, json: { scenario: candidateScenario(jobId) } });
+      const held = await evaluate();
+      expect(held.status, held.text).toBe(200);
+      expect(held.body.committed).toBe(false);
+      expect(held.body.reason).toContain(`a finalize of attempt 1 of job ${jobId} is in progress`);
+      expect(held.body.reason).toContain(lease.expires_at);
+      expect(await fingerprint(h, jobId)).toEqual(before);
+      await releaseLease(h.deps, jobId, "finalize", lease);
+      const done = await evaluate();
+      expect(done.body, done.text).toMatchObject({ committed: true, record: { status: "completed" } });
     });
 
     it("an event that finalizes takes the same lease: refused while another finalize is in progress, before its quota is charged", async () => {
