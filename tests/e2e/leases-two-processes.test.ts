@@ -80,7 +80,7 @@ async function dispatchedJob(jobId: string): Promise<string> {
 }
 
 describe("e2e: one finalize in progress and one upload in flight per attempt, across processes on one data dir", () => {
-  it("a finalize held by another process refuses mam --data-dir (exit 2, report.finalizeInProgress naming it) and mam serve (409); once released, mam --data-dir finalizes", async () => {
+  it("a finalize held by another process refuses mam --data-dir (exit 1, report.finalizeInProgress naming it) and mam serve (409); once released, mam --data-dir finalizes", async () => {
     const jobId = "lease-e2e-finalize";
     await dispatchedJob(jobId);
     const tree = path.join(root, "tree");
@@ -97,7 +97,7 @@ describe("e2e: one finalize in progress and one upload in flight per attempt, ac
       const publish = ["publish-event", "--job", jobId, "--event", "completed", "--attempt", "1"];
       const refused = await mamDataDir([...publish, "--finalize-report", path.join(tree, "report-final.md")]);
       expect(refused.status, refused.stderr).toBe(EXIT_CODES["report.finalizeInProgress"]);
-      expect(refused.status).toBe(2);
+      expect(refused.status).toBe(1);
       expect(refused.stderr + refused.stdout).toContain("report.finalizeInProgress");
       expect(refused.stderr + refused.stdout).toContain(`a finalize of attempt 1 of job ${jobId} is in progress`);
       expect(refused.stderr + refused.stdout).toContain(lease.expires_at);

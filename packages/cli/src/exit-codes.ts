@@ -34,9 +34,11 @@ export const EXIT_CODES = {
   "report.mismatch": 1,
   "quota.bytes": 1,
   "quota.events": 1,
-  // Another upload or finalize of the attempt holds it: nothing was written; try again once it ends or expires.
-  "report.uploadInFlight": 2,
-  "report.finalizeInProgress": 2,
+  // Another upload or finalize of the attempt holds it: a refusal, nothing was written
+  // (retryable in core's table: try again once it ends or expires). Not 2: nothing is
+  // unreachable, and no commit stands.
+  "report.uploadInFlight": 1,
+  "report.finalizeInProgress": 1,
   "auth.missing": 1,
   "auth.invalid": 1,
   "auth.forbidden": 1,
