@@ -277,7 +277,7 @@ export function apiLeaseSuite(
       expect((await finalize(h, jobId, agent)).status).toBe(200);
     });
 
-    it("the gate holds while a finalize of the latest attempt is in progress, naming it, and writes nothing; once it ends, the same scenario completes the job", async () => {
+    it("a finalize in progress does not hold the gate: it decides on the committed evidence, the tree finalized_report names, and the finalize then finds the job terminal", async () => {
       const h = await harness({ env: { MAM_AUTO_COMPLETE: "1" } });
       const jobId = `job-${randomUUID().slice(0, 12)}`;
       const reg = await h.call("POST", "/v1/jobs", {
@@ -292,20 +292,21 @@ export function apiLeaseSuite(
       });
       expect(claim.status, claim.text).toBe(200);
       expect((await put(h, jobId, h.operator, new TextEncoder().encode("# report\n"))).status).toBe(201);
-      expect((await finalize(h, jobId, h.operator)).status).toBe(200);
+      const finalized = await finalize(h, jobId, h.operator);
+      expect(finalized.status).toBe(200);
       const lease = await takeLease(h.deps, jobId, { kind: "finalize", attemptId: 1, seconds: 300 });
-      const before = await fingerprint(h, jobId);
-      const evaluate = () =>
-        h.call("POST", `/v1/jobs/${jobId}/evaluations`, { token: h.operator, json: { scenario: candidateScenario(jobId) } });
-      const held = await evaluate();
-      expect(held.status, held.text).toBe(200);
-      expect(held.body.committed).toBe(false);
-      expect(held.body.reason).toContain(`a finalize of attempt 1 of job ${jobId} is in progress`);
-      expect(held.body.reason).toContain(lease.expires_at);
-      expect(await fingerprint(h, jobId)).toEqual(before);
+      const done = await h.call("POST", `/v1/jobs/${jobId}/evaluations`, {
+        token: h.operator,
+        json: { scenario: candidateScenario(jobId) },
+      });
+      expect(done.body, done.text).toMatchObject({
+        committed: true,
+        record: { status: "completed", completed_evidence: { manifest_sha256: finalized.body.manifest_sha256 } },
+      });
       await releaseLease(h.deps, jobId, "finalize", lease);
-      const done = await evaluate();
-      expect(done.body, done.text).toMatchObject({ committed: true, record: { status: "completed" } });
+      const late = await finalize(h, jobId, h.operator);
+      expect(late.status, late.text).toBe(409);
+      expect(late.body.code).toBe("report.frozen");
     });
 
     it("an event that finalizes takes the same lease: refused while another finalize is in progress, before its quota is charged", async () => {

@@ -35,7 +35,7 @@ export const EXIT_CODES = {
   "quota.bytes": 1,
   "quota.events": 1,
   // Another upload or finalize of the attempt holds it: a refusal, nothing was written
-  // (retryable in core's table: try again once it ends or expires). Not 2: nothing is
+  // (try again once it ends or expires, as its message says). Not 2: nothing is
   // unreachable, and no commit stands.
   "report.uploadInFlight": 1,
   "report.finalizeInProgress": 1,

@@ -2,7 +2,6 @@ import type { Using } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
-import { leaseIsLive } from "./leases.ts";
 import { GATE_REASON_CLASS, type GateRefusal } from "./metrics.ts";
 import { decide as defaultDecide } from "./policy.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
@@ -117,17 +116,6 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
     }
   }
 
-  // A finalize in progress (issue 17) is about to change the tree and its pointer: hold,
-  // rather than verify a tree it is rewriting. Read, not a condition: the commit below
-  // still loses to the finalize's own write (it bumps evidence_seq), and a live tree
-  // that is not `finalized_report`'s never verifies; this only spares a doomed verify.
-  const finalizing = job.finalize_in_progress;
-  if (leaseIsLive(finalizing, dispatch.attempt_id, deps.clock.now().toISOString()) && finalizing.attempt_id === dispatch.attempt_id) {
-    return refuse(
-      "finalize_in_progress",
-      `a finalize of attempt ${finalizing.attempt_id} of job ${job.job_id} is in progress (since ${finalizing.since}, at the latest until ${finalizing.expires_at}); the gate holds until it ends`,
-    );
-  }
   const location = typeof input.reportLocation === "function" ? input.reportLocation(dispatch) : input.reportLocation;
   const verification = await verifyFinalizedEvidence(deps.reports, {
     location,
@@ -152,6 +140,12 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   }
   if (decision.decision !== "candidate_approved") return refuse("policy_holds", `the policy holds: ${decision.reason}`, decision);
 
+  // A finalize in progress (issue 17's lease) does not make the gate hold: mid-finalize
+  // the gate either verifies the tree `finalized_report` names (and the finalize's own
+  // commit, bumping evidence_seq, then loses: the job is terminal) or finds the live
+  // tree is not that one and refuses. The commit's condition is the guarantee; a hold
+  // on a read of the lease would add none, and would let a crashed finalize delay a
+  // completion by its TTL.
   //   gate: read record (T, E) .. verify .. policy .. commit if seq = T and evidence_seq = E
   //   agent:                 stage / finalize / dispatch: evidence_seq E -> E+1   => the gate loses
   const now = deps.clock.now().toISOString();

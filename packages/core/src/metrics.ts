@@ -24,7 +24,6 @@ export type GateRefusal =
   | "backend_not_allowed"
   | "no_report_location"
   | "no_dispatch"
-  | "finalize_in_progress"
   | "context_mismatch"
   | "report_unverified"
   | "no_verdict"
@@ -38,7 +37,7 @@ export type GateRefusal =
  * - `ineligible`: the job is not one the gate may complete (absent, not running, not opted in, backend not allowed);
  * - `evidence`: what the watcher or the report says does not bind to the job's latest dispatch, or does not verify;
  * - `policy`: the policy holds (not settled yet), or could not decide;
- * - `raced`: the job moved while the gate was deciding (its conditional write lost), or a finalize of it is in progress.
+ * - `raced`: the job moved while the gate was deciding (its conditional write lost).
  */
 export const GATE_REASON_CLASSES = ["disabled", "ineligible", "evidence", "policy", "raced"] as const;
 export type GateReasonClass = (typeof GATE_REASON_CLASSES)[number];
@@ -59,7 +58,6 @@ export const GATE_REASON_CLASS: Readonly<Record<GateRefusal, GateReasonClass>> =
   policy_error: "policy",
   policy_holds: "policy",
   lost_race: "raced",
-  finalize_in_progress: "raced",
 };
 
 /** What became of an owed intent the notifier tried: published and settled, a failed publish, quarantined by the sweep. */

@@ -400,11 +400,16 @@ export async function publishAgentEvent(
           seconds: deps.flags.leases.finalizeSeconds,
           actor,
         });
+  let result: PublishEventResult;
   try {
-    return await publishHoldingLease(deps, jobId, input, actor, opts, job, action);
+    result = await publishHoldingLease(deps, jobId, input, actor, opts, job, action);
   } finally {
     if (lease !== undefined) await releaseLease(deps, jobId, "finalize", lease);
   }
+  // The record as the commit wrote it carried this request's lease; the caller is
+  // answered after its release, so the answer does not show one that no longer holds.
+  const { finalize_in_progress: held, ...released } = result.record;
+  return held !== undefined && held.id === lease?.id ? { ...result, record: released } : result;
 }
 
 async function publishHoldingLease(
