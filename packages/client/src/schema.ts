@@ -576,6 +576,24 @@ export interface components {
       /** @description each bad field, by dotted path */
       errors?: components["schemas"]["FieldIssue"][];
       current?: components["schemas"]["JobRecord"];
+      /** @description on `report.uploadInFlight` and `report.finalizeInProgress`: the one upload in flight or finalize in progress that holds the attempt (its kind, attempt, who holds it, since when, and when it expires at the latest) */
+      in_progress?: {
+        id: string;
+        attempt_id: number;
+        /** Format: date-time */
+        since: string;
+        /** Format: date-time */
+        expires_at: string;
+        /** @enum {boolean} */
+        declared?: true;
+        actor?: {
+          /** @enum {string} */
+          type: "agent" | "operator" | "service";
+          token_id?: string;
+        };
+        /** @enum {string} */
+        kind: "upload" | "finalize";
+      };
     } & {
       [key: string]: unknown;
     };
