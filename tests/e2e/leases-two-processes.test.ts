@@ -58,6 +58,7 @@ async function mamDataDir(args: readonly string[]): Promise<{ status: number | n
   return { status, stdout, stderr };
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: a parsed JSON body, read field by field in assertions
 async function api(method: string, route: string, token: string, body?: unknown): Promise<{ status: number; body: any }> {
   const res = await fetch(`${serve.url}${route}`, {
     method,
