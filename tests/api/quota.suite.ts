@@ -41,11 +41,15 @@ export function apiQuotaSuite(name: string, factory: PortsFactory): void {
       expect(res.body.detail).toContain("nothing was written");
     }
 
-    /** The job as the store holds it and its whole event log: what a refusal must leave as it was. */
+    /**
+     * The job as the store holds it and its whole event log: what a refusal must leave
+     * as it was. Less an upload lease: a request refused by its quota has taken the
+     * attempt's upload in flight (an expired one is free) and released it again.
+     */
     async function fingerprint(h: Harness, jobId: string): Promise<unknown> {
-      const record = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
+      const { upload_in_flight: _lease, ...record } = (await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator })).body;
       const events = await h.call("GET", `/v1/jobs/${jobId}/events?limit=200`, { token: h.operator });
-      return { record: record.body, events: events.body };
+      return { record, events: events.body };
     }
 
     const declare = (h: Harness, jobId: string, attempt: number, token: string, bytes: number) =>
@@ -85,6 +89,8 @@ export function apiQuotaSuite(name: string, factory: PortsFactory): void {
       const h = await harness({ env: { MAM_QUOTA_ATTEMPT_BYTES: String(MiB), MAM_QUOTA_JOB_BYTES: String(2 * MiB) } });
       const [jobId, first] = await dispatchedJob(h);
       expect((await declare(h, jobId, 1, first, 700_000)).status).toBe(200);
+      // The declared upload holds the attempt's one upload in flight until its TTL passes (never sent here).
+      h.clock.advance(900_000);
       const before = await fingerprint(h, jobId);
       const over = await declare(h, jobId, 1, first, 700_000);
       expectQuota(over, 413, "quota.bytes", "MAM_QUOTA_ATTEMPT_BYTES");
@@ -114,14 +120,19 @@ export function apiQuotaSuite(name: string, factory: PortsFactory): void {
       expect(job.body.limit).toBe(2 * MiB);
     });
 
-    it("parallel declarations are reserved one conditional write at a time: of four 400,000-byte declarations against 1 MiB, exactly two are accepted", async () => {
+    it("parallel declarations take the attempt's one upload in flight before their quota: of four, one is accepted and charged, the others are 409 and charge nothing", async () => {
       const h = await harness({ env: { MAM_QUOTA_ATTEMPT_BYTES: String(MiB) } });
       const [jobId, agent] = await dispatchedJob(h);
       const answers = await Promise.all([0, 1, 2, 3].map(() => declare(h, jobId, 1, agent, 400_000)));
       const statuses = answers.map((a) => a.status).sort();
-      expect(statuses, answers.map((a) => a.text).join("\n")).toEqual([200, 200, 413, 413]);
+      expect(statuses, answers.map((a) => a.text).join("\n")).toEqual([200, 409, 409, 409]);
       const record = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
-      expect(record.body.agent_usage).toEqual({ events: 0, bytes: 800_000, attempt_id: 1, attempt_bytes: 800_000 });
+      expect(record.body.agent_usage).toEqual({ events: 0, bytes: 400_000, attempt_id: 1, attempt_bytes: 400_000 });
+      // Past its TTL, the next is reserved against what is left: 400,000 + 400,000 fits 1 MiB, a third does not.
+      h.clock.advance(900_000);
+      expect((await declare(h, jobId, 1, agent, 400_000)).status).toBe(200);
+      h.clock.advance(900_000);
+      expect((await declare(h, jobId, 1, agent, 400_000)).status).toBe(413);
     });
   });
 }

@@ -190,6 +190,59 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       await expectMamError(store.chargeUsage("nobody-here", undefined, first), "job.notFound");
     });
 
+    it("holdLease takes a lease iff it is free (absent, expired by freeAt, an older attempt's; the job not terminal) and releases or hands it over only by its id, bumping nothing; a refused write writes nothing; an unknown job is job.notFound", async () => {
+      const record = job("lease", { status: "running", transition_seq: 2, evidence_seq: 1, updated_at: at(3) });
+      await store.create(record);
+      const lease = (id: string, attempt: number, since: string, expires: string) => ({
+        id,
+        attempt_id: attempt,
+        since,
+        expires_at: expires,
+        actor: { type: "agent" as const, token_id: "jti-1" },
+      });
+      const first = lease("l-1", 1, at(4), at(9));
+      expect(await store.holdLease("lease", "finalize", first, { freeAt: at(4) })).toBe(true);
+      expect(await store.get("lease")).toEqual({ ...record, finalize_in_progress: first });
+      // Held: a second take before it expires writes nothing; the other kind is its own field.
+      expect(await store.holdLease("lease", "finalize", lease("l-2", 1, at(5), at(10)), { freeAt: at(8) })).toBe(false);
+      const upload = { ...lease("u-1", 1, at(5), at(6)), declared: true as const };
+      expect(await store.holdLease("lease", "upload", upload, { freeAt: at(5) })).toBe(true);
+      expect(await store.get("lease")).toEqual({ ...record, finalize_in_progress: first, upload_in_flight: upload });
+      // Expired by the clock the caller read (expires_at <= freeAt): taken.
+      const second = lease("l-2", 1, at(9), at(14));
+      expect(await store.holdLease("lease", "finalize", second, { freeAt: at(9) })).toBe(true);
+      // A newer attempt takes an older attempt's lease at once.
+      const newer = lease("l-3", 2, at(10), at(15));
+      expect(await store.holdLease("lease", "finalize", newer, { freeAt: at(10) })).toBe(true);
+      // Released or handed over only by its id.
+      expect(await store.holdLease("lease", "finalize", null, { heldBy: "l-2" })).toBe(false);
+      const handed = lease("u-2", 1, at(6), at(7));
+      expect(await store.holdLease("lease", "upload", handed, { heldBy: "u-other" })).toBe(false);
+      expect(await store.holdLease("lease", "upload", handed, { heldBy: "u-1" })).toBe(true);
+      expect(await store.get("lease")).toEqual({ ...record, finalize_in_progress: newer, upload_in_flight: handed });
+      expect(await store.holdLease("lease", "finalize", null, { heldBy: "l-3" })).toBe(true);
+      expect(await store.holdLease("lease", "upload", null, { heldBy: "u-2" })).toBe(true);
+      expect(await store.holdLease("lease", "upload", null, { heldBy: "u-2" })).toBe(false);
+      expect(await store.get("lease")).toEqual(record);
+      // The seq a caller read is still good: a lease is not a transition, nor evidence.
+      const moved = await store.transition("lease", 2, { from: ["running"], set: { status: "cancelled", updated_at: at(11) } });
+      expect(moved.evidence_seq).toBe(1);
+      // A terminal job takes no new lease.
+      expect(await store.holdLease("lease", "finalize", lease("l-4", 2, at(12), at(17)), { freeAt: at(12) })).toBe(false);
+      expect((await store.get("lease"))?.finalize_in_progress).toBeUndefined();
+      await expectMamError(store.holdLease("nobody-here", "finalize", first, { freeAt: at(4) }), "job.notFound");
+    });
+
+    it("a transition never sets a lease: the fields are core's holdLease's alone", async () => {
+      await store.create(job("lease-set", { status: "running", transition_seq: 1 }));
+      const forged = { id: "x", attempt_id: 1, since: at(1), expires_at: at(2) };
+      await expectMamError(
+        store.transition("lease-set", 1, { from: ["running"], set: { finalize_in_progress: forged } as never }),
+        "internal",
+      );
+      expect((await store.get("lease-set"))?.finalize_in_progress).toBeUndefined();
+    });
+
     it("settleNotification with a different intent id returns false and leaves the intent owed", async () => {
       const record = job("settle-other", { pending_notification: intent("kept", "completed", 0, at(2)) });
       await store.create(record);

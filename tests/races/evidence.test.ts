@@ -298,7 +298,10 @@ describeBackends("races: the gate against the evidence it verified", (backend) =
         const finalize = finalizeV2(deps, r);
         await held.reached;
         await stage(deps, r, "v3, staged after v2 was hashed\n");
-        const before = await deps.jobs.get(r.jobId);
+        // Held mid-finalize, the record carries the finalize's lease (issue 17); the refused
+        // finalize releases it, and writes nothing else.
+        const { finalize_in_progress: lease, ...before } = (await deps.jobs.get(r.jobId)) ?? {};
+        expect(lease).toMatchObject({ attempt_id: r.attemptId });
         held.release();
         const refused = await rejection(finalize);
         expect(isMamError(refused, "report.changed"), String(refused)).toBe(true);

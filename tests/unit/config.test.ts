@@ -14,6 +14,7 @@ describe("parseConfig", () => {
       quotas: { jobEvents: 10_000, attemptBytes: 1024 ** 3, jobBytes: 4 * 1024 ** 3 },
       // Room kept on the data dir's disk for the service's own records (issue 17).
       diskFloorBytes: 64 * 1024 * 1024,
+      leases: { uploadSeconds: 900, finalizeSeconds: 300 },
     });
     expect(config).toMatchObject({
       host: "127.0.0.1",
@@ -51,6 +52,8 @@ describe("parseConfig", () => {
       MAM_QUOTA_ATTEMPT_BYTES: "2097152",
       MAM_QUOTA_JOB_BYTES: "4194304",
       MAM_DISK_FLOOR_BYTES: "0",
+      MAM_REPORT_UPLOAD_TTL_SECONDS: "120",
+      MAM_FINALIZE_LEASE_SECONDS: "30",
     });
     expect(config.flags).toEqual({
       autoComplete: true,
@@ -58,6 +61,7 @@ describe("parseConfig", () => {
       allowedBackends: ["grok", "codex"],
       quotas: { jobEvents: 50, attemptBytes: 2 * 1024 * 1024, jobBytes: 4 * 1024 * 1024 },
       diskFloorBytes: 0,
+      leases: { uploadSeconds: 120, finalizeSeconds: 30 },
     });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });
   });

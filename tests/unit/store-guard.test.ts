@@ -56,6 +56,7 @@ describe("guardJobStore", () => {
       store.replaceNotification(id, intent),
       store.reviseNotification(id, intent),
       store.settleNotification(id, "i-1"),
+      store.holdLease(id, "finalize", null, { heldBy: "l-1" }),
       store.recordDispatch({
         job_id: id,
         attempt_id: 1,
@@ -117,6 +118,27 @@ describe("guardJobStore", () => {
     // No dispatch of an attempt the schema refuses can exist: nothing to ask either.
     expect(await store.getDispatch("j", 0)).toBeUndefined();
     expect(inner.calls).toEqual([]);
+  });
+
+  it("refuses a lease write that is not core's (an unknown kind, an invalid lease, a release not by id, no expectation) before the adapter is asked", async () => {
+    await store.create(job("j"));
+    inner.calls.length = 0;
+    const lease = { id: "l-1", attempt_id: 1, since: AT, expires_at: AT };
+    const refusals = [
+      store.holdLease("j", "lock" as never, lease, { freeAt: AT }),
+      store.holdLease("j", "finalize", { ...lease, attempt_id: 0 }, { freeAt: AT }),
+      store.holdLease("j", "finalize", { ...lease, extra: 1 } as never, { freeAt: AT }),
+      store.holdLease("j", "finalize", null, { freeAt: AT }),
+      store.holdLease("j", "finalize", lease, { freeAt: "yesterday" }),
+      store.holdLease("j", "finalize", lease, {} as never),
+    ];
+    for (const refused of refusals) {
+      const e = await rejection(refused);
+      expect(e instanceof MamError && e.code === "internal", String(e)).toBe(true);
+    }
+    expect(inner.calls).toEqual([]);
+    expect(await store.holdLease("j", "finalize", lease, { freeAt: AT })).toBe(true);
+    expect(inner.calls.map((c) => c.method)).toEqual(["holdLease"]);
   });
 
   it("hands the adapter the checked record and a change without absent values", async () => {

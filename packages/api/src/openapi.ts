@@ -128,6 +128,8 @@ const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
   "store.insufficientSpace":
     "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
   "quota.events": `job ${EXAMPLE.jobId} has taken its quota of 10000 agent events (MAM_QUOTA_JOB_EVENTS); nothing was written`,
+  "report.uploadInFlight": `an upload of attempt 1 of job ${EXAMPLE.jobId} is in flight by agent, since 2026-07-01T12:00:00.000Z, until it ends or at the latest 2026-07-01T12:15:00.000Z; nothing was written; try again then`,
+  "report.finalizeInProgress": `a finalize of attempt 1 of job ${EXAMPLE.jobId} is in progress by agent, since 2026-07-01T12:00:00.000Z, until it ends or at the latest 2026-07-01T12:05:00.000Z; nothing was written; try again then`,
   "route.notFound": `no asset "${EXAMPLE.file}.map"`,
   internal: "an unexpected error occurred; quote the request id when reporting it",
 };

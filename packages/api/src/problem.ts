@@ -34,6 +34,8 @@ export const HTTP_STATUS = {
   "report.mismatch": 409,
   "quota.bytes": 413,
   "quota.events": 429,
+  "report.uploadInFlight": 409,
+  "report.finalizeInProgress": 409,
   "auth.missing": 401,
   "auth.invalid": 401,
   "auth.forbidden": 403,

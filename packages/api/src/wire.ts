@@ -13,6 +13,7 @@ import {
   IsoTime,
   JobId,
   JobRecordSchema,
+  LeaseSchema,
   ManifestSchema,
   PublishEventRequestSchema,
   RegisterJobSchema,
@@ -372,5 +373,12 @@ export const ProblemSchema = z
     request_id: z.string(),
     errors: z.array(FieldIssueSchema).optional().describe("each bad field, by dotted path"),
     current: JobRecord.optional(),
+    in_progress: core(LeaseSchema)
+      .extend({ kind: z.enum(["upload", "finalize"]) })
+      .optional()
+      .openapi({
+        description:
+          "on `report.uploadInFlight` and `report.finalizeInProgress`: the one upload in flight or finalize in progress that holds the attempt (its kind, attempt, who holds it, since when, and when it expires at the latest)",
+      }),
   })
   .openapi("Problem", { description: "RFC 9457 problem details, with mam's extension members." });

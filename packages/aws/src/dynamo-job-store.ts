@@ -27,7 +27,12 @@ import {
   type JobChange,
   type JobRecord,
   type JobStore,
+  LEASE_FIELDS,
+  type Lease,
+  type LeaseExpectation,
+  type LeaseKind,
   MamError,
+  NON_TERMINAL,
   type NotificationIntent,
   type OwedQuery,
   type Page,
@@ -313,6 +318,49 @@ export class DynamoJobStore implements JobStore {
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     return this.#update(jobId, null, evidenceWriteOf(change), false);
+  }
+
+  /**
+   * One `UpdateItem` of the lease's attribute alone (SET or REMOVE), conditional on it:
+   * free (absent, `expires_at <= :freeAt` as ISO strings of one format, or an older
+   * attempt's, on a job that is not terminal) or held by `:id`. Like `chargeUsage`, it
+   * leaves the feed's note and time as they are: no feed row, no new intent.
+   */
+  async holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
+    const field = LEASE_FIELDS[kind];
+    const names: Record<string, string> = { "#lease": field };
+    const values: Record<string, unknown> = lease === null ? {} : { ":lease": lease };
+    let condition: string;
+    if ("heldBy" in expect) {
+      condition = "#lease.id = :id";
+      values[":id"] = expect.heldBy;
+    } else {
+      names["#status"] = "status";
+      const statuses = NON_TERMINAL.map((s, i) => {
+        values[`:s${i}`] = s;
+        return `:s${i}`;
+      });
+      values[":freeAt"] = expect.freeAt;
+      values[":attempt"] = lease?.attempt_id ?? 0;
+      condition = `#status IN (${statuses.join(", ")}) AND (attribute_not_exists(#lease) OR #lease.expires_at <= :freeAt OR #lease.attempt_id < :attempt)`;
+    }
+    try {
+      await this.#doc.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
+          UpdateExpression: lease === null ? "REMOVE #lease" : "SET #lease = :lease",
+          ConditionExpression: `attribute_exists(pk) AND (${condition})`,
+          ExpressionAttributeNames: names,
+          ...(Object.keys(values).length === 0 ? {} : { ExpressionAttributeValues: values }),
+        }),
+      );
+      return true;
+    } catch (err) {
+      if (!isConditionalFailure(err)) throw storeFailure(err, `hold the ${kind} lease of job ${jobId}`);
+      if ((await this.#read(jobId)) === undefined) throw notFound(jobId);
+      return false;
+    }
   }
 
   /**

@@ -34,6 +34,11 @@ export const EXIT_CODES = {
   "report.mismatch": 1,
   "quota.bytes": 1,
   "quota.events": 1,
+  // Another upload or finalize of the attempt holds it: a refusal, nothing was written
+  // (try again once it ends or expires, as its message says). Not 2: nothing is
+  // unreachable, and no commit stands.
+  "report.uploadInFlight": 1,
+  "report.finalizeInProgress": 1,
   "auth.missing": 1,
   "auth.invalid": 1,
   "auth.forbidden": 1,

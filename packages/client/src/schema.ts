@@ -97,7 +97,7 @@ export interface paths {
     get?: never;
     /**
      * Stage an attempt's report body
-     * @description The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body is abandoned the moment it passes it. Refused once the job is terminal, except to the agent whose attempt completed it re-sending that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere.
+     * @description The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body is abandoned the moment it passes it. Refused once the job is terminal, except to the agent whose attempt completed it re-sending that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere. One upload of an attempt is in flight at a time: while another PUT streams (or a declaration's lease, taken over by this PUT of its body, is held by a PUT already) the answer is 409 `report.uploadInFlight`, naming the one in flight (`in_progress`: its attempt, since, expires_at), and nothing is written.
      */
     put: operations["stageReport"];
     post?: never;
@@ -118,7 +118,7 @@ export interface paths {
     put?: never;
     /**
      * Ask for an upload of an attempt's report larger than a request body
-     * @description Declares the report (`sha256`, `bytes`) and answers where to send it. On AWS, a presigned S3 PUT to the staged name, good for `MAM_REPORT_UPLOAD_TTL_SECONDS` (15 minutes by default), with its length and checksum signed; under `mam serve`, this service's own `PUT .../report`, which then takes up to the declared size. Either way the declaration binds the staged name: a stage or a finalize of other bytes is refused (409 `report.mismatch`, naming what differs), and a finalize hashes what arrived before anything is pinned. For the job's latest attempt only, and refused once the job is terminal.
+     * @description Declares the report (`sha256`, `bytes`) and answers where to send it. On AWS, a presigned S3 PUT to the staged name, good for `MAM_REPORT_UPLOAD_TTL_SECONDS` (15 minutes by default), with its length and checksum signed; under `mam serve`, this service's own `PUT .../report`, which then takes up to the declared size. Either way the declaration binds the staged name: a stage or a finalize of other bytes is refused (409 `report.mismatch`, naming what differs), and a finalize hashes what arrived before anything is pinned. For the job's latest attempt only, and refused once the job is terminal. One upload of an attempt is in flight at a time, from its declaration until a PUT stages the declared bytes, a finalize takes them, or `expires_at` passes: a second declaration meanwhile is 409 `report.uploadInFlight`, naming the one in flight, and writes nothing.
      */
     post: operations["requestReportUpload"];
     delete?: never;
@@ -138,7 +138,7 @@ export interface paths {
     put?: never;
     /**
      * Finalize an attempt's report: promote, hash, write the manifest
-     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: otherwise 409 `report.mismatch` naming what differs, and nothing is pinned. Once the job is terminal it is refused (409 `report.frozen`), except to the agent whose attempt completed it, when what a finalize would read (the staged upload, else the live report) hashes to `completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written.
+     * @description Pins the staged bytes (write-once, content-addressed), commits the job's `finalized_report` and writes the manifest. After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: otherwise 409 `report.mismatch` naming what differs, and nothing is pinned. Once the job is terminal it is refused (409 `report.frozen`), except to the agent whose attempt completed it, when what a finalize would read (the staged upload, else the live report) hashes to `completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written. One finalize of an attempt is in progress at a time, whoever asks (`MAM_FINALIZE_LEASE_SECONDS` at most): a second one meanwhile is 409 `report.finalizeInProgress`, naming the one in progress (`in_progress`), and writes nothing.
      */
     post: operations["finalizeReport"];
     delete?: never;
@@ -527,6 +527,36 @@ export interface components {
         attempt_id: number;
         attempt_bytes: number;
       };
+      upload_in_flight?: {
+        id: string;
+        attempt_id: number;
+        /** Format: date-time */
+        since: string;
+        /** Format: date-time */
+        expires_at: string;
+        /** @enum {boolean} */
+        declared?: true;
+        actor?: {
+          /** @enum {string} */
+          type: "agent" | "operator" | "service";
+          token_id?: string;
+        };
+      };
+      finalize_in_progress?: {
+        id: string;
+        attempt_id: number;
+        /** Format: date-time */
+        since: string;
+        /** Format: date-time */
+        expires_at: string;
+        /** @enum {boolean} */
+        declared?: true;
+        actor?: {
+          /** @enum {string} */
+          type: "agent" | "operator" | "service";
+          token_id?: string;
+        };
+      };
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -546,6 +576,24 @@ export interface components {
       /** @description each bad field, by dotted path */
       errors?: components["schemas"]["FieldIssue"][];
       current?: components["schemas"]["JobRecord"];
+      /** @description on `report.uploadInFlight` and `report.finalizeInProgress`: the one upload in flight or finalize in progress that holds the attempt (its kind, attempt, who holds it, since when, and when it expires at the latest) */
+      in_progress?: {
+        id: string;
+        attempt_id: number;
+        /** Format: date-time */
+        since: string;
+        /** Format: date-time */
+        expires_at: string;
+        /** @enum {boolean} */
+        declared?: true;
+        actor?: {
+          /** @enum {string} */
+          type: "agent" | "operator" | "service";
+          token_id?: string;
+        };
+        /** @enum {string} */
+        kind: "upload" | "finalize";
+      };
     } & {
       [key: string]: unknown;
     };
@@ -1200,7 +1248,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -1674,7 +1722,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2007,7 +2055,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2316,7 +2364,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2581,7 +2629,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2874,7 +2922,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -3889,7 +3937,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */

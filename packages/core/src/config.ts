@@ -88,6 +88,9 @@ export const EnvSchema = z.object({
   MAM_QUOTA_JOB_BYTES: int("MAM_QUOTA_JOB_BYTES", 4 * 1024 * 1024 * 1024, 1024 * 1024, 2 ** 42),
   // The free space agents' writes must leave on the data dir's disk, for the service's own records (issue 17).
   MAM_DISK_FLOOR_BYTES: int("MAM_DISK_FLOOR_BYTES", 64 * 1024 * 1024, 0, 2 ** 50),
+  // How long a finalize in progress holds its attempt at most (issue 17): a process that
+  // crashed mid-finalize wedges the attempt for no longer than this.
+  MAM_FINALIZE_LEASE_SECONDS: int("MAM_FINALIZE_LEASE_SECONDS", 300, 10, 3600),
   MAM_SWEEP_INTERVAL_SECONDS: int("MAM_SWEEP_INTERVAL_SECONDS", 30, 1, 86_400),
   MAM_SWEEP_MAX_FAILURES: int("MAM_SWEEP_MAX_FAILURES", 5, 1, 100),
   MAM_SWEEP_BACKOFF_SECONDS: int("MAM_SWEEP_BACKOFF_SECONDS", 60, 1, 86_400),
@@ -148,6 +151,16 @@ export interface Flags {
    * for the service's own records and the operators' writes, which the floor never refuses.
    */
   readonly diskFloorBytes: number;
+  /** How long an upload in flight and a finalize in progress hold their attempt at most (`takeLease`). */
+  readonly leases: LeaseBounds;
+}
+
+/** Bounds on the one upload in flight and the one finalize in progress of an attempt (issue 17). */
+export interface LeaseBounds {
+  /** A report PUT through the service's route, and a declaration (MAM_REPORT_UPLOAD_TTL_SECONDS). */
+  readonly uploadSeconds: number;
+  /** A finalize (MAM_FINALIZE_LEASE_SECONDS). */
+  readonly finalizeSeconds: number;
 }
 
 /** Bounds on what a job's agents send (issue 17), kept by core on every backend. */
@@ -303,6 +316,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       allowedBackends: allowedBackends(e.MAM_AUTO_COMPLETE_BACKENDS),
       quotas: { jobEvents: e.MAM_QUOTA_JOB_EVENTS, attemptBytes: e.MAM_QUOTA_ATTEMPT_BYTES, jobBytes: e.MAM_QUOTA_JOB_BYTES },
       diskFloorBytes: e.MAM_DISK_FLOOR_BYTES,
+      leases: { uploadSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS, finalizeSeconds: e.MAM_FINALIZE_LEASE_SECONDS },
     },
     host: e.MAM_HOST,
     port: e.MAM_PORT,

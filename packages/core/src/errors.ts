@@ -37,6 +37,8 @@ export const ERROR_TABLE = {
   "report.mismatch": { retryable: false, title: "The uploaded report is not the one its upload declared" },
   "quota.bytes": { retryable: false, title: "The job's or the attempt's byte quota would be exceeded" },
   "quota.events": { retryable: false, title: "The job's event quota is spent" },
+  "report.uploadInFlight": { retryable: false, title: "Another upload of this attempt's report is in flight" },
+  "report.finalizeInProgress": { retryable: false, title: "Another finalize of this attempt's report is in progress" },
   "auth.missing": { retryable: false, title: "A bearer token is required" },
   "auth.invalid": { retryable: false, title: "The token is not valid" },
   "auth.forbidden": { retryable: false, title: "The token does not grant this" },

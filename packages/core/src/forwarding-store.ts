@@ -1,6 +1,6 @@
 import type { ChangeNote, ChangeQuery } from "./feed.ts";
-import type { EvidenceChange, FeedPage, JobChange, JobStore, OwedQuery, Page } from "./ports.ts";
-import type { AgentUsage, DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
+import type { EvidenceChange, FeedPage, JobChange, JobStore, LeaseExpectation, OwedQuery, Page } from "./ports.ts";
+import type { AgentUsage, DispatchRecord, EventLogEntry, JobRecord, Lease, LeaseKind, NotificationIntent, Status } from "./schemas.ts";
 
 /**
  * A JobStore that hands every call to `inner`: the base of a decorator (a cache, the
@@ -30,6 +30,9 @@ export class ForwardingJobStore implements JobStore {
   }
   chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
     return this.inner.chargeUsage(jobId, prior, next);
+  }
+  holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
+    return this.inner.holdLease(jobId, kind, lease, expect);
   }
   recordDispatch(dispatch: DispatchRecord): Promise<void> {
     return this.inner.recordDispatch(dispatch);

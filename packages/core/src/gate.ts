@@ -140,6 +140,12 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   }
   if (decision.decision !== "candidate_approved") return refuse("policy_holds", `the policy holds: ${decision.reason}`, decision);
 
+  // A finalize in progress (issue 17's lease) does not make the gate hold: mid-finalize
+  // the gate either verifies the tree `finalized_report` names (and the finalize's own
+  // commit, bumping evidence_seq, then loses: the job is terminal) or finds the live
+  // tree is not that one and refuses. The commit's condition is the guarantee; a hold
+  // on a read of the lease would add none, and would let a crashed finalize delay a
+  // completion by its TTL.
   //   gate: read record (T, E) .. verify .. policy .. commit if seq = T and evidence_seq = E
   //   agent:                 stage / finalize / dispatch: evidence_seq E -> E+1   => the gate loses
   const now = deps.clock.now().toISOString();

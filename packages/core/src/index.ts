@@ -9,6 +9,7 @@ export * from "./feed.ts";
 export * from "./finalize.ts";
 export * from "./forwarding-store.ts";
 export * from "./gate.ts";
+export * from "./leases.ts";
 export * from "./memory-stores.ts";
 export * from "./metrics.ts";
 export * from "./notifier.ts";

@@ -3,6 +3,7 @@ import { EVENT_PAGE_MAX_BYTES, invalidCursor } from "./bounds.ts";
 import { conflictFor } from "./conflicts.ts";
 import { MamError } from "./errors.ts";
 import { type ChangeNote, type ChangeQuery, type ChangeRow, changeRowsOf } from "./feed.ts";
+import { leaseHolds } from "./leases.ts";
 import {
   type Clock,
   type EvidenceChange,
@@ -10,11 +11,22 @@ import {
   type FeedPage,
   type JobChange,
   type JobStore,
+  type LeaseExpectation,
   type OwedQuery,
   type Page,
   type ReportStore,
 } from "./ports.ts";
-import type { AgentUsage, DispatchRecord, EventLogEntry, JobRecord, NotificationIntent, Status } from "./schemas.ts";
+import {
+  type AgentUsage,
+  type DispatchRecord,
+  type EventLogEntry,
+  type JobRecord,
+  LEASE_FIELDS,
+  type Lease,
+  type LeaseKind,
+  type NotificationIntent,
+  type Status,
+} from "./schemas.ts";
 
 /**
  * Reference adapters: the ports kept in memory, with no I/O, for pure unit tests
@@ -117,6 +129,17 @@ export class MemoryJobStore implements JobStore {
     const stored = current.agent_usage;
     if ((stored?.events ?? 0) !== (prior?.events ?? 0) || (stored?.bytes ?? 0) !== (prior?.bytes ?? 0)) return false;
     this.#jobs.set(jobId, { ...current, agent_usage: structuredClone(next) });
+    return true;
+  }
+
+  async holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
+    const current = this.#jobs.get(jobId);
+    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
+    if (!leaseHolds(current, kind, lease, expect)) return false;
+    const next: Record<string, unknown> = { ...current };
+    if (lease === null) delete next[LEASE_FIELDS[kind]];
+    else next[LEASE_FIELDS[kind]] = structuredClone(lease);
+    this.#jobs.set(jobId, next as JobRecord);
     return true;
   }
 

@@ -4,6 +4,8 @@ import {
   type DispatchRecord,
   type EventLogEntry,
   type JobRecord,
+  type Lease,
+  type LeaseKind,
   NON_TERMINAL,
   type NotificationIntent,
   type Status,
@@ -11,9 +13,18 @@ import {
 
 /**
  * Fields no change writes: the job's identity, its two counters (the store bumps them),
- * its birth, and what its agents sent (`chargeUsage` alone writes that).
+ * its birth, what its agents sent (`chargeUsage` alone writes that), and the upload in
+ * flight and finalize in progress (`holdLease` alone writes those).
  */
-export const FIXED_JOB_FIELDS = ["job_id", "transition_seq", "evidence_seq", "created_at", "agent_usage"] as const;
+export const FIXED_JOB_FIELDS = [
+  "job_id",
+  "transition_seq",
+  "evidence_seq",
+  "created_at",
+  "agent_usage",
+  "upload_in_flight",
+  "finalize_in_progress",
+] as const;
 /** The optional fields a change may remove (`JobChange.unset`). */
 export const UNSETTABLE_JOB_FIELDS = ["completed_by", "completed_evidence", "pending_notification", "agent_session", "progress"] as const;
 export type UnsettableJobField = (typeof UNSETTABLE_JOB_FIELDS)[number];
@@ -172,7 +183,22 @@ export interface JobRecords {
    * (nothing written). `job.notFound` if there is no such job.
    */
   chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean>;
+  /**
+   * Lease bookkeeping (issue 17): write `lease` as the job's lease of `kind`
+   * (`upload_in_flight`, `finalize_in_progress`), or remove it when `lease` is null,
+   * iff `expect` holds of the stored one:
+   * - `{ freeAt }`: there is none, or it expired (`expires_at <= freeAt`), or it is an
+   *   older attempt's than `lease.attempt_id` — and the job is not terminal;
+   * - `{ heldBy }`: it is the lease with that id (a release, or a hand-over).
+   * One conditional write; it never bumps `transition_seq` or `evidence_seq`, adds no
+   * change-feed row and owes no notification. True if written; false when the
+   * condition did not hold (nothing written). `job.notFound` if there is no such job.
+   */
+  holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean>;
 }
+
+/** What `holdLease` requires of the stored lease: free (by the clock's `freeAt`), or the one with id `heldBy`. */
+export type LeaseExpectation = { readonly freeAt: string } | { readonly heldBy: string };
 
 /** Dispatch records: write-once per (job, attempt). */
 export interface DispatchRecords {

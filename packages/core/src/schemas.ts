@@ -113,6 +113,29 @@ export const AgentUsageSchema = z.strictObject({
 });
 export type AgentUsage = z.infer<typeof AgentUsageSchema>;
 
+/**
+ * One report upload in flight, or one finalize in progress, on an attempt (issue 17):
+ * held on the job record (`upload_in_flight`, `finalize_in_progress`), taken by one
+ * conditional write (`holdLease`: absent, expired by the clock, or an older attempt's)
+ * and released by one on its `id`. `expires_at` bounds it, so a crashed process cannot
+ * wedge the attempt. `declared`: an upload held by its declaration (its bytes not yet
+ * sent through the service's route); a PUT of the body takes it over. `actor`: who
+ * holds it, as the change feed names an actor (`type`, `token_id`).
+ */
+export const LeaseSchema = z.strictObject({
+  id: z.string().min(1).max(128),
+  attempt_id: AttemptId,
+  since: IsoTime,
+  expires_at: IsoTime,
+  declared: z.literal(true).optional(),
+  actor: z.strictObject({ type: z.enum(["agent", "operator", "service"]), token_id: z.string().min(1).max(128).optional() }).optional(),
+});
+export type Lease = z.infer<typeof LeaseSchema>;
+
+/** The job record's field for each kind of lease. */
+export const LEASE_FIELDS = { upload: "upload_in_flight", finalize: "finalize_in_progress" } as const;
+export type LeaseKind = keyof typeof LEASE_FIELDS;
+
 export const JobRecordSchema = z.strictObject({
   job_id: JobId,
   prompt: z.string().max(65536),
@@ -138,6 +161,8 @@ export const JobRecordSchema = z.strictObject({
   completed_evidence: CompletedEvidenceSchema.optional(),
   pending_notification: NotificationIntentSchema.optional(),
   agent_usage: AgentUsageSchema.optional(),
+  upload_in_flight: LeaseSchema.optional(),
+  finalize_in_progress: LeaseSchema.optional(),
   created_at: IsoTime,
   updated_at: IsoTime,
 });

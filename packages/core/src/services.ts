@@ -23,6 +23,7 @@ import {
   verifyPinnedReport,
 } from "./finalize.ts";
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
+import { releaseLease, takeLease, withLease } from "./leases.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
 import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
@@ -128,10 +129,17 @@ async function writableAttemptOf(
  * latest) bumping `evidence_seq` — and only then does the upload take the staged
  * name. An upload refused at its end is deleted.
  *
- *   bytes ... last byte -> recordEvidence (refused: delete upload) -> promote to .tmp
+ *   take the upload lease -> bytes ... last byte -> recordEvidence (refused: delete
+ *   upload) -> promote to .tmp -> release the lease (also when refused or failed)
+ *
+ * The attempt's one upload in flight (`takeLease`, issue 17) is held from before the
+ * quota is charged until the staged name is taken: a second PUT meanwhile is 409
+ * `report.uploadInFlight` and writes nothing; a PUT of a declared upload takes over
+ * the declaration's lease (it is that upload's body), so parallel PUTs of one
+ * declaration stage one body, and the feed's last `report.staged` row is the staged bytes.
  */
 export async function stageAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "ids" | "flags" | "disk">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage" | "holdLease">, "reports" | "ids" | "flags" | "clock" | "disk">,
   jobId: string,
   attemptId: number,
   body: Uint8Array | AsyncIterable<Uint8Array>,
@@ -145,21 +153,24 @@ export async function stageAttemptReport(
   atMostBytes?: number,
 ): Promise<{ sha256: string; bytes: number }> {
   const location = await writableAttempt(deps, jobId, attemptId);
-  await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0) });
-  const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
-  let staged: { sha256: string; bytes: number };
-  try {
-    staged = await deps.reports.put(location, upload, body);
-    // A declared upload binds the staged name: only its bytes may take it.
-    const declared = await readUploadDeclaration(deps.reports, location);
-    if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
-    await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId }, note: { ...noteOf(actor), staged } });
-  } catch (e) {
-    await deps.reports.delete(location, upload).catch(() => undefined);
-    throw e;
-  }
-  await deps.reports.promote(location, upload, STAGED_REPORT_NAME);
-  return staged;
+  const lease = { kind: "upload", attemptId, seconds: deps.flags.leases.uploadSeconds, actor } as const;
+  return withLease(deps, jobId, lease, async () => {
+    await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0) });
+    const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
+    let staged: { sha256: string; bytes: number };
+    try {
+      staged = await deps.reports.put(location, upload, body);
+      // A declared upload binds the staged name: only its bytes may take it.
+      const declared = await readUploadDeclaration(deps.reports, location);
+      if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
+      await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId }, note: { ...noteOf(actor), staged } });
+    } catch (e) {
+      await deps.reports.delete(location, upload).catch(() => undefined);
+      throw e;
+    }
+    await deps.reports.promote(location, upload, STAGED_REPORT_NAME);
+    return staged;
+  });
 }
 
 /**
@@ -168,14 +179,24 @@ export async function stageAttemptReport(
  * `finalized_report` pointer in one conditional write (not terminal, the latest
  * attempt, `evidence_seq` bumped), then write the live names.
  *
- * Then, best effort, the copies this finalize left unreferenced are retired
- * (`retireIfUnreferenced`): the copy of the pointer it superseded (same attempt,
- * other bytes), or, when its commit was refused (terminal job, superseded attempt,
- * lost race), the copy it just pinned. Without this, every finalize of changed bytes
- * leaves one more copy for ever, and one agent token can fill the disk.
+ *   take the finalize lease -> prepare -> commit the pointer -> write the live names
+ *   -> release a declared upload it took the bytes of -> release the lease (also on a throw)
+ *
+ * The attempt's one finalize in progress (`takeLease`, issue 17): a second finalize
+ * meanwhile, by the same agent, another or an operator, is 409
+ * `report.finalizeInProgress` and writes nothing, so the live names are always one
+ * finalize's, the one `finalized_report` names.
+ *
+ * Then, best effort and still under the lease, the copies this finalize left
+ * unreferenced are retired (`retireIfUnreferenced`): the copy of the pointer it
+ * superseded (same attempt, other bytes), or, when its commit was refused (terminal
+ * job, superseded attempt, lost race), the copy it just pinned. Without this, every
+ * finalize of changed bytes leaves one more copy for ever, and one agent token can
+ * fill the disk. Under the lease no other finalize can pin the copy being retired
+ * again between the read and the retire.
  */
 export async function finalizeAttemptReport(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence">, "reports" | "clock" | "metrics" | "flags" | "disk">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "holdLease">, "reports" | "clock" | "ids" | "flags" | "metrics" | "disk">,
   jobId: string,
   attemptId: number,
   sideEffects: readonly unknown[],
@@ -183,29 +204,50 @@ export async function finalizeAttemptReport(
   actor?: Actor,
 ): Promise<Finalized> {
   validateSideEffects(sideEffects);
-  const { location, job: before } = await writableAttemptOf(deps, jobId, attemptId);
+  const location = await writableAttempt(deps, jobId, attemptId);
   // An agent's finalize pins a copy of its report: below the disk floor it is refused, writing nothing.
   if (actor?.kind === "agent") await keepDiskFloor(deps, 0);
-  const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
-  const pinned = prepared.manifest.sha256;
-  let committed: JobRecord;
-  try {
-    committed = await deps.jobs.recordEvidence(jobId, {
-      guard: { attempt: attemptId },
-      set: { finalized_report: pointerOf(prepared) },
-      ...(actor === undefined ? {} : { note: noteOf(actor) }),
-    });
-  } catch (e) {
-    await retireRefused(deps, jobId, attemptId, pinned, e);
-    throw e;
-  }
-  try {
-    await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
-  } finally {
-    // The commit stands whatever became of the live names: the pointer it replaced is superseded.
-    await retireSuperseded(deps, before, attemptId, pinned);
-  }
-  return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+  const lease = { kind: "finalize", attemptId, seconds: deps.flags.leases.finalizeSeconds, actor } as const;
+  return withLease(deps, jobId, lease, async () => {
+    // Read under the lease: the pointer this finalize supersedes, which no other finalize can move now.
+    const before = await getJob(deps, jobId);
+    const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
+    const pinned = prepared.manifest.sha256;
+    let committed: JobRecord;
+    try {
+      committed = await deps.jobs.recordEvidence(jobId, {
+        guard: { attempt: attemptId },
+        set: { finalized_report: pointerOf(prepared) },
+        ...(actor === undefined ? {} : { note: noteOf(actor) }),
+      });
+    } catch (e) {
+      await retireRefused(deps, jobId, attemptId, pinned, e);
+      throw e;
+    }
+    try {
+      await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
+      await releaseDeclaredUpload(deps, jobId, attemptId, committed);
+    } finally {
+      // The commit stands whatever became of the live names: the pointer it replaced is superseded.
+      await retireSuperseded(deps, before, attemptId, pinned);
+    }
+    return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
+  });
+}
+
+/**
+ * A finalize took the staged bytes (checked against their declaration, if any): the
+ * upload its declaration held (bytes sent straight to the store, e.g. a presigned S3
+ * PUT) is complete. Released on its id, so a later upload is left alone.
+ */
+async function releaseDeclaredUpload(
+  deps: Using<Pick<JobRecords, "holdLease">>,
+  jobId: string,
+  attemptId: number,
+  committed: JobRecord,
+): Promise<void> {
+  const held = committed.upload_in_flight;
+  if (held?.declared === true && held.attempt_id === attemptId) await releaseLease(deps, jobId, "upload", held);
 }
 
 /** After a finalize's pointer committed: the copy of the pointer it replaced (read before), if of this attempt and other bytes. */
@@ -265,18 +307,13 @@ export function namesPinnedCopy(job: JobRecord, attemptId: number, sha256: strin
  * Best effort, after the commit: a failure is counted (`pinnedCopy("retire_failed")`)
  * and never fails the finalize.
  *
- * The race left open until finalizes of one attempt are serialized (a lease on the
- * job record, issue 17): a concurrent finalize of the same bytes may pin the copy
- * again (a no-op: it exists) between this read and the retire, then commit a pointer
- * to it. On files that pointer names a copy that is gone, and the gate refuses it —
- * `verifyPinnedReport` answers "the pinned copy … is missing" — so the job is not
- * completed on it: fail closed, and the agent finalizes again. On S3 the copy is only
- * tagged, still reads and still verifies, so a completion may pin it; the lifecycle
- * rule then expires it after 7 days, and from then on the completion's re-verification
- * answers "missing" (docs/decisions.md). The lease closes both.
+ * Callers run it inside the attempt's finalize lease (issue 17): no other finalize of
+ * the attempt can pin the copy again between this read and the retire. Without the
+ * lease, this is the race it would lose — on files a pointer to a missing copy, which
+ * the gate refuses; on S3 a tagged copy a completion could pin (docs/decisions.md):
  *
  *   finalize A commits B ── re-read: names neither A nor … ── retire(A)
- *              finalize C: copyOnce(A) exists ─────────────────────────── commit pointer A → gate: missing
+ *              finalize C: copyOnce(A) exists ─────────────────────────── commit pointer A
  */
 async function retireIfUnreferenced(
   deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
@@ -467,6 +504,38 @@ export async function publishAgentEvent(
   if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
     throw conflictFor(job, stale, rule.from);
   }
+  // A finalize holds the attempt's one finalize in progress (issue 17) from before
+  // anything is written (the quota included) until its live names are written.
+  const lease =
+    input.finalize === undefined
+      ? undefined
+      : await takeLease(deps, jobId, {
+          kind: "finalize",
+          attemptId: input.finalize.attemptId,
+          seconds: deps.flags.leases.finalizeSeconds,
+          actor,
+        });
+  let result: PublishEventResult;
+  try {
+    result = await publishHoldingLease(deps, jobId, input, actor, opts, job, action);
+  } finally {
+    if (lease !== undefined) await releaseLease(deps, jobId, "finalize", lease);
+  }
+  // The record as the commit wrote it carried this request's lease; the caller is
+  // answered after its release, so the answer does not show one that no longer holds.
+  const { finalize_in_progress: held, ...released } = result.record;
+  return held !== undefined && held.id === lease?.id ? { ...result, record: released } : result;
+}
+
+async function publishHoldingLease(
+  deps: Deps,
+  jobId: string,
+  input: PublishEventInput,
+  actor: Actor,
+  opts: PublishOptions,
+  job: JobRecord,
+  action: Action,
+): Promise<PublishEventResult> {
   // The event and its data are reserved against the job's quotas before anything is written.
   await chargeAgentUsage(deps, jobId, actor, { events: 1, bytes: input.data === undefined ? 0 : utf8Bytes(JSON.stringify(input.data)) });
   let prepared: PreparedFinalize | undefined;

@@ -8,6 +8,7 @@ import {
   FIXED_JOB_FIELDS,
   type JobChange,
   type JobStore,
+  type LeaseExpectation,
   type OwedQuery,
   type Page,
   UNSETTABLE_JOB_FIELDS,
@@ -19,8 +20,13 @@ import {
   type DispatchRecord,
   DispatchRecordSchema,
   type EventLogEntry,
+  IsoTime,
   type JobRecord,
   JobRecordSchema,
+  LEASE_FIELDS,
+  type Lease,
+  type LeaseKind,
+  LeaseSchema,
   type NotificationIntent,
   type Status,
   zodIssues,
@@ -144,6 +150,25 @@ function checkCharge(prior: AgentUsage | undefined, next: AgentUsage): AgentUsag
   if (next.events < from.events || next.bytes < from.bytes || (next.events === from.events && next.bytes === from.bytes)) {
     throw new MamError("internal", "a usage charge must grow the counts it was read at");
   }
+  return parsed.data;
+}
+
+/**
+ * A lease write is core's own (`takeLease`, `releaseLease`): a known kind, a valid
+ * lease or null, and an expectation that is a time or an id. Otherwise `internal`,
+ * and nothing is written.
+ */
+function checkLease(kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Lease | null {
+  if (!Object.hasOwn(LEASE_FIELDS, kind)) throw new MamError("internal", `no lease of kind ${String(kind)}`);
+  const byId = "heldBy" in expect && typeof expect.heldBy === "string" && expect.heldBy !== "";
+  const byTime = "freeAt" in expect && IsoTime.safeParse(expect.freeAt).success;
+  if (!byId && !byTime) throw new MamError("internal", "a lease write expects a free lease at a time, or the one held by an id");
+  if (lease === null) {
+    if (!byId) throw new MamError("internal", "a lease is released only by its id");
+    return null;
+  }
+  const parsed = LeaseSchema.safeParse(lease);
+  if (!parsed.success) throw new MamError("internal", "a lease is not valid", { issues: zodIssues(parsed.error, "lease") });
   return parsed.data;
 }
 
@@ -273,6 +298,11 @@ class GuardedJobStore implements JobStore {
   async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
     assertJobId(jobId);
     return this.#store.chargeUsage(jobId, prior, checkCharge(prior, next));
+  }
+
+  async holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
+    assertJobId(jobId);
+    return this.#store.holdLease(jobId, kind, checkLease(kind, lease, expect), expect);
   }
 
   async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {

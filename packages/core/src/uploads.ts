@@ -2,6 +2,7 @@ import type { Actor, Using } from "./deps.ts";
 import { MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
 import { STAGED_REPORT_NAME, UPLOAD_DECLARATION_NAME, type UploadDeclaration } from "./finalize.ts";
+import { releaseLease, takeLease } from "./leases.ts";
 import type { JobRecords, UploadTarget } from "./ports.ts";
 import { chargeAgentUsage } from "./quotas.ts";
 import { writableAttempt } from "./services.ts";
@@ -34,6 +35,12 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
  * Issue an upload of an attempt's report around the API's body limit. In order:
  *
  *   refuse early (terminal, not the latest attempt, too large)
+ *   -> take the upload lease        the attempt's one upload in flight (issue 17), held
+ *                                   until a PUT through the route stages the declared
+ *                                   bytes, a finalize takes them, or the TTL passes;
+ *                                   held by another: 409 report.uploadInFlight, nothing
+ *                                   written; released again if anything below fails
+ *   -> charge the quota
  *   -> recordEvidence {attempt}     one conditional write: not terminal, still the
  *                                   latest attempt; bumps evidence_seq; the feed's
  *                                   report.upload_declared, by `actor`
@@ -47,7 +54,7 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
  * address still good after its job ended reaches a staged name nothing reads any more.
  */
 export async function requestReportUpload(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage">, "reports" | "clock" | "flags" | "disk">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence" | "chargeUsage" | "holdLease">, "reports" | "clock" | "flags" | "ids" | "disk">,
   jobId: string,
   attemptId: number,
   request: ReportUploadRequest,
@@ -71,29 +78,34 @@ export async function requestReportUpload(
     );
   }
   const location = await writableAttempt(deps, jobId, attemptId);
-  await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: request.bytes });
-  await deps.jobs.recordEvidence(jobId, {
-    guard: { attempt: attemptId },
-    note: noteOf(actor, { declared: { sha256: request.sha256, bytes: request.bytes } }),
-  });
-  const now = deps.clock.now();
-  const expiresAt = new Date(now.getTime() + policy.expiresInSeconds * 1000);
-  const declaration: UploadDeclaration = {
-    schema: "mam.upload/v1",
-    job_id: jobId,
-    attempt_id: attemptId,
-    sha256: request.sha256,
-    bytes: request.bytes,
-    issued_at: now.toISOString(),
-    expires_at: expiresAt.toISOString(),
-  };
-  await deps.reports.put(location, UPLOAD_DECLARATION_NAME, new TextEncoder().encode(`${JSON.stringify(declaration, null, 2)}\n`));
-  const staged = deps.reports.describe(location, STAGED_REPORT_NAME);
-  if (deps.reports.uploadUrl === undefined) return { declaration, staged };
-  const target = await deps.reports.uploadUrl(location, STAGED_REPORT_NAME, {
-    sha256: request.sha256,
-    bytes: request.bytes,
-    expiresInSeconds: policy.expiresInSeconds,
-  });
-  return { declaration, staged, target };
+  const lease = await takeLease(deps, jobId, { kind: "upload", attemptId, seconds: policy.expiresInSeconds, declared: true, actor });
+  try {
+    await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: request.bytes });
+    await deps.jobs.recordEvidence(jobId, {
+      guard: { attempt: attemptId },
+      note: noteOf(actor, { declared: { sha256: request.sha256, bytes: request.bytes } }),
+    });
+    // The address is good exactly as long as the lease holds the attempt for it.
+    const declaration: UploadDeclaration = {
+      schema: "mam.upload/v1",
+      job_id: jobId,
+      attempt_id: attemptId,
+      sha256: request.sha256,
+      bytes: request.bytes,
+      issued_at: lease.since,
+      expires_at: lease.expires_at,
+    };
+    await deps.reports.put(location, UPLOAD_DECLARATION_NAME, new TextEncoder().encode(`${JSON.stringify(declaration, null, 2)}\n`));
+    const staged = deps.reports.describe(location, STAGED_REPORT_NAME);
+    if (deps.reports.uploadUrl === undefined) return { declaration, staged };
+    const target = await deps.reports.uploadUrl(location, STAGED_REPORT_NAME, {
+      sha256: request.sha256,
+      bytes: request.bytes,
+      expiresInSeconds: policy.expiresInSeconds,
+    });
+    return { declaration, staged, target };
+  } catch (e) {
+    await releaseLease(deps, jobId, "upload", lease);
+    throw e;
+  }
 }

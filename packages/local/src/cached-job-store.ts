@@ -7,6 +7,9 @@ import {
   type JobChange,
   type JobRecord,
   type JobStore,
+  type Lease,
+  type LeaseExpectation,
+  type LeaseKind,
   type NotificationIntent,
 } from "@mam/core";
 
@@ -103,6 +106,9 @@ export class CachedJobStore extends ForwardingJobStore {
   }
   override chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
     return this.#write(() => this.inner.chargeUsage(jobId, prior, next));
+  }
+  override holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
+    return this.#write(() => this.inner.holdLease(jobId, kind, lease, expect));
   }
   override replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
     return this.#write(() => this.inner.replaceNotification(jobId, intent, note));

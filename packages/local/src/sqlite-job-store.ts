@@ -14,7 +14,12 @@ import {
   type JobChange,
   type JobRecord,
   type JobStore,
+  LEASE_FIELDS,
+  type Lease,
+  type LeaseExpectation,
+  type LeaseKind,
   MamError,
+  NON_TERMINAL,
   type NotificationIntent,
   type OwedQuery,
   type Page,
@@ -176,6 +181,36 @@ export class SqliteJobStore implements JobStore {
          AND coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?`,
         [JSON.stringify(next), jobId, prior?.events ?? 0, prior?.bytes ?? 0],
       );
+      if (result.changes === 1) return true;
+      if (this.#get("SELECT 1 AS one FROM jobs WHERE job_id = ?", [jobId]) === undefined) {
+        throw new MamError("job.notFound", `job ${jobId} does not exist`);
+      }
+      return false;
+    });
+  }
+
+  /**
+   * One `UPDATE ... WHERE <the lease condition>` of the lease's field alone: no counter
+   * bumped, no feed row. Free: the field absent, expired (`expires_at <= freeAt`, ISO
+   * strings in one format), or an older attempt's, and the job not terminal; held: its id.
+   */
+  async holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
+    const path = `$.${LEASE_FIELDS[kind]}`;
+    return this.#write(() => {
+      const set = lease === null ? `json_remove(doc, '${path}')` : `json_set(doc, '${path}', json(?))`;
+      const setArgs = lease === null ? [] : [JSON.stringify(lease)];
+      const result =
+        "heldBy" in expect
+          ? this.#run(`UPDATE jobs SET doc = ${set} WHERE job_id = ? AND json_extract(doc, '${path}.id') = ?`, [
+              ...setArgs,
+              jobId,
+              expect.heldBy,
+            ])
+          : this.#run(
+              `UPDATE jobs SET doc = ${set} WHERE job_id = ? AND json_extract(doc, '$.status') IN (${NON_TERMINAL.map(() => "?").join(", ")})
+               AND (json_extract(doc, '${path}.id') IS NULL OR json_extract(doc, '${path}.expires_at') <= ? OR json_extract(doc, '${path}.attempt_id') < ?)`,
+              [...setArgs, jobId, ...NON_TERMINAL, expect.freeAt, lease?.attempt_id ?? 0],
+            );
       if (result.changes === 1) return true;
       if (this.#get("SELECT 1 AS one FROM jobs WHERE job_id = ?", [jobId]) === undefined) {
         throw new MamError("job.notFound", `job ${jobId} does not exist`);

@@ -35,7 +35,10 @@ export const stageReport = defineRoute(
       "The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, " +
       "for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body " +
       "is abandoned the moment it passes it. Refused once the job is terminal, except to the agent whose attempt completed it re-sending " +
-      "that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere.",
+      "that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere. " +
+      "One upload of an attempt is in flight at a time: while another PUT streams (or a declaration's lease, taken over by this PUT of its body, " +
+      "is held by a PUT already) the answer is 409 `report.uploadInFlight`, naming the one in flight (`in_progress`: its attempt, since, expires_at), " +
+      "and nothing is written.",
     request: {
       params: AttemptPathSchema,
       body: {
@@ -112,7 +115,9 @@ export const requestUpload = defineRoute(
       "good for `MAM_REPORT_UPLOAD_TTL_SECONDS` (15 minutes by default), with its length and checksum signed; under `mam serve`, " +
       "this service's own `PUT .../report`, which then takes up to the declared size. Either way the declaration binds the staged " +
       "name: a stage or a finalize of other bytes is refused (409 `report.mismatch`, naming what differs), and a finalize hashes " +
-      "what arrived before anything is pinned. For the job's latest attempt only, and refused once the job is terminal.",
+      "what arrived before anything is pinned. For the job's latest attempt only, and refused once the job is terminal. " +
+      "One upload of an attempt is in flight at a time, from its declaration until a PUT stages the declared bytes, a finalize takes them, " +
+      "or `expires_at` passes: a second declaration meanwhile is 409 `report.uploadInFlight`, naming the one in flight, and writes nothing.",
     request: {
       params: AttemptPathSchema,
       body: jsonRequest(ReportUploadRequestSchema, {
@@ -154,7 +159,9 @@ export const finalizeReport = defineRoute(
       "After an upload (`POST .../report/upload`), the staged bytes are hashed first and must be what the upload declared: " +
       "otherwise 409 `report.mismatch` naming what differs, and nothing is pinned. Once the job is terminal it is refused (409 `report.frozen`), " +
       "except to the agent whose attempt completed it, when what a finalize would read (the staged upload, else the live report) hashes to " +
-      "`completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written.",
+      "`completed_evidence.report_sha256`: then 200 `{already_completed: true, record}`, and nothing is written. " +
+      "One finalize of an attempt is in progress at a time, whoever asks (`MAM_FINALIZE_LEASE_SECONDS` at most): a second one meanwhile is " +
+      "409 `report.finalizeInProgress`, naming the one in progress (`in_progress`), and writes nothing.",
     request: {
       params: AttemptPathSchema,
       // Optional, as @hono/zod-openapi means it: a request with no body (and no
