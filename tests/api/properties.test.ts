@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { ACTIONS, FREE_FORM_MAX_BYTES, JOB_ID_PATTERN, JobRecordSchema, type Status } from "@mam/core";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { dynamoDigest, s3Objects, sqliteDigest, treeObjects } from "../seed/harness.ts";
+import { dynamoDigestAnd, s3Objects, sqliteDigest, sqliteJobField, treeObjects } from "../seed/harness.ts";
 import {
   anyKey,
   type BodyBytes,
@@ -94,9 +94,21 @@ if (new Set([newJobId().length, JOB.length, OTHER.length, NEW_ID.length]).size !
 
 /** What a refusal must leave as it was: every row (one digest) and every report object (by key). */
 interface Snapshot {
+  /** Every row, less each job's `agent_usage` (see `usage`). */
   readonly rows: string;
   readonly objects: ReadonlyMap<string, string>;
+  /** Each job's `agent_usage` (JSON), by job: what an agent's request reserved against its quotas. */
+  readonly usage: ReadonlyMap<string, string>;
 }
+
+/**
+ * A quota reservation is made before the bytes are written and is never given back
+ * (docs/decisions.md, "Fail closed: a reservation is never given back"): a request
+ * refused after it (a body that turned out too large, a finalize with no report)
+ * leaves its job's `agent_usage` grown. That, and only growth, is the one write a
+ * refusal may leave in the job store; it is counted and reported, like orphans.
+ */
+const USAGE = "agent_usage";
 
 interface PropertyBackend {
   readonly name: string;
@@ -109,7 +121,7 @@ const sqlite: PropertyBackend = {
   factory: localPorts,
   async snapshot(ports) {
     const p = ports as LocalPorts;
-    return { rows: sqliteDigest(p.dbFile), objects: await treeObjects(p.reportRoot) };
+    return { rows: sqliteDigest(p.dbFile, [USAGE]), objects: await treeObjects(p.reportRoot), usage: sqliteJobField(p.dbFile, USAGE) };
   },
 };
 
@@ -119,8 +131,11 @@ function awsBackend(peers: () => AwsPeers): PropertyBackend {
     factory: (opts) => peers().ports(opts),
     async snapshot(ports) {
       const p = ports as AwsPorts;
-      const [rows, objects] = await Promise.all([dynamoDigest(peers().dynamo.client, p.tableName), s3Objects(peers().s3.client, p.bucket)]);
-      return { rows, objects };
+      const [rows, objects] = await Promise.all([
+        dynamoDigestAnd(peers().dynamo.client, p.tableName, [USAGE], USAGE),
+        s3Objects(peers().s3.client, p.bucket),
+      ]);
+      return { rows: rows.digest, objects, usage: rows.values };
     },
   };
 }
@@ -134,6 +149,16 @@ interface Changes {
   readonly orphans: string[];
   /** New directories of the file store with no file in them: no bytes, nothing reads them. */
   readonly emptyDirs: string[];
+  /** Jobs whose `agent_usage` grew: a reservation a refusal keeps (`USAGE`). */
+  readonly reservations: string[];
+}
+
+/** Whether a job's `agent_usage` only grew (or stayed): events and bytes never go down. */
+function usageGrew(before: string | undefined, after: string | undefined): boolean {
+  const read = (v: string | undefined) => (v === undefined ? null : (JSON.parse(v) as { events?: number; bytes?: number } | null));
+  const [b, a] = [read(before), read(after)];
+  if (a === null) return b === null;
+  return (a.events ?? 0) >= (b?.events ?? 0) && (a.bytes ?? 0) >= (b?.bytes ?? 0);
 }
 
 /**
@@ -146,7 +171,14 @@ function changes(before: Snapshot, after: Snapshot): Changes {
   const changed: string[] = [];
   const orphans: string[] = [];
   const emptyDirs: string[] = [];
+  const reservations: string[] = [];
   if (before.rows !== after.rows) changed.push("the job store's rows");
+  for (const [job, now] of after.usage) {
+    const was = before.usage.get(job);
+    if (was === now) continue;
+    if (usageGrew(was, now)) reservations.push(job);
+    else changed.push(`${USAGE} of ${job} went from ${was} to ${now}`);
+  }
   for (const [key, value] of before.objects) {
     const now = after.objects.get(key);
     if (now === undefined) changed.push(`removed ${key}`);
@@ -170,7 +202,7 @@ function changes(before: Snapshot, after: Snapshot): Changes {
     }
     changed.push(`added ${key}${after.objects.get(key) === "dir" ? " (a directory)" : ""}`);
   }
-  return { changed, orphans, emptyDirs };
+  return { changed, orphans, emptyDirs, reservations };
 }
 
 // ---- counting
@@ -183,13 +215,22 @@ interface RouteTally {
   cleanAccepted: number;
   orphans: number;
   emptyDirs: number;
+  reservations: number;
 }
 
 class Tally {
   readonly routes = new Map<string, RouteTally>();
   total = 0;
   add(route: string, status: number, mode: Mode, traces?: Changes): void {
-    const t = this.routes.get(route) ?? { cases: 0, statuses: new Map(), clean: 0, cleanAccepted: 0, orphans: 0, emptyDirs: 0 };
+    const t = this.routes.get(route) ?? {
+      cases: 0,
+      statuses: new Map(),
+      clean: 0,
+      cleanAccepted: 0,
+      orphans: 0,
+      emptyDirs: 0,
+      reservations: 0,
+    };
     t.cases += 1;
     t.statuses.set(status, (t.statuses.get(status) ?? 0) + 1);
     if (mode === "clean") {
@@ -198,6 +239,7 @@ class Tally {
     }
     if (traces?.orphans.length) t.orphans += 1;
     if (traces?.emptyDirs.length) t.emptyDirs += 1;
+    if (traces?.reservations.length) t.reservations += 1;
     this.routes.set(route, t);
     this.total += 1;
   }
@@ -210,7 +252,8 @@ class Tally {
         .join(" ");
       const orphans = t.orphans > 0 ? `; ${t.orphans} refusal(s) left an unreferenced evidence copy` : "";
       const dirs = t.emptyDirs > 0 ? `; ${t.emptyDirs} refusal(s) left empty directories` : "";
-      lines.push(`  ${route}: ${t.cases} (${statuses}; well-formed ${t.cleanAccepted}/${t.clean} accepted${orphans}${dirs})`);
+      const kept = t.reservations > 0 ? `; ${t.reservations} refusal(s) kept an agent's quota reservation` : "";
+      lines.push(`  ${route}: ${t.cases} (${statuses}; well-formed ${t.cleanAccepted}/${t.clean} accepted${orphans}${dirs}${kept})`);
     }
     return lines.join("\n");
   }
@@ -498,6 +541,8 @@ async function attempt(
     // 2. A refusal (and a read) leaves every row and every report byte as it was.
     traces = changes(before, await backend.snapshot(h.ports));
     expect(traces.changed, `${label}\n→ ${res.status} ${res.text.slice(0, 300)}\nwrote: ${traces.changed.join(", ")}`).toEqual([]);
+    // Only an agent's request is charged, and a read reserves nothing.
+    if (kind !== "agent" || res.status < 400) expect(traces.reservations, `${label}: reserved against a quota`).toEqual([]);
   }
   ctx.tally.add(route, res.status, mode, traces);
   if (process.env.MAM_PROPERTY_DEBUG) {

@@ -10,6 +10,7 @@ import path from "node:path";
 import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput, type S3Client } from "@aws-sdk/client-s3";
+import { unmarshall } from "@aws-sdk/util-dynamodb";
 import { DynamoJobStore, IotPublisher } from "@mam/aws";
 import { type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
 import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
@@ -65,8 +66,11 @@ export interface BackendEntry {
 /** Every fixed time in the seed suite comes from here; the scenario's timeline is 2026-11-20T10:00-10:07. */
 export const CLOCK_START = "2026-11-20T10:10:00.000Z";
 
-/** Every row of every table of a SQLite file, read through a second, read-only connection (WAL content included). */
-export function sqliteDigest(file: string): string {
+/**
+ * Every row of every table of a SQLite file, read through a second, read-only connection (WAL content included).
+ * `withoutJobFields`: fields of each job record (the `jobs` table's `doc`) left out of the digest.
+ */
+export function sqliteDigest(file: string, withoutJobFields: readonly string[] = []): string {
   const db = new Database(file, { readonly: true, fileMustExist: true });
   try {
     const hash = createHash("sha256");
@@ -83,7 +87,8 @@ export function sqliteDigest(file: string): string {
       const order = columns.map((_, i) => String(i + 1)).join(", ");
       const rows = db.prepare(`SELECT * FROM ${table} ORDER BY ${order}`).raw().all();
       hash.update(JSON.stringify(["table", o.name, columns.map((c) => c.name)]));
-      for (const row of rows) hash.update(JSON.stringify(row));
+      const doc = o.name === "jobs" && withoutJobFields.length > 0 ? columns.findIndex((c) => c.name === "doc") : -1;
+      for (const row of rows) hash.update(JSON.stringify(doc < 0 ? row : withoutFields(row as unknown[], doc, withoutJobFields)));
     }
     return hash.digest("hex");
   } finally {
@@ -217,6 +222,24 @@ async function makeEmbedded(): Promise<SeedBackend> {
   };
 }
 
+/** A row whose JSON column `at` has `fields` removed. */
+function withoutFields(row: readonly unknown[], at: number, fields: readonly string[]): unknown[] {
+  const doc = JSON.parse(String(row[at])) as Record<string, unknown>;
+  for (const f of fields) delete doc[f];
+  return row.map((v, i) => (i === at ? canonical(doc) : v));
+}
+
+/** Each job's `field` (JSON, by job id) in a SQLite file, for what a digest without it left out. */
+export function sqliteJobField(file: string, field: string): Map<string, string> {
+  const db = new Database(file, { readonly: true, fileMustExist: true });
+  try {
+    const rows = db.prepare("SELECT job_id, json_extract(doc, '$.' || ?) AS v FROM jobs").all(field) as { job_id: string; v: unknown }[];
+    return new Map(rows.map((r) => [r.job_id, JSON.stringify(r.v ?? null)]));
+  } finally {
+    db.close();
+  }
+}
+
 /** Canonical JSON (sorted keys), so a digest does not depend on attribute order. */
 function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
@@ -228,20 +251,46 @@ function canonical(value: unknown): string {
   return JSON.stringify(value);
 }
 
-/** Every item of a DynamoDB table (a consistent Scan), as one digest that does not depend on the Scan's order. */
-export async function dynamoDigest(client: DynamoDBClient, tableName: string): Promise<string> {
+/**
+ * Every item of a DynamoDB table (a consistent Scan), as one digest that does not depend on the Scan's order.
+ * `withoutJobFields`: attributes of each job item (`sk = JOB`) left out of the digest; with `field`, each job
+ * item's value of that one attribute is also handed back, by its `pk`.
+ */
+export async function dynamoDigest(client: DynamoDBClient, tableName: string, withoutJobFields: readonly string[] = []): Promise<string> {
+  return (await dynamoDigestAnd(client, tableName, withoutJobFields)).digest;
+}
+
+export async function dynamoDigestAnd(
+  client: DynamoDBClient,
+  tableName: string,
+  withoutJobFields: readonly string[],
+  field?: string,
+): Promise<{ digest: string; values: Map<string, string> }> {
   const hash = createHash("sha256");
   const items: string[] = [];
+  const values = new Map<string, string>();
   let start: Record<string, AttributeValue> | undefined;
   do {
     const page: ScanCommandOutput = await client.send(
       new ScanCommand({ TableName: tableName, ConsistentRead: true, ...(start ? { ExclusiveStartKey: start } : {}) }),
     );
-    for (const item of page.Items ?? []) items.push(canonical(item));
+    for (const item of page.Items ?? []) {
+      if (item.sk?.S !== "JOB" || withoutJobFields.length === 0) {
+        items.push(canonical(item));
+        continue;
+      }
+      const kept = { ...item };
+      for (const f of withoutJobFields) delete kept[f];
+      items.push(canonical(kept));
+      if (field !== undefined) {
+        const value = item[field];
+        values.set(String(item.pk?.S), JSON.stringify(value === undefined ? null : unmarshall({ v: value }).v));
+      }
+    }
     start = page.LastEvaluatedKey;
   } while (start !== undefined);
   for (const item of items.sort()) hash.update(item);
-  return hash.digest("hex");
+  return { digest: hash.digest("hex"), values };
 }
 
 /** Every object of an S3 bucket, by key: the sha256 and length of its bytes, and its metadata. */
