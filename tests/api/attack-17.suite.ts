@@ -22,7 +22,7 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       go: () => void;
     }
     /** Armed pauses: `afterGetDispatch` holds the first job read after a getDispatch (the events route's, then publishAgentEvent's own first read); `copyOnce` holds the next pin. */
-    const armed: { afterGetDispatch?: PauseHandle; copyOnce?: PauseHandle } = {};
+    const armed: { afterGetDispatch?: PauseHandle; copyOnce?: PauseHandle; retire?: PauseHandle } = {};
     interface PauseHandle {
       reach: () => void;
       wait: Promise<void>;
@@ -78,11 +78,12 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
         get(target, prop) {
           const value: unknown = Reflect.get(target, prop, target);
           if (typeof value !== "function") return value;
-          if (prop !== "copyOnce") return value.bind(target);
+          if (prop !== "copyOnce" && prop !== "retire") return value.bind(target);
           return async (...args: unknown[]) => {
-            const p = armed.copyOnce;
+            const which = prop as "copyOnce" | "retire";
+            const p = armed[which];
             if (p !== undefined) {
-              armed.copyOnce = undefined;
+              armed[which] = undefined;
               p.reach();
               await p.wait;
             }
@@ -224,6 +225,38 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       });
       expect(second.status, second.text).toBe(409);
       expect(second.body.code).toBe("report.uploadInFlight");
+    });
+    it("attack-17 retire: a finalize past its lease retires a copy that a completion committed after its re-read names: the completion's pinned evidence is gone", async () => {
+      const h = await harness({ env: { MAM_FINALIZE_LEASE_SECONDS: "300" } });
+      const jobId = await register(h);
+      const agent = await dispatch(h, jobId, 1);
+      const evidence = `reports/${jobId}/1/evidence`;
+      const X = "# X, the bytes the completion will rest on\n";
+      expect((await stage(h, jobId, 1, agent, X)).status).toBe(201);
+      expect((await finalize(h, jobId, agent)).status).toBe(200);
+      expect((await stage(h, jobId, 1, agent, "# Y\n")).status).toBe(201);
+      // F1 commits Y, re-reads (X named by nothing) and is held just before it retires X.
+      const pause = arm("retire");
+      const f1 = finalize(h, jobId, agent);
+      await pause.reached;
+      // F1 outlives its lease (a slow store, a paused process): the next finalize may run.
+      h.clock.advance(300_000);
+      expect((await stage(h, jobId, 1, agent, X)).status).toBe(201);
+      const f2 = await finalize(h, jobId, agent);
+      expect(f2.status, f2.text).toBe(200);
+      expect(f2.body.manifest.sha256).toBe(sha256(X));
+      const done = await h.call("POST", `/v1/jobs/${jobId}/events`, {
+        token: agent,
+        json: { event: "completed", finalize: { attempt_id: 1, side_effects: [] } },
+      });
+      expect(done.status, done.text).toBe(200);
+      expect(done.body.record).toMatchObject({ status: "completed", completed_evidence: { report_sha256: sha256(X) } });
+      pause.go();
+      expect((await f1).status).toBe(200);
+      // The completion's evidence cannot change afterwards: its pinned copy is still in force and verifies.
+      expect(await live(h, evidence)).toContain(sha256(X));
+      const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
+      expect(v.body, v.text).toMatchObject({ ok: true, matches_completion: true, pinned: { ok: true } });
     });
   });
 }
