@@ -178,7 +178,10 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       expect((await stage(h, jobId, 1, agent, "# Y\n")).status).toBe(201);
       // The event reads the record (pointer X) and is held before it takes the finalize lease.
       const pause = arm("afterGetDispatch");
-      const event = h.call("POST", `/v1/jobs/${jobId}/events`, { token: agent, json: { event: "started", finalize: { attempt_id: 1, side_effects: [] } } });
+      const event = h.call("POST", `/v1/jobs/${jobId}/events`, {
+        token: agent,
+        json: { event: "started", finalize: { attempt_id: 1, side_effects: [] } },
+      });
       await pause.reached;
       // Meanwhile a whole route finalize: pins Y, commits Y, retires X, releases its lease.
       const f = await finalize(h, jobId, agent);
