@@ -22,7 +22,13 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       go: () => void;
     }
     /** Armed pauses: `afterGetDispatch` holds the first job read after a getDispatch (the events route's, then publishAgentEvent's own first read); `copyOnce` holds the next pin. */
-    const armed: { afterGetDispatch?: PauseHandle; copyOnce?: PauseHandle; retire?: PauseHandle } = {};
+    const armed: {
+      afterGetDispatch?: PauseHandle;
+      copyOnce?: PauseHandle;
+      retire?: PauseHandle;
+      putManifest?: PauseHandle;
+      commitFinalize?: PauseHandle;
+    } = {};
     interface PauseHandle {
       reach: () => void;
       wait: Promise<void>;
@@ -56,6 +62,18 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
               return r;
             };
           }
+          if (prop === "recordEvidence") {
+            return async (...args: unknown[]) => {
+              const p = armed.commitFinalize;
+              const change = args[1] as { set?: { finalized_report?: unknown } };
+              if (p !== undefined && change.set?.finalized_report !== undefined) {
+                armed.commitFinalize = undefined;
+                p.reach();
+                await p.wait;
+              }
+              return (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+            };
+          }
           if (prop === "get") {
             return async (...args: unknown[]) => {
               const r = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
@@ -78,11 +96,12 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
         get(target, prop) {
           const value: unknown = Reflect.get(target, prop, target);
           if (typeof value !== "function") return value;
-          if (prop !== "copyOnce" && prop !== "retire") return value.bind(target);
+          if (prop !== "copyOnce" && prop !== "retire" && prop !== "put") return value.bind(target);
           return async (...args: unknown[]) => {
-            const which = prop as "copyOnce" | "retire";
-            const p = armed[which];
-            if (p !== undefined) {
+            const which =
+              prop === "put" ? (args[1] === "report-manifest.json" ? "putManifest" : undefined) : (prop as "copyOnce" | "retire");
+            const p = which === undefined ? undefined : armed[which];
+            if (which !== undefined && p !== undefined) {
               armed[which] = undefined;
               p.reach();
               await p.wait;
@@ -257,6 +276,55 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       pause.go();
       expect((await f1).status).toBe(200);
       // The completion's evidence cannot change afterwards: its pinned copy is still in force and verifies.
+      expect(await live(h, evidence)).toContain(sha256(X));
+      const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
+      expect(v.body, v.text).toMatchObject({ ok: true, matches_completion: true, pinned: { ok: true } });
+    });
+    it("attack-17 retire: a finalize that re-reads after its lease expired retires the copy the next finalize is about to commit, and a completion then rests on a copy that is gone or tagged", async () => {
+      const h = await harness({ env: { MAM_FINALIZE_LEASE_SECONDS: "300" } });
+      const jobId = `job-${randomUUID().slice(0, 12)}`;
+      const reg = await h.call("POST", "/v1/jobs", {
+        token: h.operator,
+        json: { job_id: jobId, prompt: "p", agent: "codex", expected_artifacts: ["git_push"] },
+      });
+      expect(reg.status, reg.text).toBe(201);
+      const agent = await dispatch(h, jobId, 1);
+      const evidence = `reports/${jobId}/1/evidence`;
+      const fin = () =>
+        h.call("POST", `/v1/jobs/${jobId}/attempts/1/finalize`, {
+          token: agent,
+          json: { side_effects: [{ kind: "git_push", reference: "a1b2c3d" }] },
+        });
+      const X = "# X, the bytes the completion will rest on\n";
+      expect((await h.call("POST", `/v1/jobs/${jobId}/events`, { token: agent, json: { event: "started" } })).status).toBe(200);
+      expect((await stage(h, jobId, 1, agent, X)).status).toBe(201);
+      expect((await fin()).status).toBe(200);
+      expect((await stage(h, jobId, 1, agent, "# Y\n")).status).toBe(201);
+      // F1 commits Y and is held writing its live names, before it re-reads the record.
+      const p1 = arm("putManifest");
+      const f1 = fin();
+      await p1.reached;
+      h.clock.advance(300_000);
+      // F2 (F1's lease expired) pins X again (the copy still exists) and is held before its commit.
+      expect((await stage(h, jobId, 1, agent, X)).status).toBe(201);
+      const p2 = arm("commitFinalize");
+      const f2 = fin();
+      await p2.reached;
+      // F1 goes on: its re-read names X nowhere (the pointer is Y).
+      p1.go();
+      expect((await f1).status).toBe(200);
+      p2.go();
+      const r2 = await f2;
+      expect(r2.status, r2.text).toBe(200);
+      expect(r2.body.manifest.sha256).toBe(sha256(X));
+      // The agent completes on the finalized evidence, X.
+      const job = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
+      const done = await h.call("POST", `/v1/jobs/${jobId}/events`, {
+        token: agent,
+        json: { event: "completed", expected_seq: job.body.transition_seq },
+      });
+      expect(done.status, done.text).toBe(200);
+      expect(done.body.record).toMatchObject({ status: "completed", completed_evidence: { report_sha256: sha256(X) } });
       expect(await live(h, evidence)).toContain(sha256(X));
       const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
       expect(v.body, v.text).toMatchObject({ ok: true, matches_completion: true, pinned: { ok: true } });
