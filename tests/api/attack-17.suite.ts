@@ -329,5 +329,66 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
       expect(v.body, v.text).toMatchObject({ ok: true, matches_completion: true, pinned: { ok: true } });
     });
+    it("attack-17 quota (held): ten parallel events against a quota of four: at most four are charged, at most four accepted", async () => {
+      const h = await harness({ env: { MAM_QUOTA_JOB_EVENTS: "4" } });
+      const jobId = await register(h);
+      const agent = await dispatch(h, jobId, 1);
+      expect((await h.call("POST", `/v1/jobs/${jobId}/events`, { token: agent, json: { event: "started" } })).status).toBe(200);
+      const all = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          h.call("POST", `/v1/jobs/${jobId}/events`, { token: agent, json: { event: "progress", data: { i } } }),
+        ),
+      );
+      const accepted = all.filter((r) => r.status === 200).length;
+      for (const r of all) expect([200, 409, 429, 503], r.text).toContain(r.status);
+      const job = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
+      expect(job.body.agent_usage.events).toBeLessThanOrEqual(4);
+      expect(accepted).toBeLessThanOrEqual(3);
+      const log = await h.call("GET", `/v1/jobs/${jobId}/events?limit=200`, { token: h.operator });
+      expect((log.body.items as { event: string }[]).filter((e) => e.event === "publish_event").length).toBe(1 + accepted);
+    });
+
+    it("attack-17 lease (held): a retired attempt's declaration and finalize in progress block nothing of the attempt that superseded it", async () => {
+      const h = await harness();
+      const jobId = await register(h);
+      const old = await dispatch(h, jobId, 1);
+      const body = "# attempt 1, declared and never sent\n";
+      const d = await h.call("POST", `/v1/jobs/${jobId}/attempts/1/report/upload`, {
+        token: old,
+        json: { sha256: sha256(body), bytes: body.length },
+      });
+      expect(d.status, d.text).toBe(200);
+      expect((await stage(h, jobId, 1, old, body)).status).toBe(201);
+      const pause = arm("copyOnce");
+      const f1 = finalize(h, jobId, old);
+      await pause.reached;
+      const current = await dispatch(h, jobId, 2);
+      const body2 = "# attempt 2\n";
+      const d2 = await h.call("POST", `/v1/jobs/${jobId}/attempts/2/report/upload`, {
+        token: current,
+        json: { sha256: sha256(body2), bytes: body2.length },
+      });
+      expect(d2.status, d2.text).toBe(200);
+      expect((await stage(h, jobId, 2, current, body2)).status).toBe(201);
+      const f2 = await h.call("POST", `/v1/jobs/${jobId}/attempts/2/finalize`, { token: current, json: { side_effects: [] } });
+      expect(f2.status, f2.text).toBe(200);
+      pause.go();
+      const r1 = await f1;
+      expect(r1.status, r1.text).toBe(409);
+      const job = await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator });
+      expect(job.body.finalized_report).toMatchObject({ attempt_id: 2, report_sha256: sha256(body2) });
+      expect(job.body.finalize_in_progress).toBeUndefined();
+      // And a cancel with an upload declared in flight: nothing is held against it.
+      const d3 = await h.call("POST", `/v1/jobs/${jobId}/attempts/2/report/upload`, {
+        token: current,
+        json: { sha256: "c".repeat(64), bytes: 5 },
+      });
+      expect(d3.status, d3.text).toBe(200);
+      const cancel = await h.call("POST", `/v1/jobs/${jobId}/transitions`, {
+        token: h.operator,
+        json: { action: "cancel", expected_seq: job.body.transition_seq },
+      });
+      expect(cancel.status, cancel.text).toBe(200);
+    });
   });
 }
