@@ -390,5 +390,29 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       });
       expect(cancel.status, cancel.text).toBe(200);
     });
+    it("attack-17 quota: a declared upload within MAM_QUOTA_ATTEMPT_BYTES is charged twice (declaration, then its PUT) and its bytes are refused 413; the refused PUT also drops the declaration's upload in flight", async () => {
+      const MiB = 1024 * 1024;
+      const h = await harness({ env: { MAM_QUOTA_ATTEMPT_BYTES: String(2 * MiB), MAM_QUOTA_JOB_BYTES: String(8 * MiB) } });
+      const jobId = await register(h);
+      const agent = await dispatch(h, jobId, 1);
+      const bytes = new Uint8Array(1.5 * MiB).fill(0x61);
+      const d = await h.call("POST", `/v1/jobs/${jobId}/attempts/1/report/upload`, {
+        token: agent,
+        json: { sha256: createHash("sha256").update(bytes).digest("hex"), bytes: bytes.byteLength },
+      });
+      expect(d.status, d.text).toBe(200);
+      if (h.deps.reports.uploadUrl !== undefined) return; // S3: the bytes go to the presigned address, never through the route
+      const declaredLease = (await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator })).body.upload_in_flight;
+      const put = await h.call("PUT", `/v1/jobs/${jobId}/attempts/1/report`, {
+        token: agent,
+        body: bytes,
+        headers: { "content-type": "text/markdown", "content-length": String(bytes.byteLength) },
+      });
+      if (put.status !== 201) {
+        // Whatever the answer, a refusal writes nothing: the declaration is still the upload in flight.
+        expect((await h.call("GET", `/v1/jobs/${jobId}`, { token: h.operator })).body.upload_in_flight).toEqual(declaredLease);
+      }
+      expect(put.status, put.text).toBe(201);
+    });
   });
 }
