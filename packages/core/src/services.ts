@@ -35,6 +35,7 @@ import {
   type FinalizedReport,
   isTerminal,
   type JobRecord,
+  type Lease,
   NON_TERMINAL,
   zodIssues,
 } from "./schemas.ts";
@@ -208,7 +209,7 @@ export async function finalizeAttemptReport(
   // An agent's finalize pins a copy of its report: below the disk floor it is refused, writing nothing.
   if (actor?.kind === "agent") await keepDiskFloor(deps, 0);
   const lease = { kind: "finalize", attemptId, seconds: deps.flags.leases.finalizeSeconds, actor } as const;
-  return withLease(deps, jobId, lease, async () => {
+  return withLease(deps, jobId, lease, async (held) => {
     // Read under the lease: the pointer this finalize supersedes, which no other finalize can move now.
     const before = await getJob(deps, jobId);
     const prepared = await prepareFinalize(deps.reports, deps.clock, { location, jobId, attemptId, sideEffects });
@@ -221,15 +222,15 @@ export async function finalizeAttemptReport(
         ...(actor === undefined ? {} : { note: noteOf(actor) }),
       });
     } catch (e) {
-      await retireRefused(deps, jobId, attemptId, pinned, e);
+      await retireRefused(deps, jobId, attemptId, pinned, e, held);
       throw e;
     }
     try {
       await applyFinalizeIfCurrent(deps, prepared, committed.evidence_seq);
-      await releaseDeclaredUpload(deps, jobId, attemptId, committed);
+      await releaseDeclaredUpload(deps, jobId, attemptId, before, committed);
     } finally {
       // The commit stands whatever became of the live names: the pointer it replaced is superseded.
-      await retireSuperseded(deps, before, attemptId, pinned);
+      await retireSuperseded(deps, before, attemptId, pinned, held);
     }
     return { manifest: prepared.manifest, manifestSha256: prepared.manifestSha256 };
   });
@@ -238,28 +239,35 @@ export async function finalizeAttemptReport(
 /**
  * A finalize took the staged bytes (checked against their declaration, if any): the
  * upload its declaration held (bytes sent straight to the store, e.g. a presigned S3
- * PUT) is complete. Released on its id, so a later upload is left alone.
+ * PUT) is complete. Only the declaration already held when this finalize read the
+ * record under its lease, before it read the declaration and the staged bytes: one
+ * declared while it ran was not checked against what it took, and stays in flight.
+ * Released on its id, so a later upload is left alone.
  */
 async function releaseDeclaredUpload(
   deps: Using<Pick<JobRecords, "holdLease">>,
   jobId: string,
   attemptId: number,
+  before: JobRecord,
   committed: JobRecord,
 ): Promise<void> {
   const held = committed.upload_in_flight;
-  if (held?.declared === true && held.attempt_id === attemptId) await releaseLease(deps, jobId, "upload", held);
+  if (held?.declared === true && held.attempt_id === attemptId && held.id === before.upload_in_flight?.id) {
+    await releaseLease(deps, jobId, "upload", held);
+  }
 }
 
 /** After a finalize's pointer committed: the copy of the pointer it replaced (read before), if of this attempt and other bytes. */
 async function retireSuperseded(
-  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics" | "clock">,
   before: JobRecord,
   attemptId: number,
   pinned: string,
+  lease: Lease,
 ): Promise<void> {
   const previous = before.finalized_report;
   if (previous === undefined || previous.attempt_id !== attemptId || previous.report_sha256 === pinned) return;
-  await retireIfUnreferenced(deps, before.job_id, attemptId, previous.report_sha256);
+  await retireIfUnreferenced(deps, before.job_id, attemptId, previous.report_sha256, lease);
 }
 
 /**
@@ -269,13 +277,14 @@ async function retireSuperseded(
  * store unreachable) leaves the outcome unknown, and the copy where it is.
  */
 async function retireRefused(
-  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics" | "clock">,
   jobId: string,
   attemptId: number,
   pinned: string,
   refusal: unknown,
+  lease: Lease,
 ): Promise<void> {
-  if (refusal instanceof TransitionConflict) await retireIfUnreferenced(deps, jobId, attemptId, pinned);
+  if (refusal instanceof TransitionConflict) await retireIfUnreferenced(deps, jobId, attemptId, pinned, lease);
 }
 
 /**
@@ -316,19 +325,53 @@ export function namesPinnedCopy(job: JobRecord, attemptId: number, sha256: strin
  *              finalize C: copyOnce(A) exists ─────────────────────────── commit pointer A
  */
 async function retireIfUnreferenced(
-  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics">,
+  deps: Using<Pick<JobRecords, "get">, "reports" | "metrics" | "clock">,
   jobId: string,
   attemptId: number,
   sha256: string,
+  lease: Lease,
 ): Promise<void> {
   try {
     const now = await deps.jobs.get(jobId);
     if (now === undefined || namesPinnedCopy(now, attemptId, sha256)) return;
-    await deps.reports.retire(evidenceLocation(attemptReportLocation(jobId, attemptId)), sha256);
+    // Only while this finalize's lease still holds the attempt, with room to spare: a
+    // finalize that outlived it no longer excludes the next, which may pin these very
+    // bytes again and have a completion name them after this read. Then the copy
+    // stays (counted as a retire not made): a leak, never evidence removed.
+    if (!leaseStillHeld(now, lease, deps.clock.now())) {
+      deps.metrics?.pinnedCopy("retire_failed");
+      return;
+    }
+    const location = attemptReportLocation(jobId, attemptId);
+    await deps.reports.retire(evidenceLocation(location), sha256);
+    // The retire is not conditional on the record: read it once more. A finalize and a
+    // completion that named these bytes in between (possible only if this one stalled
+    // past its lease) pinned a copy that is gone (files) or tagged (S3): pin it again
+    // from the live report, which hashes to it if the completion's finalize wrote its
+    // live names (copyOnce checks the bytes, and clears a tag). Else the gap stays
+    // visible: the verification's `pinned.ok` is false, never other bytes.
+    const after = await deps.jobs.get(jobId);
+    if (after !== undefined && namesPinnedCopy(after, attemptId, sha256)) {
+      await deps.reports.copyOnce({ location, name: REPORT_NAME }, { location: evidenceLocation(location), name: sha256 }, sha256);
+      deps.metrics?.pinnedCopy("retire_failed");
+      return;
+    }
     deps.metrics?.pinnedCopy("retired");
   } catch {
     deps.metrics?.pinnedCopy("retire_failed");
   }
+}
+
+/**
+ * Whether `lease` is still the attempt's finalize in progress on `record`, with at
+ * least half its term left at `now`: the retire that follows this read is one store
+ * call, so no other finalize can take the attempt before it lands.
+ */
+function leaseStillHeld(record: JobRecord, lease: Lease, now: Date): boolean {
+  const held = record.finalize_in_progress;
+  if (held?.id !== lease.id) return false;
+  const term = Date.parse(lease.expires_at) - Date.parse(lease.since);
+  return Date.parse(held.expires_at) - now.getTime() >= term / 2;
 }
 
 /** The `finalized_report` a prepared finalize commits. */
@@ -517,7 +560,10 @@ export async function publishAgentEvent(
         });
   let result: PublishEventResult;
   try {
-    result = await publishHoldingLease(deps, jobId, input, actor, opts, job, action);
+    // The pointer this finalize supersedes, read under its lease (no other finalize can
+    // move it now): the record read above may predate a finalize that committed since.
+    const held = lease === undefined ? undefined : { lease, before: await getJob(deps, jobId) };
+    result = await publishHoldingLease(deps, jobId, input, actor, opts, job, action, held);
   } finally {
     if (lease !== undefined) await releaseLease(deps, jobId, "finalize", lease);
   }
@@ -535,6 +581,7 @@ async function publishHoldingLease(
   opts: PublishOptions,
   job: JobRecord,
   action: Action,
+  held?: { readonly lease: Lease; readonly before: JobRecord },
 ): Promise<PublishEventResult> {
   // The event and its data are reserved against the job's quotas before anything is written.
   await chargeAgentUsage(deps, jobId, actor, { events: 1, bytes: input.data === undefined ? 0 : utf8Bytes(JSON.stringify(input.data)) });
@@ -565,18 +612,21 @@ async function publishHoldingLease(
   // by the same rule; a completion never retires anything. Only in the service's own
   // tree: the CLI's finalize of the agent's own directory keeps every copy.
   const retiring =
-    prepared !== undefined && action !== "completed" && prepared.location === attemptReportLocation(jobId, prepared.manifest.attempt_id)
-      ? { attemptId: prepared.manifest.attempt_id, pinned: prepared.manifest.sha256 }
+    prepared !== undefined &&
+    held !== undefined &&
+    action !== "completed" &&
+    prepared.location === attemptReportLocation(jobId, prepared.manifest.attempt_id)
+      ? { attemptId: prepared.manifest.attempt_id, pinned: prepared.manifest.sha256, ...held }
       : undefined;
   let record: JobRecord;
   try {
     record = await transitionJob(deps, jobId, t, actor);
   } catch (e) {
-    if (retiring !== undefined) await retireRefused(deps, jobId, retiring.attemptId, retiring.pinned, e);
+    if (retiring !== undefined) await retireRefused(deps, jobId, retiring.attemptId, retiring.pinned, e, retiring.lease);
     throw e;
   }
   // From here on the commit stands: nothing below may turn it into a failure of the request.
-  if (retiring !== undefined) await retireSuperseded(deps, job, retiring.attemptId, retiring.pinned);
+  if (retiring !== undefined) await retireSuperseded(deps, retiring.before, retiring.attemptId, retiring.pinned, retiring.lease);
   const warnings: string[] = [];
   if (prepared !== undefined) {
     try {
