@@ -23,11 +23,11 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
     }
     /** Armed pauses: `afterGetDispatch` holds the first job read after a getDispatch (the events route's, then publishAgentEvent's own first read); `copyOnce` holds the next pin. */
     const armed: {
-      afterGetDispatch?: PauseHandle;
-      copyOnce?: PauseHandle;
-      retire?: PauseHandle;
-      putManifest?: PauseHandle;
-      commitFinalize?: PauseHandle;
+      afterGetDispatch?: PauseHandle | undefined;
+      copyOnce?: PauseHandle | undefined;
+      retire?: PauseHandle | undefined;
+      putManifest?: PauseHandle | undefined;
+      commitFinalize?: PauseHandle | undefined;
     } = {};
     interface PauseHandle {
       reach: () => void;

@@ -156,7 +156,15 @@ export async function stageAttemptReport(
   const location = await writableAttempt(deps, jobId, attemptId);
   const lease = { kind: "upload", attemptId, seconds: deps.flags.leases.uploadSeconds, actor } as const;
   return withLease(deps, jobId, lease, async () => {
-    await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0) });
+    // A body of exactly the length the attempt's standing declaration announced is that
+    // upload's body (only the declared bytes may take the staged name): its declaration
+    // reserved them, so it is charged nothing more, as a presigned PUT is not. Any other
+    // body reserves its whole length. Read under the upload lease, which no new
+    // declaration can take meanwhile.
+    const standing = await readUploadDeclaration(deps.reports, location);
+    const atMost = body instanceof Uint8Array ? body.byteLength : (atMostBytes ?? 0);
+    const declaredBody = standing?.attempt_id === attemptId && standing.bytes === atMost;
+    await chargeAgentUsage(deps, jobId, actor, { events: 0, bytes: declaredBody ? 0 : atMost });
     const upload = `${STAGED_REPORT_NAME}.upload-${deps.ids.uuid()}`;
     let staged: { sha256: string; bytes: number };
     try {
