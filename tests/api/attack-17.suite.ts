@@ -187,7 +187,7 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       expect(staged.status, staged.text).toBe(201);
     });
 
-    it("attack-17 retire: an event's finalize retires by the record it read before taking the lease; a route finalize that committed in between leaves its copy unreferenced for ever", async () => {
+    it("attack-17 retire: an event's finalize retires by the record it reads under its lease, so a route finalize that committed in between leaves no copy unreferenced", async () => {
       const h = await harness();
       const jobId = await register(h);
       const agent = await dispatch(h, jobId, 1);
@@ -218,7 +218,7 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       expect(await live(h, evidence)).toEqual([sha256("# Z\n")]);
     });
 
-    it("attack-17 lease: a finalize releases an upload declared while it ran, whose bytes it never took: a second declaration is then accepted while the first is in flight", async () => {
+    it("attack-17 lease: a finalize releases only the declaration whose bytes it took; one declared while it ran stays in flight, and a second declaration is refused", async () => {
       const h = await harness();
       const jobId = await register(h);
       const agent = await dispatch(h, jobId, 1);
@@ -248,7 +248,7 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       expect(second.status, second.text).toBe(409);
       expect(second.body.code).toBe("report.uploadInFlight");
     });
-    it("attack-17 retire: a finalize past its lease retires a copy that a completion committed after its re-read names: the completion's pinned evidence is gone", async () => {
+    it("attack-17 retire: a finalize past its lease retires nothing, so a copy a completion committed after its re-read names stays pinned and verifies", async () => {
       const h = await harness({ env: { MAM_FINALIZE_LEASE_SECONDS: "300" } });
       const jobId = await register(h);
       const agent = await dispatch(h, jobId, 1);
@@ -280,7 +280,7 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       const v = await h.call("GET", `/v1/jobs/${jobId}/attempts/1/verification`, { token: h.operator });
       expect(v.body, v.text).toMatchObject({ ok: true, matches_completion: true, pinned: { ok: true } });
     });
-    it("attack-17 retire: a finalize that re-reads after its lease expired retires the copy the next finalize is about to commit, and a completion then rests on a copy that is gone or tagged", async () => {
+    it("attack-17 retire: a finalize that re-reads after its lease expired does not retire the copy the next finalize is about to commit; the completion rests on a copy that is there and untagged", async () => {
       const h = await harness({ env: { MAM_FINALIZE_LEASE_SECONDS: "300" } });
       const jobId = `job-${randomUUID().slice(0, 12)}`;
       const reg = await h.call("POST", "/v1/jobs", {
@@ -390,7 +390,7 @@ export function apiAttack17Suite(name: string, factory: PortsFactory, list: List
       });
       expect(cancel.status, cancel.text).toBe(200);
     });
-    it("attack-17 quota: a declared upload within MAM_QUOTA_ATTEMPT_BYTES is charged twice (declaration, then its PUT) and its bytes are refused 413; the refused PUT also drops the declaration's upload in flight", async () => {
+    it("attack-17 quota: a declared upload within MAM_QUOTA_ATTEMPT_BYTES is charged once, by its declaration: its PUT through the report route is accepted", async () => {
       const MiB = 1024 * 1024;
       const h = await harness({ env: { MAM_QUOTA_ATTEMPT_BYTES: String(2 * MiB), MAM_QUOTA_JOB_BYTES: String(8 * MiB) } });
       const jobId = await register(h);
