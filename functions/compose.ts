@@ -25,6 +25,7 @@ import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import { s3Uri } from "@mam/aws/s3-keys";
+import { prepareJobTable } from "@mam/aws/table-migrations";
 import {
   type Clock,
   type Config,
@@ -117,7 +118,14 @@ function credentialsOf(overrides: Overrides): { credentials: NonNullable<Overrid
   return { credentials: overrides.credentials ?? fromEnv() };
 }
 
-function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): NotifierDeps {
+/**
+ * The notifier's ports, on a table at this code's schema version: one GetItem of the
+ * version item per cold start; a table one cheap step behind is brought up here, one
+ * behind a costlier step (or newer than this code) refuses the start with
+ * `store.version`, naming `mam migrate --table <name>` (or both versions). A refused
+ * start is not remembered (`once`): once the table is migrated, the next invocation starts.
+ */
+async function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): Promise<NotifierDeps> {
   const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
   const dynamodb = new DynamoDBClient({
     region,
@@ -143,6 +151,7 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
     });
     return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
+  await prepareJobTable({ client: dynamodb, tableName });
   const dynamo = new DynamoJobStore({ client: dynamodb, tableName });
   return {
     jobs: guardJobStore(dynamo),
@@ -262,7 +271,7 @@ export async function readSigningKey(config: Config, overrides: Overrides = {}):
 export async function composeHttpApp(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<Hono<AppEnv>> {
   const config = parseConfig(env, AWS_LIMITS);
   const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
-  const base = notifierDeps(config, overrides, metrics);
+  const base = await notifierDeps(config, overrides, metrics);
   const reports = lazyReportStore(bucket, async () => {
     const { S3ReportStore, createS3Client } = await import("@mam/aws/s3");
     return new S3ReportStore({
@@ -325,7 +334,10 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
     } catch (err) {
       const e = err instanceof MamError ? err : undefined;
       logJson(log, { event: "http_start_failed", code: e?.code ?? "internal", message: err instanceof Error ? err.message : String(err) });
-      return startFailure(e?.code === "config.invalid" ? "config.invalid" : "store.unavailable", context?.awsRequestId);
+      return startFailure(
+        e?.code === "config.invalid" || e?.code === "store.version" ? e.code : "store.unavailable",
+        context?.awsRequestId,
+      );
     }
     try {
       return await run(event, context);
@@ -335,7 +347,10 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
   };
 }
 
-function startFailure(code: "config.invalid" | "store.unavailable", requestId: string | undefined): APIGatewayProxyResult {
+function startFailure(
+  code: "config.invalid" | "store.version" | "store.unavailable",
+  requestId: string | undefined,
+): APIGatewayProxyResult {
   const { title } = ERROR_TABLE[code];
   const status = statusOf(code);
   return {
@@ -449,7 +464,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
   const metrics = createMetrics(env);
   const config = once(async () => {
     const parsed = parseConfig(env);
-    const deps = notifierDeps(parsed, overrides, metrics.sink);
+    const deps = await notifierDeps(parsed, overrides, metrics.sink);
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,
