@@ -25,7 +25,7 @@ import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import { s3Uri } from "@mam/aws/s3-keys";
-import { prepareJobTable } from "@mam/aws/table-migrations";
+import { afterTableReady, prepareJobTable } from "@mam/aws/table-migrations";
 import {
   type Clock,
   type Config,
@@ -119,13 +119,14 @@ function credentialsOf(overrides: Overrides): { credentials: NonNullable<Overrid
 }
 
 /**
- * The notifier's ports, on a table at this code's schema version: one GetItem of the
- * version item per cold start; a table one cheap step behind is brought up here, one
- * behind a costlier step (or newer than this code) refuses the start with
- * `store.version`, naming `mam migrate --table <name>` (or both versions). A refused
- * start is not remembered (`once`): once the table is migrated, the next invocation starts.
+ * The notifier's ports, on a table at this code's schema version: the store's first
+ * call in a container reads the version item (one GetItem); a table behind by cheap
+ * steps only is brought up then, one behind a costlier step (or newer than this code)
+ * answers that call, and every one after it, `store.version`, naming `mam migrate
+ * --table <name>` (or both versions), until it is migrated (a refusal is not
+ * remembered: `once`). Composing contacts nothing.
  */
-async function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): Promise<NotifierDeps> {
+function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): NotifierDeps {
   const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
   const dynamodb = new DynamoDBClient({
     region,
@@ -151,8 +152,8 @@ async function notifierDeps(config: Config, overrides: Overrides, metrics: Metri
     });
     return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
-  await prepareJobTable({ client: dynamodb, tableName });
-  const dynamo = new DynamoJobStore({ client: dynamodb, tableName });
+  const ready = once(() => prepareJobTable({ client: dynamodb, tableName }));
+  const dynamo = afterTableReady(new DynamoJobStore({ client: dynamodb, tableName }), ready);
   return {
     jobs: guardJobStore(dynamo),
     feed: dynamo,
@@ -271,7 +272,7 @@ export async function readSigningKey(config: Config, overrides: Overrides = {}):
 export async function composeHttpApp(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<Hono<AppEnv>> {
   const config = parseConfig(env, AWS_LIMITS);
   const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
-  const base = await notifierDeps(config, overrides, metrics);
+  const base = notifierDeps(config, overrides, metrics);
   const reports = lazyReportStore(bucket, async () => {
     const { S3ReportStore, createS3Client } = await import("@mam/aws/s3");
     return new S3ReportStore({
@@ -464,7 +465,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
   const metrics = createMetrics(env);
   const config = once(async () => {
     const parsed = parseConfig(env);
-    const deps = await notifierDeps(parsed, overrides, metrics.sink);
+    const deps = notifierDeps(parsed, overrides, metrics.sink);
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,

@@ -17,6 +17,7 @@ export { createJobTable, JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./job-tab
 export { createS3Client, RETIRED_TAG, S3ReportStore, type S3ReportStoreOptions, s3ClientConfig } from "./s3-report-store.ts";
 export { isNetworkFailure, isTransient, readSdkFailure, type SdkFailure, storeFailure } from "./sdk-errors.ts";
 export {
+  afterTableReady,
   migrateCommand,
   migrateJobTable,
   prepareJobTable,

@@ -142,3 +142,25 @@ export async function migrateJobTable(target: TableTarget, opts: TableMigrationO
 export function prepareJobTable(target: TableTarget): Promise<MigrationResult> {
   return migrateJobTable(target, { run: "cheap" });
 }
+
+/**
+ * `store` (every method of which is async) with `ready` awaited before each call: how
+ * a function waits for `prepareJobTable` without doing it at composition. So a cold
+ * start still contacts nothing (a liveness probe or a docs page never needs the
+ * table), the first request that uses the store pays the one GetItem, and a refusal
+ * (`store.version`) is that request's answer. `ready` is memoized by the caller
+ * (`once`: a failure is not remembered, so a table migrated meanwhile is seen at the
+ * next request).
+ */
+export function afterTableReady<T extends object>(store: T, ready: () => Promise<unknown>): T {
+  return new Proxy(store, {
+    get(target, prop) {
+      const value: unknown = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      return async (...args: unknown[]) => {
+        await ready();
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+}
