@@ -69,6 +69,9 @@ UPDATE jobs SET doc = json_set(doc, '$.evidence_seq', 0) WHERE json_type(doc, '$
       for (const column of ["owed_quarantined_id", "owed_revision", "feed_before"]) {
         if (!columns.has(column)) db.exec(`ALTER TABLE jobs ADD COLUMN ${column} TEXT NULL`);
       }
+      // The change feed: one row per change a write made (core's `changeRowsOf`), `row`
+      // the row's JSON without its cursor, time and job. AUTOINCREMENT: a cursor is
+      // never reused, even after the newest rows were deleted.
       db.exec(`
 DROP INDEX IF EXISTS jobs_by_updated;
 DROP INDEX IF EXISTS jobs_owed;
