@@ -30,7 +30,7 @@
  * a version's fixture once, when a storage step lands (docs/adapters.md "Storage
  * versions and upgrades"); a released fixture is never re-captured: it is what users'
  * stores of that version hold. Needs Java 17 for DynamoDB Local (streams; dynalite
- * keeps none). Takes ~20 s.
+ * keeps none). Takes ~12 s (DynamoDB Local starts in 2-4 s of it).
  */
 import { createHash } from "node:crypto";
 import { cp, mkdir, readdir, rm, writeFile } from "node:fs/promises";
