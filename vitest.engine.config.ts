@@ -23,6 +23,7 @@ export default defineConfig({
       "tests/races/*.test.ts",
       "tests/functions/*.test.ts",
       "tests/aws/dynamo-*.test.ts",
+      "tests/upgrade/dynamodb.test.ts",
       "tests/engine/**/*.test.ts",
     ],
     // The `mam` CLI's seed tests run the embedded backend only: nothing of DynamoDB's.

@@ -25,6 +25,7 @@ import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import { s3Uri } from "@mam/aws/s3-keys";
+import { afterTableReady, prepareJobTable } from "@mam/aws/table-migrations";
 import {
   type Clock,
   type Config,
@@ -117,6 +118,14 @@ function credentialsOf(overrides: Overrides): { credentials: NonNullable<Overrid
   return { credentials: overrides.credentials ?? fromEnv() };
 }
 
+/**
+ * The notifier's ports, on a table at this code's schema version: the store's first
+ * call in a container reads the version item (one GetItem); a table behind by cheap
+ * steps only is brought up then, one behind a costlier step (or newer than this code)
+ * answers that call, and every one after it, `store.version`, naming `mam migrate
+ * --table <name>` (or both versions), until it is migrated (a refusal is not
+ * remembered: `once`). Composing contacts nothing.
+ */
 function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): NotifierDeps {
   const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
   const dynamodb = new DynamoDBClient({
@@ -143,7 +152,8 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
     });
     return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
-  const dynamo = new DynamoJobStore({ client: dynamodb, tableName });
+  const ready = once(() => prepareJobTable({ client: dynamodb, tableName }));
+  const dynamo = afterTableReady(new DynamoJobStore({ client: dynamodb, tableName }), ready);
   return {
     jobs: guardJobStore(dynamo),
     feed: dynamo,
@@ -325,7 +335,10 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
     } catch (err) {
       const e = err instanceof MamError ? err : undefined;
       logJson(log, { event: "http_start_failed", code: e?.code ?? "internal", message: err instanceof Error ? err.message : String(err) });
-      return startFailure(e?.code === "config.invalid" ? "config.invalid" : "store.unavailable", context?.awsRequestId);
+      return startFailure(
+        e?.code === "config.invalid" || e?.code === "store.version" ? e.code : "store.unavailable",
+        context?.awsRequestId,
+      );
     }
     try {
       return await run(event, context);
@@ -335,7 +348,10 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
   };
 }
 
-function startFailure(code: "config.invalid" | "store.unavailable", requestId: string | undefined): APIGatewayProxyResult {
+function startFailure(
+  code: "config.invalid" | "store.version" | "store.unavailable",
+  requestId: string | undefined,
+): APIGatewayProxyResult {
   const { title } = ERROR_TABLE[code];
   const status = statusOf(code);
   return {

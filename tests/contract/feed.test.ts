@@ -44,12 +44,13 @@ describe("the SQLite feed, beyond the contract", () => {
     const tmp = await tempDir("feed-migrate");
     try {
       const file = path.join(tmp.dir, "mam.db");
-      // The schema as it stood before the feed: the store made it, then the feed's table is dropped.
+      // The schema as it stood before the feed: the store made it, then the feed's table is
+      // dropped and the file stamped 1, as databases from before the feed are (sqlite-migrations.ts).
       const first = new SqliteJobStore(file);
       await first.create(job("old-job"));
       await first.close();
       const raw = new Database(file);
-      raw.exec("DROP TABLE changes");
+      raw.exec("DROP TABLE changes; PRAGMA user_version = 1;");
       raw.close();
 
       const reopened = new SqliteJobStore(file);

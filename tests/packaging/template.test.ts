@@ -407,6 +407,19 @@ describe("the CloudFormation template", () => {
     }
   });
 
+  it("the stream functions and the sweep read one item of the table: its schema version (pk SCHEMA), by a condition on the key", () => {
+    for (const f of [FUNCTIONS.streamPublisher, FUNCTIONS.feedWriter, FUNCTIONS.recoverySweep]) {
+      const reads = grants(roleOf(f.id)).filter((g) => g.action === "dynamodb:GetItem");
+      expect(reads, f.id).toEqual([
+        {
+          action: "dynamodb:GetItem",
+          resource: "<JobTable.Arn>",
+          condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SCHEMA"] } },
+        },
+      ]);
+    }
+  });
+
   it("the stream publisher role: read the stream, settle and log on the table, publish, send to its failure queue", () => {
     const role = roleOf(FUNCTIONS.streamPublisher.id);
     expect(actionsOn(role, "<JobTable.StreamArn>")).toEqual([
@@ -415,7 +428,8 @@ describe("the CloudFormation template", () => {
       "dynamodb:GetShardIterator",
       "dynamodb:ListStreams",
     ]);
-    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    // GetItem: the schema version item only (the test above).
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]);
     expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
     expect(actionsOn(role, "<StreamFailureQueue.Arn>")).toEqual(["sqs:SendMessage"]);
     expect(grants(role).some((g) => g.resource.includes("ReportBucket") || g.action.startsWith("ssm:"))).toBe(false);
@@ -424,7 +438,8 @@ describe("the CloudFormation template", () => {
   it("the recovery sweep role: query the owed index only, settle and log on the table, publish", () => {
     const role = roleOf(FUNCTIONS.recoverySweep.id);
     expect(actionsOn(role, "<JobTable.Arn>/index/owed")).toEqual(["dynamodb:Query"]);
-    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    // GetItem: the schema version item only.
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]);
     expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
     expect(
       grants(role).some((g) => g.action === "dynamodb:Scan" || g.resource.includes("ReportBucket") || g.action.startsWith("ssm:")),

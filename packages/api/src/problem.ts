@@ -47,6 +47,7 @@ export const HTTP_STATUS = {
   "service.unreachable": 503,
   "stream.tooMany": 429,
   "config.invalid": 500,
+  "store.version": 500,
   internal: 500,
 } as const satisfies Record<ErrorCode, number>;
 

@@ -16,3 +16,15 @@ export {
 export { createJobTable, JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./job-table.ts";
 export { createS3Client, RETIRED_TAG, S3ReportStore, type S3ReportStoreOptions, s3ClientConfig } from "./s3-report-store.ts";
 export { isNetworkFailure, isTransient, readSdkFailure, type SdkFailure, storeFailure } from "./sdk-errors.ts";
+export {
+  afterTableReady,
+  migrateCommand,
+  migrateJobTable,
+  prepareJobTable,
+  readTableVersion,
+  TABLE_SCHEMA_VERSION,
+  TABLE_STEPS,
+  TABLE_VERSION_KEY,
+  type TableMigrationOptions,
+  type TableTarget,
+} from "./table-migrations.ts";

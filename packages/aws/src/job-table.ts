@@ -1,5 +1,6 @@
 import { CreateTableCommand, type CreateTableCommandInput, DescribeTableCommand, type DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { storeFailure } from "./sdk-errors.ts";
+import { migrateJobTable } from "./table-migrations.ts";
 
 /**
  * The job table, one table for everything a job owns:
@@ -108,7 +109,8 @@ export const JOB_TABLE_DEFINITION = {
 /**
  * Create the job table (PAY_PER_REQUEST, the keys and indexes above, a stream of new
  * and old images) and wait until it and its indexes are ACTIVE. An existing table of
- * that name is left as it is (idempotent start-up for local runs and tests).
+ * that name is left as it is (idempotent start-up for local runs and tests); a table
+ * made here is stamped at this code's schema version (`table-migrations.ts`).
  *
  * dynalite accepts the StreamSpecification but keeps no stream: locally the change
  * relay stands in for it.
@@ -127,8 +129,10 @@ export async function createJobTable(client: DynamoDBClient, tableName: string, 
     })),
     StreamSpecification: { StreamEnabled: true, StreamViewType: def.StreamSpecification.StreamViewType },
   };
+  let created = false;
   try {
     await client.send(new CreateTableCommand(input));
+    created = true;
   } catch (err) {
     if ((err as { name?: string }).name !== "ResourceInUseException") throw storeFailure(err, `create table ${tableName}`);
   }
@@ -137,11 +141,13 @@ export async function createJobTable(client: DynamoDBClient, tableName: string, 
     try {
       const { Table } = await client.send(new DescribeTableCommand({ TableName: tableName }));
       const indexesActive = (Table?.GlobalSecondaryIndexes ?? []).every((g) => g.IndexStatus === "ACTIVE");
-      if (Table?.TableStatus === "ACTIVE" && indexesActive) return;
+      if (Table?.TableStatus === "ACTIVE" && indexesActive) break;
     } catch (err) {
       if ((err as { name?: string }).name !== "ResourceNotFoundException") throw storeFailure(err, `describe table ${tableName}`);
     }
     if (Date.now() > deadline) throw storeFailure(new Error("table did not become ACTIVE in time"), `create table ${tableName}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+  // A table made here is at this code's schema version; one that existed keeps its own.
+  if (created) await migrateJobTable({ client, tableName }, { run: "all" });
 }

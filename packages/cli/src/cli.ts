@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import type { Scope } from "@mam/api";
@@ -7,13 +8,14 @@ import {
   EVENT_ACTIONS,
   isMamError,
   MamError,
+  type MigrationResult,
   parseConfig,
   parseSideEffects,
   REPORT_NAME,
   STAGED_REPORT_NAME,
   systemClock,
 } from "@mam/core";
-import { readCredentials } from "@mam/local";
+import { dataDirPaths, migrateDataDir, readCredentials } from "@mam/local";
 import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
 import { embeddedBackend, namedDataDir } from "./embedded-backend.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
@@ -386,6 +388,66 @@ session belongs to the name, so a renewed token of the same name keeps it.
         ...(name === undefined ? {} : { name }),
       });
       ctx.out(token, { token, scopes, ...(ttl === undefined ? {} : { ttl_seconds: ttl }), ...(name === undefined ? {} : { name }) });
+      return EXIT_OK;
+    },
+  },
+  migrate: {
+    summary: "bring a store to this mam's schema version (the data dir's database, or a DynamoDB table)",
+    usage: `mam migrate [--data-dir DIR] [--json]
+       mam migrate --table NAME [--region REGION] [--endpoint URL] [--json]
+
+Runs the storage's upgrade steps, in order, each recorded only once it completed:
+a run that was interrupted resumes where it stopped, and a second run does nothing.
+mam serve does this for its data dir at every start; the Lambda functions run a
+table's cheap steps themselves and refuse to start behind any other, naming this
+command. A store newer than this mam is refused (exit 1), naming both versions.
+
+--data-dir DIR (or MAM_DATA_DIR): the embedded job database, <dir>/mam.db.
+--table NAME: the DynamoDB job table, with the credentials of the AWS SDK's default
+chain; --region (else AWS_REGION), --endpoint (else MAM_DYNAMODB_ENDPOINT, for
+DynamoDB Local).
+
+--json prints {store, from, to, applied: [{version, describe}]}.`,
+    modes: "embedded",
+    options: { table: { type: "string" }, region: { type: "string" }, endpoint: { type: "string" } },
+    async run(v, ctx) {
+      const table = str(v.table);
+      let store: string;
+      let result: MigrationResult;
+      if (table !== undefined) {
+        const region = str(v.region) ?? ctx.io.env.AWS_REGION;
+        if (region === undefined || region === "") throw new MamError("input.invalid", "mam migrate --table needs --region or AWS_REGION");
+        const endpoint = str(v.endpoint) ?? ctx.config.aws.dynamodbEndpoint;
+        const [{ DynamoDBClient }, { migrateJobTable }] = await Promise.all([
+          import("@aws-sdk/client-dynamodb"),
+          import("@mam/aws/table-migrations"),
+        ]);
+        const client = new DynamoDBClient({ region, ...(endpoint === undefined ? {} : { endpoint }) });
+        try {
+          result = await migrateJobTable({ client, tableName: table }, { run: "all" });
+        } finally {
+          client.destroy();
+        }
+        store = `table ${table}`;
+      } else {
+        const dir = ctx.dataDir ?? resolve(ctx.config.dataDir);
+        // The CLI never creates a data dir (mam serve does): nothing there, nothing to upgrade.
+        if (!existsSync(dataDirPaths(dir).database)) {
+          throw new MamError(
+            "input.invalid",
+            `no job database at ${dataDirPaths(dir).database}: give --data-dir DIR (or MAM_DATA_DIR) of a service that has started once`,
+          );
+        }
+        result = migrateDataDir(dir);
+        store = dataDirPaths(dir).database;
+      }
+      const steps = result.applied.map((s) => `  ${s.version}: ${s.describe}`).join("\n");
+      ctx.out(
+        result.applied.length === 0
+          ? `${store}: at schema version ${result.to}, nothing to do`
+          : `${store}: schema version ${result.from} -> ${result.to}\n${steps}`,
+        { store, from: result.from, to: result.to, applied: result.applied },
+      );
       return EXIT_OK;
     },
   },

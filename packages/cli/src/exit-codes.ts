@@ -50,6 +50,8 @@ export const EXIT_CODES = {
   "service.unreachable": 2,
   "stream.tooMany": 2,
   "config.invalid": 1,
+  // A store older than the code (run `mam migrate`) or newer (run the newer mam): nothing was written.
+  "store.version": 1,
   internal: 1,
 } as const satisfies Record<ErrorCode, 1 | 2>;
 

@@ -27,6 +27,7 @@ import {
   JobFlushQueue,
   listenOn,
   MqttPublisher,
+  migrateDataDir,
   openDataDir,
   readCredentials,
   secureDataDir,
@@ -122,6 +123,12 @@ export async function startService(
   // older version left readable by others tightened: prompts and reports are private.
   const { tightened, walked } = secureDataDir(paths.root);
   if (tightened > 0) log(JSON.stringify({ level: "info", msg: "data dir made private", tightened, walked }));
+  // The job database at this code's schema version before anything listens: a newer
+  // one is refused here (store.version, exit 1), an older one upgraded step by step.
+  const migrated = migrateDataDir(paths.root);
+  if (migrated.applied.length > 0) {
+    log(JSON.stringify({ level: "info", msg: "job database upgraded", from: migrated.from, to: migrated.to, steps: migrated.applied }));
+  }
   const { credentials } = await ensureCredentials(paths.root);
 
   // The service's publisher. On the embedded broker it publishes in the broker's own

@@ -53,6 +53,7 @@ export const ERROR_TABLE = {
   "service.unreachable": { retryable: true, title: "The mam service could not be reached" },
   "stream.tooMany": { retryable: true, title: "This token already holds as many open streams as it may" },
   "config.invalid": { retryable: false, title: "The configuration is not valid" },
+  "store.version": { retryable: false, title: "The store's schema version is not the one this code runs on" },
   internal: { retryable: false, title: "Internal error" },
 } as const satisfies Record<string, { retryable: boolean; title: string }>;
 

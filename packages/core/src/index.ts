@@ -17,6 +17,7 @@ export * as policy from "./policy.ts";
 export { type Scenario, ScenarioSchema } from "./policy.ts";
 export * from "./ports.ts";
 export * from "./quotas.ts";
+export * from "./schema-versions.ts";
 export * from "./schemas.ts";
 export * from "./services.ts";
 export * from "./store-guard.ts";

@@ -1,12 +1,13 @@
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { type DiskSpace, guardJobStore, type JobStore, MamError } from "@mam/core";
+import { type DiskSpace, guardJobStore, type JobStore, MamError, type MigrationResult } from "@mam/core";
 import type Database from "better-sqlite3";
 import { CachedJobStore } from "./cached-job-store.ts";
 import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
+import { migrateDatabaseFile } from "./sqlite-migrations.ts";
 
 /** The data dir and everything under it are for this user alone: no bit for group or others. */
 const DATA_DIR_MODE = 0o700;
@@ -47,6 +48,17 @@ export function openEmbeddedJobStore(database: string | Database.Database): { jo
     jobs: guardJobStore(new CachedJobStore(sqlite, { version: () => sqlite.dataVersion() })),
     close: () => sqlite.close(),
   };
+}
+
+/**
+ * Bring the data dir's job database to this code's schema version (made, 0600, if
+ * absent), or refuse it (`store.version`) when it is newer than this code: what
+ * `mam serve` does first, before it listens on anything, and `mam migrate --data-dir`.
+ */
+export function migrateDataDir(dir: string): MigrationResult {
+  const p = dataDirPaths(dir);
+  closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
+  return migrateDatabaseFile(p.database);
 }
 
 /**

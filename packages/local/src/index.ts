@@ -1,6 +1,14 @@
 export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.ts";
 export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
-export { type Credentials, dataDirPaths, openDataDir, openEmbeddedJobStore, readCredentials, secureDataDir } from "./data-dir.ts";
+export {
+  type Credentials,
+  dataDirPaths,
+  migrateDataDir,
+  openDataDir,
+  openEmbeddedJobStore,
+  readCredentials,
+  secureDataDir,
+} from "./data-dir.ts";
 export { statfsDiskSpace } from "./disk-space.ts";
 export {
   CONNACK,
@@ -20,3 +28,4 @@ export { ensurePortsFree, type ListenTarget, listenOn, portRefusal } from "./lis
 export { MqttPublisher, type MqttPublisherOptions } from "./mqtt-publisher.ts";
 export { connectionCap, softOpenFileLimit } from "./open-files.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";
+export { migrateDatabaseFile, migrateSqlite, SQLITE_SCHEMA_VERSION, SQLITE_STEPS, sqliteSchemaVersion } from "./sqlite-migrations.ts";

@@ -29,6 +29,7 @@ import {
   storedFeedPage,
 } from "@mam/core";
 import Database from "better-sqlite3";
+import { migrateSqlite, OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
 
 type WriteOutcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
 
@@ -105,19 +106,13 @@ export class SqliteJobStore implements JobStore {
       this.#db.pragma("journal_size_limit = 67108864");
       this.#db.pragma("mmap_size = 268435456");
     }
-    this.#db.exec(SCHEMA);
-    // Databases made before the owed columns below existed get them here.
-    const columns = new Set((this.#db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
-    for (const column of ["owed_quarantined_id", "owed_revision", "feed_before"]) {
-      if (!columns.has(column)) this.#db.exec(`ALTER TABLE jobs ADD COLUMN ${column} TEXT NULL`);
-    }
-    this.#db.exec(OWED_INDEXES);
-    // The change feed (made here for a database from before it: the feed starts when it does).
-    this.#db.exec(CHANGES_SCHEMA);
-    // Version 1: every record carries evidence_seq (records made before it existed are at 0).
-    if ((this.#db.pragma("user_version", { simple: true }) as number) < 1) {
-      this.#db.exec(`UPDATE jobs SET doc = json_set(doc, '$.evidence_seq', 0) WHERE json_type(doc, '$.evidence_seq') IS NULL;
-        PRAGMA user_version = 1;`);
+    // The layout, brought to this code's version: one transaction per step, refused
+    // (store.version) when the file is newer than this code (sqlite-migrations.ts).
+    try {
+      migrateSqlite(this.#db);
+    } catch (e) {
+      this.#db.close();
+      throw storeError(e);
     }
   }
 
@@ -658,54 +653,6 @@ export class SqliteJobStore implements JobStore {
   }
 }
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS jobs (
-  job_id TEXT PRIMARY KEY,
-  status TEXT NOT NULL,
-  transition_seq INTEGER NOT NULL,
-  created_at TEXT NOT NULL,
-  updated_at TEXT NOT NULL,
-  owed_intent_id TEXT NULL,
-  owed_at TEXT NULL,
-  doc TEXT NOT NULL CHECK (json_valid(doc)),
-  owed_quarantined_id TEXT NULL,
-  owed_revision TEXT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, updated_at, job_id);
-DROP INDEX IF EXISTS jobs_by_updated;
-DROP INDEX IF EXISTS jobs_owed;
-CREATE TABLE IF NOT EXISTS dispatches (
-  job_id TEXT NOT NULL,
-  attempt_id INTEGER NOT NULL,
-  doc TEXT NOT NULL CHECK (json_valid(doc)),
-  PRIMARY KEY (job_id, attempt_id)
-);
-CREATE TABLE IF NOT EXISTS events (
-  rowid INTEGER PRIMARY KEY,
-  job_id TEXT NOT NULL,
-  id TEXT NOT NULL,
-  at TEXT NOT NULL,
-  doc TEXT NOT NULL CHECK (json_valid(doc)),
-  UNIQUE (job_id, id)
-);
-CREATE INDEX IF NOT EXISTS events_by_time ON events (job_id, at, id);
-`;
-
-/**
- * The change feed: one row per change a write made (core's `changeRowsOf`), `row` the
- * row's JSON without its cursor, time and job. AUTOINCREMENT: a cursor is never
- * reused, even after the newest rows were deleted.
- */
-const CHANGES_SCHEMA = `
-CREATE TABLE IF NOT EXISTS changes (
-  cursor INTEGER PRIMARY KEY AUTOINCREMENT,
-  job_id TEXT NOT NULL,
-  at TEXT NOT NULL,
-  row TEXT NOT NULL CHECK (json_valid(row))
-);
-CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);
-`;
-
 /**
  * What `changeRowsOf` reads of the record before a transition or an evidence write,
  * as the write's own assignment computes it from the old row (into `feed_before`,
@@ -736,17 +683,6 @@ function decodeFeedPosition(position: string): number {
   if (!Number.isSafeInteger(n)) throw invalidCursor();
   return n;
 }
-
-/**
- * The two parts of the owed index. A query is served by a partial index only when its
- * WHERE names the index's own condition, so both are spelled once, here.
- */
-const OWED_DUE = "owed_intent_id IS NOT NULL AND owed_quarantined_id IS NOT owed_intent_id";
-const OWED_QUARANTINED = "owed_quarantined_id = owed_intent_id";
-const OWED_INDEXES = `
-CREATE INDEX IF NOT EXISTS jobs_owed_due ON jobs (owed_at, job_id) WHERE ${OWED_DUE};
-CREATE INDEX IF NOT EXISTS jobs_owed_quarantined ON jobs (owed_at, job_id) WHERE ${OWED_QUARANTINED};
-`;
 
 interface OwedRow {
   readonly doc: string;
