@@ -1,27 +1,23 @@
 /**
  * `npm run test:d1`: the SQL driver contract on Cloudflare's D1, the real engine
  * (workerd, the runtime Workers run on, with D1's SQLite inside a Durable Object),
- * run locally by Miniflare and driven from Node: the driver talks to the binding
- * Miniflare hands out (`getD1Database`), which forwards each call into workerd. Nothing
+ * run locally by Miniflare and driven from Node: D1Driver runs here, in Node, and each
+ * batch is run by a Worker inside workerd on its D1 binding (`d1-binding.ts`). Nothing
  * here imitates D1. Then what the engine itself refuses, without the driver in front,
  * so the seam's limits are checked against D1's own (docs/adapters.md, "The SQL
  * driver seam").
  */
 import { D1Driver, SQL_LIMITS, sql } from "@mam/local";
-import { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sqlDriverContract } from "../contract/sql-driver.suite.ts";
+import { type D1Peer, startD1 } from "./d1-binding.ts";
 
-let miniflare: Miniflare | undefined;
+let peer: Promise<D1Peer> | undefined;
 
 /** One Miniflare (one workerd process) per file; each test gets the database emptied of the last one's tables. */
 async function database() {
-  miniflare ??= new Miniflare({
-    modules: true,
-    script: "export default { fetch() { return new Response(null, { status: 404 }); } }",
-    d1Databases: { DB: "mam-d1-contract" },
-  });
-  return miniflare.getD1Database("DB");
+  peer ??= startD1();
+  return (await peer).db;
 }
 
 async function dropTables(): Promise<void> {
@@ -33,7 +29,7 @@ async function dropTables(): Promise<void> {
 }
 
 afterAll(async () => {
-  await miniflare?.dispose();
+  await (await peer)?.dispose();
 });
 
 sqlDriverContract("D1 (Miniflare, workerd)", async () => {
@@ -70,7 +66,7 @@ describe("D1 itself (Miniflare), without the driver's checks in front", () => {
         .prepare(`SELECT ${Array.from({ length: n }, (_, i) => `? AS p${i}`).join(", ")}`)
         .bind(...Array.from({ length: n }, () => 1))
         .all();
-    const row = (await select(SQL_LIMITS.paramsPerStatement)).results[0] as Record<string, unknown>;
+    const row = (await select(SQL_LIMITS.paramsPerStatement)).results?.[0] as Record<string, unknown>;
     expect(Object.keys(row)).toHaveLength(SQL_LIMITS.paramsPerStatement);
     expect(await refusal(select(SQL_LIMITS.paramsPerStatement + 1))).toMatch(/too many SQL variables/);
   });
@@ -84,11 +80,11 @@ describe("D1 itself (Miniflare), without the driver's checks in front", () => {
 
   it("stores a value at the documented value size, and refuses a row well past it (SQLITE_TOOBIG)", async () => {
     const db = await database();
-    await db.prepare("CREATE TABLE sized (a TEXT, b TEXT)").run();
-    await db.prepare("INSERT INTO sized (a) VALUES (?)").bind("x".repeat(SQL_LIMITS.valueBytes)).run();
+    await db.prepare("CREATE TABLE sized (a TEXT, b TEXT)").all();
+    await db.prepare("INSERT INTO sized (a) VALUES (?)").bind("x".repeat(SQL_LIMITS.valueBytes)).all();
     // Two values, each inside the value size, making a row past it: only the store can keep rows small.
     const half = "y".repeat(SQL_LIMITS.valueBytes * 0.75);
-    expect(await refusal(db.prepare("INSERT INTO sized (a, b) VALUES (?, ?)").bind(half, half).run())).toMatch(/too big|SQLITE_TOOBIG/);
+    expect(await refusal(db.prepare("INSERT INTO sized (a, b) VALUES (?, ?)").bind(half, half).all())).toMatch(/too big|SQLITE_TOOBIG/);
   });
 
   it("refuses an expression deeper than 100 (a sum of 101 terms): a store builds no long chains of AND or +", async () => {
@@ -101,11 +97,11 @@ describe("D1 itself (Miniflare), without the driver's checks in front", () => {
   it("has no interactive transaction: BEGIN and SAVEPOINT are refused; the batch is the only atomic unit", async () => {
     const db = await database();
     expect(await refusal(db.batch([db.prepare("BEGIN"), db.prepare("SELECT 1")]))).toMatch(/transaction/i);
-    expect(await refusal(db.prepare("SAVEPOINT s").run())).toMatch(/transaction|SAVEPOINT/i);
+    expect(await refusal(db.prepare("SAVEPOINT s").all())).toMatch(/transaction|SAVEPOINT/i);
   });
 
   it("refuses TEMP tables (SQLITE_AUTH): the old values a write captures live in a column of the row, not in a scratch table", async () => {
     const db = await database();
-    expect(await refusal(db.prepare("CREATE TEMP TABLE scratch (v TEXT)").run())).toMatch(/not authorized|SQLITE_AUTH/);
+    expect(await refusal(db.prepare("CREATE TEMP TABLE scratch (v TEXT)").all())).toMatch(/not authorized|SQLITE_AUTH/);
   });
 });

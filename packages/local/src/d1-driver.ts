@@ -48,15 +48,6 @@ export interface D1ResultLike {
 export class D1Driver implements SqlDriver {
   readonly engine = ENGINE;
   readonly #db: D1DatabaseLike;
-  /**
-   * The prepared statements of each batch or query until D1 answers it. In a Worker
-   * this changes nothing. Driven from Node, Miniflare's binding is a proxy: each
-   * prepared statement lives in workerd, and Node frees it there when its proxy is
-   * garbage-collected. A statement nothing in Node referenced once the batch was sent
-   * could be freed before workerd read the batch naming it (seen once in about 250
-   * races of 32: `AssertionError: false == true` in Miniflare's proxy.worker.ts).
-   */
-  readonly #inFlight = new Set<readonly D1PreparedStatementLike[]>();
 
   constructor(db: D1DatabaseLike) {
     this.#db = db;
@@ -65,30 +56,25 @@ export class D1Driver implements SqlDriver {
   async batch(statements: readonly SqlStatement[]): Promise<SqlResult[]> {
     for (const [index, statement] of statements.entries()) checkStatement(ENGINE, statement, index);
     if (statements.length === 0) return [];
-    const prepared = statements.map((s) => this.#db.prepare(s.sql).bind(...s.params));
     let results: D1ResultLike[];
-    this.#inFlight.add(prepared);
     try {
-      results = await this.#db.batch(prepared);
+      results = await this.#db.batch(statements.map((s) => this.#db.prepare(s.sql).bind(...s.params)));
     } catch (error) {
       throw engineError(error);
-    } finally {
-      this.#inFlight.delete(prepared);
     }
     return results.map((result) => ({ rows: (result.results ?? []) as SqlRow[], changes: result.meta.changes ?? 0 }));
   }
 
   async query(sql: string, params: readonly SqlValue[] = []): Promise<SqlRow[]> {
     checkStatement(ENGINE, { sql, params });
-    const prepared = [this.#db.prepare(sql).bind(...params)] as const;
-    this.#inFlight.add(prepared);
     try {
-      const result = await prepared[0].all();
+      const result = await this.#db
+        .prepare(sql)
+        .bind(...params)
+        .all();
       return (result.results ?? []) as SqlRow[];
     } catch (error) {
       throw engineError(error);
-    } finally {
-      this.#inFlight.delete(prepared);
     }
   }
 
