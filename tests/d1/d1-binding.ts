@@ -11,7 +11,7 @@ import { Miniflare } from "miniflare";
  *
  * Why not Miniflare's own `getD1Database()` from Node: that is a proxy whose prepared
  * statements live in workerd and are freed there when Node garbage-collects their
- * proxies, and under the race suite it failed about once in 250 races of 32 with
+ * proxies, and under the race suite it failed three times in about 800 trials of 32 racers with
  * `AssertionError: false == true` in Miniflare's proxy.worker.ts (a batch naming a
  * statement already freed), even with every statement still referenced. That is the
  * test tool's bridge, not D1; this path has no bridge objects to free.

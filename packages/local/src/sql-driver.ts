@@ -60,9 +60,10 @@ export interface SqlResult {
   /** Its rows: a query's, or what `RETURNING` returned; `[]` for any other statement. */
   readonly rows: SqlRow[];
   /**
-   * The rows the statement itself inserted, updated or deleted (not a trigger's; 0
-   * for a query). With `RETURNING`, equal to `rows.length`. A conditional write
-   * learns here whether its condition held.
+   * The rows the statement inserted, updated or deleted (0 for a query). With
+   * `RETURNING`, equal to `rows.length`. A conditional write learns here whether its
+   * condition held. Stores on this seam use no triggers: better-sqlite3 leaves a
+   * trigger's rows out of this count, and D1 under Miniflare counts them in.
    */
   readonly changes: number;
 }
