@@ -240,6 +240,37 @@ export function sqlDriverContract(name: string, make: () => Promise<SqlDriverFix
       expect(rows[0]?.body === body).toBe(true);
     });
 
+    it("concurrent batches on one driver stay units of their own: the one that fails leaves nothing, the others commit", async () => {
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 8 }, (_, i) =>
+          driver.batch([
+            sql("INSERT INTO jobs (job_id, status, seq) VALUES (?, 'pending', 0)", `unit-${i}`),
+            sql("INSERT INTO changes (job_id, to_status, token) VALUES (?, 'pending', ?)", `unit-${i}`, i === 3 ? "unit-0" : `unit-${i}`),
+          ]),
+        ),
+      );
+      expect(outcomes.map((o) => o.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+        "fulfilled",
+        "fulfilled",
+        "fulfilled",
+      ]);
+      expect(outcomes[3]?.status === "rejected" && outcomes[3].reason).toBeInstanceOf(SqlBatchError);
+      expect((await driver.query("SELECT job_id FROM jobs ORDER BY job_id")).map((r) => r.job_id)).toEqual([
+        "unit-0",
+        "unit-1",
+        "unit-2",
+        "unit-4",
+        "unit-5",
+        "unit-6",
+        "unit-7",
+      ]);
+      expect(await count("changes")).toBe(7);
+    });
     it(
       `${RACERS} concurrent batches racing for one conditional transition: exactly one wins, and only its feed row commits (${TRIALS} trials)`,
       async () => {

@@ -17,16 +17,18 @@ function connect(file: string): Database.Database {
 // batch runs to its end synchronously); what the race proves here is that the
 // conditional write and the token-keyed feed row stay one unit per batch across
 // connections. On D1 (tests/d1/) the racers are concurrent requests.
-sqlDriverContract("better-sqlite3 (temp file, WAL)", async () => {
-  const dir: TempDir = await tempDir("sql-driver");
-  const file = path.join(dir.dir, "mam.db");
-  const driver = new BetterSqliteDriver(connect(file));
-  return {
-    driver,
-    racer: async () => new BetterSqliteDriver(connect(file)),
-    close: async () => {
-      await driver.close();
-      await dir.remove();
-    },
-  };
-});
+for (const groupCommit of [true, false]) {
+  sqlDriverContract(`better-sqlite3 (temp file, WAL, ${groupCommit ? "group commit" : "a transaction per batch"})`, async () => {
+    const dir: TempDir = await tempDir("sql-driver");
+    const file = path.join(dir.dir, "mam.db");
+    const driver = new BetterSqliteDriver(connect(file), { groupCommit });
+    return {
+      driver,
+      racer: async () => new BetterSqliteDriver(connect(file), { groupCommit }),
+      close: async () => {
+        await driver.close();
+        await dir.remove();
+      },
+    };
+  });
+}

@@ -24,6 +24,14 @@ const STATEMENT_CACHE_SIZE = 512;
  * (`SQL_LIMITS`, D1's) are held here too, so a store tested on this driver does not
  * build a statement D1 would refuse.
  *
+ * **Group commit** (as `SqliteJobStore` does today, and on by default): the batches
+ * handed over in one turn of the event loop are run, at its end, in one transaction,
+ * each batch in a savepoint of its own. Each batch is still its own unit: one that
+ * fails rolls back to its savepoint and rejects alone, and the others commit; a
+ * commit that fails rejects them all, none having committed. What is saved is a
+ * transaction (and, in WAL, a commit record) per batch under load. A batch resolves
+ * only once the group committed.
+ *
  * The connection is the caller's (opened, configured — WAL, `busy_timeout` — and
  * closed by `close()`).
  */
@@ -31,21 +39,70 @@ export class BetterSqliteDriver implements SqlDriver {
   readonly engine = ENGINE;
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Database.Statement>();
+  readonly #groupCommit: boolean;
+  /** One batch: a transaction of its own, or a savepoint when nested in `#groupTransaction`. */
   readonly #batch: Database.Transaction<(statements: readonly SqlStatement[]) => SqlResult[]>;
+  /** A group's batches in one transaction, each in its savepoint, each outcome kept. */
+  readonly #groupTransaction: Database.Transaction<(group: readonly PendingBatch[]) => BatchOutcome[]>;
+  /** The batches waiting for the group commit at the end of this turn. */
+  #group: PendingBatch[] | undefined;
 
-  constructor(db: Database.Database) {
+  constructor(db: Database.Database, options: { groupCommit?: boolean } = {}) {
     this.#db = db;
+    this.#groupCommit = options.groupCommit ?? true;
     this.#batch = db.transaction((statements: readonly SqlStatement[]) => statements.map((s) => this.#run(s)));
+    this.#groupTransaction = db.transaction((group: readonly PendingBatch[]) =>
+      group.map((pending): BatchOutcome => {
+        try {
+          return { ok: true, results: this.#batch(pending.statements) };
+        } catch (error) {
+          return { ok: false, error };
+        }
+      }),
+    );
   }
 
   async batch(statements: readonly SqlStatement[]): Promise<SqlResult[]> {
     for (const [index, statement] of statements.entries()) checkStatement(ENGINE, statement, index);
     if (statements.length === 0) return [];
-    try {
-      return this.#batch.immediate(statements);
-    } catch (error) {
-      throw engineError(error);
+    if (!this.#groupCommit) {
+      try {
+        return this.#batch.immediate(statements);
+      } catch (error) {
+        throw engineError(error);
+      }
     }
+    return new Promise<SqlResult[]>((resolve, reject) => {
+      if (this.#group === undefined) {
+        this.#group = [];
+        setImmediate(() => this.#commitGroup());
+      }
+      this.#group.push({ statements, resolve, reject });
+    });
+  }
+
+  /** Runs and commits the batches of this turn as one transaction; answers each. */
+  #commitGroup(): void {
+    const group = this.#group;
+    this.#group = undefined;
+    if (group === undefined) return;
+    let outcomes: readonly BatchOutcome[];
+    try {
+      // Alone in its turn, a batch is its own transaction, without a savepoint.
+      const [only] = group;
+      outcomes =
+        group.length === 1 && only !== undefined
+          ? [{ ok: true, results: this.#batch.immediate(only.statements) }]
+          : this.#groupTransaction.immediate(group);
+    } catch (error) {
+      for (const pending of group) pending.reject(engineError(error));
+      return;
+    }
+    group.forEach((pending, i) => {
+      const outcome = outcomes[i];
+      if (outcome?.ok) pending.resolve(outcome.results);
+      else pending.reject(engineError(outcome?.error));
+    });
   }
 
   async query(sql: string, params: readonly SqlValue[] = []): Promise<SqlRow[]> {
@@ -81,6 +138,14 @@ export class BetterSqliteDriver implements SqlDriver {
     return prepared;
   }
 }
+
+interface PendingBatch {
+  readonly statements: readonly SqlStatement[];
+  resolve(results: SqlResult[]): void;
+  reject(error: unknown): void;
+}
+
+type BatchOutcome = { readonly ok: true; readonly results: SqlResult[] } | { readonly ok: false; readonly error: unknown };
 
 function engineError(error: unknown): unknown {
   if (!(error instanceof Error) || error.name !== "SqliteError") return error;
