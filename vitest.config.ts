@@ -5,8 +5,14 @@ export default defineConfig({
     include: ["tests/**/*.test.ts"],
     // tests/engine/ needs AWS's own engines (Java for DynamoDB Local, cfn-lint): the
     // `test:aws-engine` tier runs it (vitest.engine.config.ts); `npm test` needs neither.
+    // tests/d1/ runs D1 through Miniflare (workerd): the `test:d1` tier (vitest.d1.config.ts).
     // The long ones (tests/reliability) run in their own tier only: npm run test:reliability sets MAM_RELIABILITY.
-    exclude: [...configDefaults.exclude, "tests/engine/**", ...(process.env.MAM_RELIABILITY ? [] : ["tests/reliability/**"])],
+    exclude: [
+      ...configDefaults.exclude,
+      "tests/engine/**",
+      "tests/d1/**",
+      ...(process.env.MAM_RELIABILITY ? [] : ["tests/reliability/**"]),
+    ],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: "forks",

@@ -43,6 +43,7 @@ export const HTTP_STATUS = {
   "publish.refused": 502,
   "publish.tooLarge": 500,
   "store.unavailable": 503,
+  "store.unsupported": 500,
   "store.insufficientSpace": 507,
   "service.unreachable": 503,
   "stream.tooMany": 429,

@@ -46,6 +46,9 @@ export const EXIT_CODES = {
   "publish.refused": 2,
   "publish.tooLarge": 2,
   "store.unavailable": 2,
+  // The engine refused the statement as built (a limit of D1's, say): nothing was
+  // written, and retrying does not help. Not 2: the store was reached.
+  "store.unsupported": 1,
   "store.insufficientSpace": 2,
   "service.unreachable": 2,
   "stream.tooMany": 2,

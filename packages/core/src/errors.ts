@@ -46,6 +46,7 @@ export const ERROR_TABLE = {
   "publish.refused": { retryable: true, title: "The broker refused the publish" },
   "publish.tooLarge": { retryable: false, title: "The notification payload is too large for the broker" },
   "store.unavailable": { retryable: true, title: "The store could not be reached or throttled the request" },
+  "store.unsupported": { retryable: false, title: "The store's engine cannot run this write or read as built" },
   "store.insufficientSpace": {
     retryable: true,
     title: "The store's disk is below the floor kept for the service's own records",

@@ -1,5 +1,6 @@
 export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.ts";
 export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
+export { type D1DatabaseLike, D1Driver, type D1PreparedStatementLike, type D1ResultLike } from "./d1-driver.ts";
 export {
   type Credentials,
   dataDirPaths,
@@ -27,5 +28,17 @@ export { FILE_STORE_SCHEME, FileReportStore, type FileReportStoreOptions } from 
 export { ensurePortsFree, type ListenTarget, listenOn, portRefusal } from "./listen.ts";
 export { MqttPublisher, type MqttPublisherOptions } from "./mqtt-publisher.ts";
 export { connectionCap, softOpenFileLimit } from "./open-files.ts";
+export {
+  checkStatement,
+  SQL_LIMITS,
+  SqlBatchError,
+  type SqlDriver,
+  type SqlResult,
+  type SqlRow,
+  type SqlStatement,
+  type SqlValue,
+  sql,
+} from "./sql-driver.ts";
+export { BetterSqliteDriver } from "./sqlite-driver.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";
 export { migrateDatabaseFile, migrateSqlite, SQLITE_SCHEMA_VERSION, SQLITE_STEPS, sqliteSchemaVersion } from "./sqlite-migrations.ts";
