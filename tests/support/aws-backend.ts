@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
-import { CreateBucketCommand } from "@aws-sdk/client-s3";
-import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
+import { CreateBucketCommand, GetObjectTaggingCommand, ListObjectsV2Command } from "@aws-sdk/client-s3";
+import { createJobTable, DynamoJobStore, IotPublisher, RETIRED_TAG, S3ReportStore } from "@mam/aws";
 import { guardJobStore, type JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { type DynamoPeer, type IotStandIn, type S3rverPeer, startDynamoPeer, startIotStandIn, startS3rver } from "./aws-peers.ts";
@@ -98,4 +98,26 @@ export async function startAwsPeers(): Promise<AwsPeers> {
       await Promise.all([dynamo.close(), s3.close()]);
     },
   };
+}
+
+/**
+ * The objects under an attempt's evidence prefix, each with whether it carries the
+ * retire tag. S3 never removes a retired copy itself (the functions may not delete
+ * evidence): it tags it, and the bucket's lifecycle rule expires it. s3rver keeps
+ * tags but runs no lifecycle rule, so here a retired copy is shown tagged, never gone.
+ */
+export async function taggedObjects(
+  peers: AwsPeers,
+  ports: { readonly bucket: string },
+  evidence: string,
+): Promise<{ name: string; retired: boolean }[]> {
+  const listed = await peers.s3.client.send(new ListObjectsV2Command({ Bucket: ports.bucket, Prefix: `${evidence}/` }));
+  return Promise.all(
+    (listed.Contents ?? []).map(async (o) => {
+      const key = o.Key as string;
+      const tags = await peers.s3.client.send(new GetObjectTaggingCommand({ Bucket: ports.bucket, Key: key }));
+      const retired = (tags.TagSet ?? []).some((t) => t.Key === RETIRED_TAG.Key && t.Value === RETIRED_TAG.Value);
+      return { name: key.slice(evidence.length + 1), retired };
+    }),
+  );
 }

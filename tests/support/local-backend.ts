@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import type { JobStore } from "@mam/core";
 import { FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
@@ -55,4 +55,14 @@ export async function localPorts(opts: { publisher: "working" | "unreachable"; r
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The files under an attempt's evidence directory (`reports/<job>/<attempt>/evidence`): the file store removes what it retires, so none is ever marked retired. */
+export async function pinnedFiles(ports: { readonly reportRoot: string }, evidence: string): Promise<{ name: string; retired: boolean }[]> {
+  const dir = path.join(ports.reportRoot, ...evidence.split("/"));
+  const names = await readdir(dir).catch((e: NodeJS.ErrnoException) => {
+    if (e.code === "ENOENT") return [];
+    throw e;
+  });
+  return names.map((name) => ({ name, retired: false }));
 }
