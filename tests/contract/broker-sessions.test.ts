@@ -59,6 +59,17 @@ describe("the embedded broker's persistent sessions belong to a logged-in name",
     return { topic: `mam/jobs/${jobId}/events`, payload: JSON.stringify({ event: "completed", job_id: jobId, id: randomUUID() }) };
   };
 
+  it("a session store that cannot be opened (another broker holds it) is store.unavailable naming the store and LevelDB's reason", async () => {
+    const dir = await tempDir("held-sessions");
+    cleanup.push(() => dir.remove());
+    const sessionsDir = `${dir.dir}/broker`;
+    await start(sessionsDir);
+    await expect(start(sessionsDir)).rejects.toMatchObject({
+      code: "store.unavailable",
+      message: expect.stringMatching(new RegExp(`^the broker's session store ${sessionsDir} could not be opened: .*LOCK`)),
+    });
+  });
+
   it("an anonymous client, or another name, with the owner's client id is refused (CONNACK 2); the owner's renewed token gets every queued message after a restart", async () => {
     const dir = await tempDir("owned-sessions");
     cleanup.push(() => dir.remove());

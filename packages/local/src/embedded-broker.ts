@@ -360,8 +360,14 @@ export async function startEmbeddedBroker(options: EmbeddedBrokerOptions): Promi
   let sessions: Level<string, Buffer> | undefined;
   if (options.sessionsDir !== undefined) {
     mkdirSync(options.sessionsDir, { recursive: true, mode: SESSIONS_DIR_MODE });
-    sessions = new Level<string, Buffer>(options.sessionsDir);
-    await sessions.open();
+    const at = options.sessionsDir;
+    sessions = new Level<string, Buffer>(at);
+    // LevelDB's own reason (a full disk, another process holding the LOCK) is in the
+    // error's cause; its message alone says only "Database failed to open".
+    await sessions.open().catch((e: unknown) => {
+      const cause = e instanceof Error && e.cause instanceof Error ? e.cause.message : e instanceof Error ? e.message : String(e);
+      throw new MamError("store.unavailable", `the broker's session store ${at} could not be opened: ${cause}`);
+    });
   }
   const closeSessions = async () => {
     await sessions?.close();
