@@ -321,6 +321,17 @@ export class DynamoJobStore implements JobStore {
   }
 
   /**
+   * A write of the job item alone whose condition may lose: false when it lost to the
+   * item as it stands (DynamoDB hands that item back with the failure; dynalite does
+   * not, so it is read), `job.notFound` when there is no item, else the store's failure.
+   */
+  async #lostOrMissing(err: unknown, jobId: string, what: string): Promise<false> {
+    if (!isConditionalFailure(err)) throw storeFailure(err, what);
+    if ((recordFromConditionFailure(err) ?? (await this.#read(jobId))) === undefined) throw notFound(jobId);
+    return false;
+  }
+
+  /**
    * One `UpdateItem` of the lease's attribute alone (SET or REMOVE), conditional on it:
    * free (absent, `expires_at <= :freeAt` as ISO strings of one format, or an older
    * attempt's, on a job that is not terminal) or held by `:id`. Like `chargeUsage`, it
@@ -350,6 +361,7 @@ export class DynamoJobStore implements JobStore {
           TableName: this.tableName,
           Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: lease === null ? "REMOVE #lease" : "SET #lease = :lease",
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
           ConditionExpression: `attribute_exists(pk) AND (${condition})`,
           ExpressionAttributeNames: names,
           ...(Object.keys(values).length === 0 ? {} : { ExpressionAttributeValues: values }),
@@ -357,9 +369,7 @@ export class DynamoJobStore implements JobStore {
       );
       return true;
     } catch (err) {
-      if (!isConditionalFailure(err)) throw storeFailure(err, `hold the ${kind} lease of job ${jobId}`);
-      if ((await this.#read(jobId)) === undefined) throw notFound(jobId);
-      return false;
+      return this.#lostOrMissing(err, jobId, `hold the ${kind} lease of job ${jobId}`);
     }
   }
 
@@ -378,15 +388,14 @@ export class DynamoJobStore implements JobStore {
           TableName: this.tableName,
           Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
           UpdateExpression: "SET agent_usage = :next",
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
           ConditionExpression: `attribute_exists(pk) AND (${events === 0 && bytes === 0 ? `attribute_not_exists(agent_usage) OR (${counted})` : counted})`,
           ExpressionAttributeValues: { ":next": next, ":events": events, ":bytes": bytes },
         }),
       );
       return true;
     } catch (err) {
-      if (!isConditionalFailure(err)) throw storeFailure(err, `charge the usage of job ${jobId}`);
-      if ((await this.#read(jobId)) === undefined) throw notFound(jobId);
-      return false;
+      return this.#lostOrMissing(err, jobId, `charge the usage of job ${jobId}`);
     }
   }
 

@@ -20,6 +20,11 @@ export class TransitionConflict extends MamError {
  * the record as it now stands and what the write required, say which requirement
  * failed, in the order a caller can act on.
  */
+/** The refusal of a report write on a terminal job: its report tree is frozen (`report.frozen`). */
+export function reportFrozen(job: Pick<JobRecord, "job_id" | "status">): MamError {
+  return new MamError("report.frozen", `job ${job.job_id} is ${job.status}: its report tree is frozen`);
+}
+
 export function conflictFor(
   current: JobRecord,
   expectedSeq: number | null,

@@ -1,3 +1,4 @@
+import { reportFrozen } from "./conflicts.ts";
 import type { Actor, Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { MamError } from "./errors.ts";
@@ -75,7 +76,7 @@ export async function takeLease(
 ): Promise<Lease> {
   for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
     const job = await getJob(deps, jobId);
-    if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
+    if (isTerminal(job.status)) throw reportFrozen(job);
     const now = deps.clock.now();
     const since = now.toISOString();
     const lease: Lease = {

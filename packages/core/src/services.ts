@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { utf8Bytes } from "./bounds.ts";
-import { conflictFor, TransitionConflict } from "./conflicts.ts";
+import { conflictFor, reportFrozen, TransitionConflict } from "./conflicts.ts";
 import type { Actor, Deps, Using } from "./deps.ts";
 import { getJob, TRANSITIONS, type TransitionInput, transitionJob } from "./engine.ts";
 import { isMamError, MamError } from "./errors.ts";
@@ -23,7 +23,7 @@ import {
   verifyPinnedReport,
 } from "./finalize.ts";
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
-import { releaseLease, takeLease, withLease } from "./leases.ts";
+import { releaseLease, withLease } from "./leases.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
 import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
@@ -103,24 +103,15 @@ const notDispatchedAgain = (job: JobRecord): MamError =>
  * report write checks the same in its own condition.
  */
 export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobId: string, attemptId: number): Promise<string> {
-  return (await writableAttemptOf(deps, jobId, attemptId)).location;
-}
-
-/** `writableAttempt`, with the record it read. */
-async function writableAttemptOf(
-  deps: Using<Pick<JobRecords, "get">>,
-  jobId: string,
-  attemptId: number,
-): Promise<{ location: string; job: JobRecord }> {
   const job = await getJob(deps, jobId);
-  if (isTerminal(job.status)) throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
+  if (isTerminal(job.status)) throw reportFrozen(job);
   if (job.latest_attempt !== attemptId) {
     if (job.latest_attempt === undefined || job.latest_attempt < attemptId) {
       throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attemptId}`);
     }
     throw conflictFor(job, null, NON_TERMINAL, { attempt: attemptId });
   }
-  return { location: attemptReportLocation(jobId, attemptId), job };
+  return attemptReportLocation(jobId, attemptId);
 }
 
 /**
@@ -546,8 +537,7 @@ export async function publishAgentEvent(
   if (input.finalize) validateSideEffects(input.finalize.sideEffects);
   const job = await getJob(deps, jobId);
   const action = EVENT_ACTIONS[input.event];
-  if (input.finalize && isTerminal(job.status))
-    throw new MamError("report.frozen", `job ${jobId} is ${job.status}: its report tree is frozen`);
+  if (input.finalize && isTerminal(job.status)) throw reportFrozen(job);
   // Refuse what the commit would refuse before writing anything: bad input changes
   // nothing, not its quota, not even an unreferenced pinned copy. (The commit still checks both.)
   const rule = TRANSITIONS[action];
@@ -555,30 +545,20 @@ export async function publishAgentEvent(
   if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
     throw conflictFor(job, stale, rule.from);
   }
+  if (input.finalize === undefined) return publishHoldingLease(deps, jobId, input, actor, opts, job, action);
   // A finalize holds the attempt's one finalize in progress (issue 17) from before
   // anything is written (the quota included) until its live names are written.
-  const lease =
-    input.finalize === undefined
-      ? undefined
-      : await takeLease(deps, jobId, {
-          kind: "finalize",
-          attemptId: input.finalize.attemptId,
-          seconds: deps.flags.leases.finalizeSeconds,
-          actor,
-        });
-  let result: PublishEventResult;
-  try {
+  const request = { kind: "finalize", attemptId: input.finalize.attemptId, seconds: deps.flags.leases.finalizeSeconds, actor } as const;
+  return withLease(deps, jobId, request, async (lease) => {
     // The pointer this finalize supersedes, read under its lease (no other finalize can
     // move it now): the record read above may predate a finalize that committed since.
-    const held = lease === undefined ? undefined : { lease, before: await getJob(deps, jobId) };
-    result = await publishHoldingLease(deps, jobId, input, actor, opts, job, action, held);
-  } finally {
-    if (lease !== undefined) await releaseLease(deps, jobId, "finalize", lease);
-  }
-  // The record as the commit wrote it carried this request's lease; the caller is
-  // answered after its release, so the answer does not show one that no longer holds.
-  const { finalize_in_progress: held, ...released } = result.record;
-  return held !== undefined && held.id === lease?.id ? { ...result, record: released } : result;
+    const before = await getJob(deps, jobId);
+    const result = await publishHoldingLease(deps, jobId, input, actor, opts, job, action, { lease, before });
+    // The record as the commit wrote it carries this request's lease; the caller is
+    // answered after its release, so the answer does not show one that no longer holds.
+    const { finalize_in_progress: held, ...released } = result.record;
+    return held?.id === lease.id ? { ...result, record: released } : result;
+  });
 }
 
 async function publishHoldingLease(

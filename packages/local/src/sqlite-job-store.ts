@@ -176,12 +176,17 @@ export class SqliteJobStore implements JobStore {
          AND coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?`,
         [JSON.stringify(next), jobId, prior?.events ?? 0, prior?.bytes ?? 0],
       );
-      if (result.changes === 1) return true;
-      if (this.#get("SELECT 1 AS one FROM jobs WHERE job_id = ?", [jobId]) === undefined) {
-        throw new MamError("job.notFound", `job ${jobId} does not exist`);
-      }
-      return false;
+      return this.#wroteOrLost(result.changes, jobId);
     });
+  }
+
+  /** A conditional write of the job's row alone: true if it wrote; false if its condition lost; `job.notFound` when there is no row. */
+  #wroteOrLost(changes: number, jobId: string): boolean {
+    if (changes === 1) return true;
+    if (this.#get("SELECT 1 AS one FROM jobs WHERE job_id = ?", [jobId]) === undefined) {
+      throw new MamError("job.notFound", `job ${jobId} does not exist`);
+    }
+    return false;
   }
 
   /**
@@ -206,11 +211,7 @@ export class SqliteJobStore implements JobStore {
                AND (json_extract(doc, '${path}.id') IS NULL OR json_extract(doc, '${path}.expires_at') <= ? OR json_extract(doc, '${path}.attempt_id') < ?)`,
               [...setArgs, jobId, ...NON_TERMINAL, expect.freeAt, lease?.attempt_id ?? 0],
             );
-      if (result.changes === 1) return true;
-      if (this.#get("SELECT 1 AS one FROM jobs WHERE job_id = ?", [jobId]) === undefined) {
-        throw new MamError("job.notFound", `job ${jobId} does not exist`);
-      }
-      return false;
+      return this.#wroteOrLost(result.changes, jobId);
     });
   }
 
