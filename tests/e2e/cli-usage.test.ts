@@ -5,7 +5,6 @@
  * command group answers --help; the README's table lists every command; the exit
  * code map is total; bin/mam prints nothing but the command's own output.
  */
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -18,10 +17,10 @@ import { MqttPublisher, openDataDir } from "@mam/local";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { deadPort } from "../support/dead-port.ts";
+import { runMam } from "../support/mam-process.ts";
 import { tempDir } from "../support/temp-dir.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const MAM = path.join(ROOT, "packages/cli/bin/mam.js");
 
 let root: string;
 beforeEach(async () => {
@@ -32,22 +31,7 @@ afterEach(async () => {
 });
 
 /** `node packages/cli/bin/mam.js ...` in `cwd`, with no MAM_* variable: its exit status and streams. */
-async function mamProcess(args: readonly string[], cwd: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [MAM, ...args], { cwd, env: { PATH: process.env.PATH ?? "" }, stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const status = await new Promise<number | null>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (c) => resolve(c));
-  });
-  return { status, stdout, stderr };
-}
+const mamProcess = (args: readonly string[], cwd: string) => runMam(args, { cwd });
 
 describe("e2e: the mam command", () => {
   it("a publish that fails after the commit names the broker's error in both modes; it exits 2 on the store (the command publishes) and 0 over the API (the service owes it)", async () => {

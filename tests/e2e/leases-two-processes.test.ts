@@ -5,19 +5,15 @@
  * third connection (this test's, standing for a process that crashed mid-finalize)
  * see the same. Nothing is timed: each lease is held until the test lets it go.
  */
-import { spawn } from "node:child_process";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { EXIT_CODES } from "@mam/cli";
 import { randomIds, releaseLease, systemClock, takeLease } from "@mam/core";
 import { openDataDir, readCredentials } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runMam } from "../support/mam-process.ts";
 import { type ServeProcess, startServeProcess } from "../support/serve-process.ts";
 import { tempDir } from "../support/temp-dir.ts";
-
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const MAM = path.join(ROOT, "packages/cli/bin/mam.js");
 
 let root: string;
 let dataDir: string;
@@ -37,26 +33,8 @@ afterAll(async () => {
 });
 
 /** `mam --data-dir <dir> ...` as its own process: exit status and streams. */
-async function mamDataDir(args: readonly string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [MAM, ...args, "--data-dir", dataDir, "--json"], {
-    cwd: root,
-    env: { PATH: process.env.PATH ?? "", MAM_MQTT_PORT: new URL(serve.mqttUrl).port },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const status = await new Promise<number | null>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (c) => resolve(c));
-  });
-  return { status, stdout, stderr };
-}
+const mamDataDir = (args: readonly string[]) =>
+  runMam([...args, "--data-dir", dataDir, "--json"], { cwd: root, env: { MAM_MQTT_PORT: new URL(serve.mqttUrl).port } });
 
 // biome-ignore lint/suspicious/noExplicitAny: a parsed JSON body, read field by field in assertions
 async function api(method: string, route: string, token: string, body?: unknown): Promise<{ status: number; body: any }> {

@@ -5,11 +5,11 @@
  * Java or any peer, so no Java is needed here). The port is really taken, by a
  * plain net server of this test.
  */
-import { spawn } from "node:child_process";
 import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runNode } from "../support/mam-process.ts";
 import { refusedServe } from "../support/serve-process.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
@@ -35,24 +35,13 @@ afterAll(async () => {
 
 /** `npm run offline`'s script, expected to refuse at once: its exit code and what it said. */
 async function refusedOffline(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/offline.ts")], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", MAM_DATA_DIR: path.join(tmp.dir, "offline"), ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    stderr += d.toString();
-  });
   // A check that failed to refuse would go on to start DynamoDB Local: stop it rather than hang.
-  const timer = setTimeout(() => child.kill("SIGKILL"), 20_000);
-  const code = await new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
-  clearTimeout(timer);
-  return { code, stdout, stderr };
+  const run = await runNode(["--import", "tsx", path.join(ROOT, "scripts/offline.ts")], {
+    cwd: ROOT,
+    env: { MAM_DATA_DIR: path.join(tmp.dir, "offline"), ...env },
+    killAfterMs: 20_000,
+  });
+  return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
 const lines = (text: string) => text.split("\n").filter((l) => l !== "");

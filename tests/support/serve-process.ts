@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { join } from "node:path";
+import { MAM } from "./mam-process.ts";
 
 /** `mam serve` as a child process, as `npm start` runs it, with what it wrote so far. */
 export interface ServeProcess {
@@ -16,7 +16,6 @@ export interface ServeProcess {
 }
 
 const ROOT = new URL("../..", import.meta.url).pathname;
-const MAM = join(ROOT, "packages/cli/bin/mam.js");
 
 export interface ServeOptions {
   /** The working directory (default: the repository root, as `npm start` runs it). */
