@@ -1,5 +1,6 @@
 import { type ErrorCode, MamError } from "./errors.ts";
 import type { EvidenceGuard } from "./ports.ts";
+import { type ExpectedSeq, NO_CONCURRENCY_CHECK } from "./record-write.ts";
 import { isTerminal, type JobRecord } from "./schemas.ts";
 
 /**
@@ -27,12 +28,12 @@ export function reportFrozen(job: Pick<JobRecord, "job_id" | "status">): MamErro
 
 export function conflictFor(
   current: JobRecord,
-  expectedSeq: number | null,
+  expectedSeq: ExpectedSeq,
   from: readonly string[],
   evidence: EvidenceGuard = {},
 ): TransitionConflict {
   const id = current.job_id;
-  if (expectedSeq !== null && current.transition_seq !== expectedSeq) {
+  if (expectedSeq !== NO_CONCURRENCY_CHECK && current.transition_seq !== expectedSeq) {
     return new TransitionConflict(
       "job.transitionConflict",
       `stale transition_seq: you expected ${expectedSeq}, but job ${id} is at ${current.transition_seq} (status ${current.status}); re-read it and decide again`,
@@ -40,7 +41,8 @@ export function conflictFor(
     );
   }
   if (!from.includes(current.status)) {
-    const code = isTerminal(current.status) && expectedSeq === null && evidence.bump ? "report.frozen" : "job.transitionRefused";
+    const code =
+      isTerminal(current.status) && expectedSeq === NO_CONCURRENCY_CHECK && evidence.bump ? "report.frozen" : "job.transitionRefused";
     const message =
       code === "report.frozen"
         ? `job ${id} is ${current.status}: its report tree and dispatches are frozen`

@@ -4,6 +4,7 @@ import { MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
 import { attemptReportLocation, type PreparedFinalize, verifyFinalizedEvidence } from "./finalize.ts";
 import type { EvidenceGuard, JobChange, JobRecords, OwedNotifications } from "./ports.ts";
+import { type ExpectedSeq, NO_CONCURRENCY_CHECK } from "./record-write.ts";
 import {
   type Action,
   type CompletedEvidence,
@@ -192,7 +193,7 @@ export async function transitionJob(
     });
   }
 
-  let expectedSeq: number | null;
+  let expectedSeq: ExpectedSeq;
   let nextSeq: number;
   let current: JobRecord | undefined;
   if (deps.flags.engineCas) {
@@ -207,7 +208,7 @@ export async function transitionJob(
     // Rollback path (MAM_ENGINE_CAS=0): the caller's expected_seq is not checked,
     // the status still is. The intent's seq comes from a fresh read; a writer that
     // lands between the read and the write makes it trail the record (documented).
-    expectedSeq = null;
+    expectedSeq = NO_CONCURRENCY_CHECK;
     current = await getJob(deps, jobId);
     nextSeq = current.transition_seq + 1;
   }

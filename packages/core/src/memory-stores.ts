@@ -1,46 +1,35 @@
 import { createHash } from "node:crypto";
-import { EVENT_PAGE_MAX_BYTES, invalidCursor } from "./bounds.ts";
-import { conflictFor } from "./conflicts.ts";
+import { invalidCursor } from "./bounds.ts";
 import { MamError } from "./errors.ts";
-import { type ChangeNote, type ChangeQuery, type ChangeRow, changeRowsOf } from "./feed.ts";
-import { leaseHolds } from "./leases.ts";
+import { type ChangeNote, type ChangeRow, changeRowsOf } from "./feed.ts";
 import {
-  type Clock,
-  type EvidenceChange,
-  evidenceWriteOf,
-  type FeedPage,
-  type JobChange,
-  type JobStore,
-  type LeaseExpectation,
-  type OwedQuery,
-  type Page,
-  type ReportStore,
-} from "./ports.ts";
-import {
-  type AgentUsage,
-  type DispatchRecord,
-  type EventLogEntry,
-  type JobRecord,
-  LEASE_FIELDS,
-  type Lease,
-  type LeaseKind,
-  type NotificationIntent,
-  type Status,
-} from "./schemas.ts";
+  type AtomicWrite,
+  type FeedQuery,
+  type JobListing,
+  JobStoreBase,
+  type JobStoreOptions,
+  type Position,
+  type StoreCapabilities,
+  type UpdateOutcome,
+} from "./persistence.ts";
+import type { Clock, FeedPage, ReportStore } from "./ports.ts";
+import { applyRecordWrite, type DerivedKeys, owedPlaceOf, type RecordWrite, sortableTime, writeHolds } from "./record-write.ts";
+import type { DispatchRecord, EventLogEntry, JobRecord } from "./schemas.ts";
 
 /**
  * Reference adapters: the ports kept in memory, with no I/O, for pure unit tests
  * (`tests/unit`). They pass the same contract suites as the SQLite, DynamoDB, file
  * and S3 adapters (`tests/contract/memory.test.ts`), so a unit test on them sees the
- * behaviour the real stores have; they are never part of a deployment. Like every
- * JobStore adapter, `MemoryJobStore` belongs behind `guardJobStore`.
+ * behaviour the real stores have; they are never part of a deployment.
  *
- * Every method runs to completion without awaiting anything, so each write is atomic
- * with respect to every other call: a conditional write here is the condition and
- * the write in one synchronous step. Records are copied in and out, so no caller can
+ * `MemoryJobStore` is the reference of `JobStoreBase`'s primitives: it evaluates each
+ * conditional write's conditions (`writeHolds`) and applies it (`applyRecordWrite`)
+ * as record-write.ts defines them, which the SQL and DynamoDB adapters compile. Every
+ * primitive runs to completion without awaiting anything, so each write is atomic
+ * with respect to every other call. Records are copied in and out, so no caller can
  * change what is stored, or what another caller was handed.
  */
-export class MemoryJobStore implements JobStore {
+export class MemoryJobStore extends JobStoreBase {
   readonly #jobs = new Map<string, JobRecord>();
   readonly #dispatches = new Map<string, DispatchRecord>();
   readonly #events = new Map<string, EventLogEntry[]>();
@@ -49,8 +38,13 @@ export class MemoryJobStore implements JobStore {
   readonly #clock: Clock;
 
   /** `clock` stamps each feed row's commit time (`at`); the system clock by default. */
-  constructor(options: { clock?: Clock } = {}) {
+  constructor(options: JobStoreOptions & { clock?: Clock } = {}) {
+    super(options);
     this.#clock = options.clock ?? { now: () => new Date() };
+  }
+
+  override get capabilities(): StoreCapabilities {
+    return { atomicMultiWrite: true };
   }
 
   /** Append the rows a committed write produces, in the same synchronous step as the write. */
@@ -61,13 +55,51 @@ export class MemoryJobStore implements JobStore {
     }
   }
 
-  async create(record: JobRecord, note?: ChangeNote): Promise<void> {
-    if (this.#jobs.has(record.job_id)) throw new MamError("job.exists", `job ${record.job_id} already exists`);
+  protected async insertRecord(record: JobRecord, _keys: Required<DerivedKeys>, note: ChangeNote): Promise<boolean> {
+    if (this.#jobs.has(record.job_id)) return false;
     this.#jobs.set(record.job_id, structuredClone(record));
     this.#record(undefined, record, note);
+    return true;
   }
 
-  async listChanges(query: ChangeQuery): Promise<FeedPage> {
+  protected async readRecord(jobId: string): Promise<JobRecord | undefined> {
+    const record = this.#jobs.get(jobId);
+    return record === undefined ? undefined : structuredClone(record);
+  }
+
+  protected async updateRecord(write: RecordWrite): Promise<UpdateOutcome> {
+    return this.#update(write);
+  }
+
+  #update(write: RecordWrite): UpdateOutcome {
+    const current = this.#jobs.get(write.jobId);
+    if (current === undefined || !writeHolds(current, write)) {
+      return { written: false, current: current === undefined ? undefined : structuredClone(current) };
+    }
+    const next = applyRecordWrite(current, write);
+    this.#jobs.set(write.jobId, next);
+    if (write.feed !== undefined) this.#record(current, next, write.feed);
+    return { written: true, record: structuredClone(next) };
+  }
+
+  /** Every condition first, then every write: all or nothing, in one synchronous step. */
+  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+    for (const w of writes) {
+      if (w.kind === "insertEvent") {
+        if ((this.#events.get(w.entry.job_id) ?? []).some((e) => e.id === w.entry.id)) return false;
+      } else {
+        const current = this.#jobs.get(w.write.jobId);
+        if (current === undefined || !writeHolds(current, w.write)) return false;
+      }
+    }
+    for (const w of writes) {
+      if (w.kind === "insertEvent") this.#append(w.entry);
+      else this.#update(w.write);
+    }
+    return true;
+  }
+
+  protected async queryFeed(query: FeedQuery): Promise<FeedPage> {
     let from = 0;
     if (query.after !== undefined) {
       from = /^(0|[1-9][0-9]{0,15})$/.test(query.after) ? Number(query.after) : Number.NaN;
@@ -77,146 +109,55 @@ export class MemoryJobStore implements JobStore {
     let position = from;
     for (const row of this.#changes.slice(from)) {
       if (items.length === query.limit) break;
-      if (query.upTo !== undefined && sortableTime(row.at) > sortableTime(query.upTo)) break;
+      if (query.upTo !== undefined && sortableTime(row.at) > query.upTo) break;
       position = Number(row.cursor);
       if (query.jobId === undefined || row.job_id === query.jobId) items.push(structuredClone(row));
     }
     return { items, cursor: String(position) };
   }
 
-  async get(jobId: string): Promise<JobRecord | undefined> {
-    const record = this.#jobs.get(jobId);
-    return record === undefined ? undefined : structuredClone(record);
+  protected async queryJobs(listing: JobListing, after: Position | undefined, limit: number): Promise<JobRecord[]> {
+    const keyed: [Position, JobRecord][] = [];
+    for (const r of this.#jobs.values()) {
+      if (listing.kind === "recent") {
+        if (listing.status === undefined || r.status === listing.status) keyed.push([[sortableTime(r.updated_at), r.job_id], r]);
+      } else if (r.pending_notification?.quarantined_at !== undefined) {
+        keyed.push([[sortableTime(r.pending_notification.quarantined_at), r.job_id], r]);
+      }
+    }
+    return keyed
+      .filter(([k]) => after === undefined || compare(k, after) < 0)
+      .sort(([a], [b]) => compare(b, a))
+      .slice(0, limit)
+      .map(([, r]) => structuredClone(r));
   }
 
-  async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
-    return this.#update(jobId, expectedSeq, change, true);
-  }
-
-  async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, evidenceWriteOf(change), false);
-  }
-
-  #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): JobRecord {
-    const current = this.#jobs.get(jobId);
-    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    const evidence = change.evidence ?? {};
-    const latest = current.latest_attempt;
-    const holds =
-      (expectedSeq === null || current.transition_seq === expectedSeq) &&
-      change.from.includes(current.status) &&
-      (evidence.seq === undefined || current.evidence_seq === evidence.seq) &&
-      (evidence.attempt === undefined || latest === evidence.attempt) &&
-      (evidence.currentAttempt === undefined || latest === undefined || latest === evidence.currentAttempt) &&
-      (evidence.newAttempt === undefined || (latest ?? 0) < evidence.newAttempt);
-    if (!holds) throw conflictFor(structuredClone(current), expectedSeq, change.from, evidence);
-
-    const next: Record<string, unknown> = { ...current };
-    for (const field of change.unset ?? []) delete next[field];
-    for (const [field, value] of Object.entries(change.set)) if (value !== undefined) next[field] = structuredClone(value);
-    if (evidence.newAttempt !== undefined) next.latest_attempt = evidence.newAttempt;
-    if (bumpTransition) next.transition_seq = current.transition_seq + 1;
-    if (evidence.bump) next.evidence_seq = current.evidence_seq + 1;
-    const record = next as JobRecord;
-    this.#jobs.set(jobId, record);
-    this.#record(current, record, change.note);
-    return structuredClone(record);
-  }
-
-  async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
-    const current = this.#jobs.get(jobId);
-    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    const stored = current.agent_usage;
-    if ((stored?.events ?? 0) !== (prior?.events ?? 0) || (stored?.bytes ?? 0) !== (prior?.bytes ?? 0)) return false;
-    this.#jobs.set(jobId, { ...current, agent_usage: structuredClone(next) });
-    return true;
-  }
-
-  async holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
-    const current = this.#jobs.get(jobId);
-    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    if (!leaseHolds(current, kind, lease, expect)) return false;
-    const next: Record<string, unknown> = { ...current };
-    if (lease === null) delete next[LEASE_FIELDS[kind]];
-    else next[LEASE_FIELDS[kind]] = structuredClone(lease);
-    this.#jobs.set(jobId, next as JobRecord);
-    return true;
-  }
-
-  async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
-    const current = this.#jobs.get(jobId);
-    if (current === undefined) throw new MamError("job.notFound", `job ${jobId} does not exist`);
-    const next = { ...current, pending_notification: structuredClone(intent) };
-    this.#jobs.set(jobId, next);
-    this.#record(current, next, note);
-  }
-
-  async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
-    const current = this.#jobs.get(jobId);
-    if (current?.pending_notification?.id !== intent.id) return false;
-    const next = { ...current, pending_notification: structuredClone(intent) };
-    this.#jobs.set(jobId, next);
-    this.#record(current, next, note);
-    return true;
-  }
-
-  async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
-    // No await between the two: nothing else runs in between, as one transaction.
-    this.#append(entry);
-    return this.#settle(entry.job_id, intentId, note);
-  }
-
-  async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
-    return this.#settle(jobId, intentId, note);
-  }
-
-  #settle(jobId: string, intentId: string, note: ChangeNote | undefined): boolean {
-    const current = this.#jobs.get(jobId);
-    if (current?.pending_notification?.id !== intentId) return false;
-    const { pending_notification: _settled, ...rest } = current;
-    this.#jobs.set(jobId, rest);
-    this.#record(current, rest, note);
-    return true;
-  }
-
-  async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const records = [...this.#jobs.values()].filter((r) => query.status === undefined || r.status === query.status);
-    return newestFirstPage(records, (r) => r.updated_at, query);
-  }
-
-  async listOwed(limit: number, query: OwedQuery = {}): Promise<readonly JobRecord[]> {
-    const dueBy = query.dueBy === undefined ? undefined : sortableTime(query.dueBy);
+  protected async queryOwed(limit: number, dueBy: string | undefined): Promise<JobRecord[]> {
     const owed: [string, JobRecord][] = [];
     for (const record of this.#jobs.values()) {
       const intent = record.pending_notification;
-      if (intent === undefined || intent.quarantined_at !== undefined) continue;
-      const due = sortableTime(intent.retry_at ?? intent.created_at);
-      if (dueBy === undefined || due <= dueBy) owed.push([due, record]);
+      if (intent === undefined) continue;
+      const place = owedPlaceOf(intent);
+      if (place.part === "due" && (dueBy === undefined || place.at <= dueBy)) owed.push([place.at, record]);
     }
     owed.sort(([a, x], [b, y]) => compare([a, x.job_id], [b, y.job_id]));
     return owed.slice(0, limit).map(([, r]) => structuredClone(r));
   }
 
-  async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const records = [...this.#jobs.values()].filter((r) => r.pending_notification?.quarantined_at !== undefined);
-    return newestFirstPage(records, (r) => r.pending_notification?.quarantined_at ?? "", query);
-  }
-
-  async recordDispatch(dispatch: DispatchRecord): Promise<void> {
+  protected async insertDispatch(dispatch: DispatchRecord): Promise<boolean> {
     const key = `${dispatch.job_id}/${dispatch.attempt_id}`;
-    if (this.#dispatches.has(key)) {
-      throw new MamError("dispatch.exists", `attempt ${dispatch.attempt_id} of job ${dispatch.job_id} was already dispatched`);
-    }
+    if (this.#dispatches.has(key)) return false;
     this.#dispatches.set(key, structuredClone(dispatch));
+    return true;
   }
 
-  async getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
+  protected async readDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
     const dispatch = this.#dispatches.get(`${jobId}/${attemptId}`);
     return dispatch === undefined ? undefined : structuredClone(dispatch);
   }
 
   /** An entry whose id the job's log already holds is a no-op: the first one stays. */
-  async appendEvent(entry: EventLogEntry): Promise<void> {
+  protected async insertEvent(entry: EventLogEntry): Promise<void> {
     this.#append(entry);
   }
 
@@ -228,30 +169,13 @@ export class MemoryJobStore implements JobStore {
     this.#events.set(entry.job_id, log);
   }
 
-  async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
-    const after = query.cursor === undefined ? undefined : decodePosition(query.cursor);
-    const log = (this.#events.get(jobId) ?? []).filter((e) => after === undefined || compare(eventKey(e), after) > 0);
-    const items: EventLogEntry[] = [];
-    let bytes = 0;
-    for (const entry of log) {
-      const size = new TextEncoder().encode(JSON.stringify(entry)).byteLength;
-      if (items.length === query.limit || (items.length > 0 && bytes + size > EVENT_PAGE_MAX_BYTES)) {
-        return { items, cursor: encodePosition(eventKey(items[items.length - 1] as EventLogEntry)) };
-      }
-      items.push(structuredClone(entry));
-      bytes += size;
-    }
-    return { items };
+  protected async queryEvents(jobId: string, after: Position | undefined, limit: number): Promise<EventLogEntry[]> {
+    return (this.#events.get(jobId) ?? [])
+      .filter((e) => after === undefined || compare(eventKey(e), after) > 0)
+      .slice(0, limit)
+      .map((e) => structuredClone(e));
   }
 }
-
-/** A time as it compares: UTC, fixed width (`toISOString`), so string order is time order. */
-function sortableTime(iso: string): string {
-  const t = Date.parse(iso);
-  return Number.isNaN(t) ? iso : new Date(t).toISOString();
-}
-
-type Position = readonly [string, string];
 
 function compare(a: Position, b: Position): number {
   if (a[0] !== b[0]) return a[0] < b[0] ? -1 : 1;
@@ -260,38 +184,6 @@ function compare(a: Position, b: Position): number {
 }
 
 const eventKey = (e: EventLogEntry): Position => [sortableTime(e.at), e.id];
-
-/** This store's own position in a listing (the guard wraps it in the cursor a caller sees). */
-function encodePosition(position: Position): string {
-  return JSON.stringify(position);
-}
-
-function decodePosition(cursor: string): Position {
-  let value: unknown;
-  try {
-    value = JSON.parse(cursor);
-  } catch (e) {
-    throw invalidCursor(e);
-  }
-  if (Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && typeof value[1] === "string") {
-    return [value[0], value[1]];
-  }
-  throw invalidCursor();
-}
-
-/** Newest first by `time`, then job id; keyset-paged after the cursor's position. */
-function newestFirstPage(records: JobRecord[], time: (r: JobRecord) => string, query: { limit: number; cursor?: string }): Page<JobRecord> {
-  const after = query.cursor === undefined ? undefined : decodePosition(query.cursor);
-  const keyed = records
-    .map((r): [Position, JobRecord] => [[sortableTime(time(r)), r.job_id], r])
-    .filter(([k]) => after === undefined || compare(k, after) < 0)
-    .sort(([a], [b]) => compare(b, a));
-  const page = keyed.slice(0, query.limit);
-  const items = page.map(([, r]) => structuredClone(r));
-  const last = page[page.length - 1];
-  if (keyed.length > query.limit && last !== undefined) return { items, cursor: encodePosition(last[0]) };
-  return { items };
-}
 
 /** A location is relative: plain segments of letters, digits, '_' and '-' (`reports/<job>/<attempt>`). */
 const SEGMENT = /^[A-Za-z0-9_-]{1,128}$/;

@@ -1,4 +1,5 @@
 import type { ChangeNote, ChangeQuery, ChangeRow } from "./feed.ts";
+import type { ExpectedSeq } from "./record-write.ts";
 import {
   type AgentUsage,
   type DispatchRecord,
@@ -32,7 +33,7 @@ export type UnsettableJobField = (typeof UNSETTABLE_JOB_FIELDS)[number];
 /**
  * A change the engine asks the store to commit, as one conditional write.
  * `set` replaces whole top-level fields; `unset` removes them; a field is named in
- * one of the two, never both (`guardJobStore` refuses it). The store bumps
+ * one of the two, never both (`JobStoreBase` refuses it). The store bumps
  * `transition_seq` by one itself.
  */
 export interface JobChange {
@@ -102,8 +103,8 @@ export interface Page<T> {
  * their owed notifications — each adapter implementing all four over one table or
  * one database. Guarantees, for every adapter:
  * - `transition` is one atomic conditional write: it commits only if the stored
- *   `transition_seq` equals `expectedSeq` (skipped when `expectedSeq` is null, the
- *   MAM_ENGINE_CAS=0 rollback path) and the status is in `change.from`; it bumps
+ *   `transition_seq` equals `expectedSeq` (skipped when it is `NO_CONCURRENCY_CHECK`,
+ *   the MAM_ENGINE_CAS=0 rollback path) and the status is in `change.from`; it bumps
  *   `transition_seq` by one. Otherwise it writes nothing and throws
  *   `TransitionConflict` carrying the current record. An unknown job throws
  *   `MamError("job.notFound")`.
@@ -129,9 +130,9 @@ export interface Page<T> {
  * `JobRecordSchema` record when it is created, a limit is a positive integer, a change
  * writes only the fields it may and never sets and unsets one field, a cursor is
  * honoured only by the listing that handed it out (`invalidCursor` otherwise) — live
- * once, in `guardJobStore` (`store-guard.ts`), which every composition root puts in
- * front of its adapter. An adapter only translates to its storage, and may assume
- * what the guard checked.
+ * once, in `JobStoreBase` (persistence.ts), the one class that implements this port:
+ * every adapter extends it and implements only its storage primitives, and may assume
+ * what the base checked.
  */
 export interface JobStore extends JobRecords, DispatchRecords, JobEventLog, OwedNotifications, ChangeFeed {}
 
@@ -168,7 +169,7 @@ export interface JobRecords {
   /** Fails with `job.exists` if the id is taken. */
   create(record: JobRecord, note?: ChangeNote): Promise<void>;
   get(jobId: string): Promise<JobRecord | undefined>;
-  transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord>;
+  transition(jobId: string, expectedSeq: ExpectedSeq, change: JobChange): Promise<JobRecord>;
   /** The evidence write: see the guarantees above. */
   recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord>;
   /** Newest first (by `updated_at`, then `job_id`); all statuses when `status` is absent. */

@@ -27,6 +27,7 @@ import { releaseLease, withLease } from "./leases.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
 import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
+import { type ExpectedSeq, NO_CONCURRENCY_CHECK } from "./record-write.ts";
 import {
   type Action,
   type DispatchRecord,
@@ -109,7 +110,7 @@ export async function writableAttempt(deps: Using<Pick<JobRecords, "get">>, jobI
     if (job.latest_attempt === undefined || job.latest_attempt < attemptId) {
       throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attemptId}`);
     }
-    throw conflictFor(job, null, NON_TERMINAL, { attempt: attemptId });
+    throw conflictFor(job, NO_CONCURRENCY_CHECK, NON_TERMINAL, { attempt: attemptId });
   }
   return attemptReportLocation(jobId, attemptId);
 }
@@ -541,8 +542,8 @@ export async function publishAgentEvent(
   // Refuse what the commit would refuse before writing anything: bad input changes
   // nothing, not its quota, not even an unreferenced pinned copy. (The commit still checks both.)
   const rule = TRANSITIONS[action];
-  const stale = deps.flags.engineCas && input.expectedSeq !== undefined ? input.expectedSeq : null;
-  if (!(rule.from as readonly string[]).includes(job.status) || (stale !== null && stale !== job.transition_seq)) {
+  const stale: ExpectedSeq = deps.flags.engineCas && input.expectedSeq !== undefined ? input.expectedSeq : NO_CONCURRENCY_CHECK;
+  if (!(rule.from as readonly string[]).includes(job.status) || (stale !== NO_CONCURRENCY_CHECK && stale !== job.transition_seq)) {
     throw conflictFor(job, stale, rule.from);
   }
   if (input.finalize === undefined) return publishHoldingLease(deps, jobId, input, actor, opts, job, action);

@@ -1,0 +1,159 @@
+import type { ChangeNote } from "./feed.ts";
+import type { JobRecord, LEASE_FIELDS, NotificationIntent, Status } from "./schemas.ts";
+
+/**
+ * Every conditional write of a job record, as data core builds (`JobStoreBase`,
+ * persistence.ts) and an adapter only compiles: to an `UPDATE … WHERE` (SQL), to a
+ * `ConditionExpression` (DynamoDB), or, in the memory reference, evaluated by
+ * `conditionHolds` and applied by `applyRecordWrite` below. No adapter decides what a
+ * write requires or what it changes; each condition has a name, and its meaning is
+ * the reference evaluator's.
+ */
+
+/**
+ * The named "no concurrency check" sentinel (Emmett's `NO_CONCURRENCY_CHECK`): a
+ * transition that does not compare `transition_seq` (the MAM_ENGINE_CAS=0 rollback
+ * path). Its status condition still holds.
+ */
+export const NO_CONCURRENCY_CHECK = Symbol.for("mam.noConcurrencyCheck");
+export type NoConcurrencyCheck = typeof NO_CONCURRENCY_CHECK;
+/** What a transition expects of `transition_seq`: exactly this number, or no check. */
+export type ExpectedSeq = number | NoConcurrencyCheck;
+
+/** The two counters a write may bump by one. */
+export type CounterField = "transition_seq" | "evidence_seq";
+
+/** A lease's field on the record. */
+export type LeaseField = (typeof LEASE_FIELDS)[keyof typeof LEASE_FIELDS];
+
+/**
+ * One condition on the stored record, by name. A write commits only if all of its
+ * conditions hold, and the record exists (implicit in every write).
+ */
+export type RecordCondition =
+  /** `transition_seq` is `seq`. */
+  | { readonly kind: "transitionSeqIs"; readonly seq: number }
+  /** `status` is one of `statuses` (none: never holds). */
+  | { readonly kind: "statusIn"; readonly statuses: readonly Status[] }
+  /** `evidence_seq` (absent: 0) is `seq`. */
+  | { readonly kind: "evidenceSeqIs"; readonly seq: number }
+  /** `latest_attempt` is `attempt` (absent: never holds). */
+  | { readonly kind: "latestAttemptIs"; readonly attempt: number }
+  /** `latest_attempt` is absent or `attempt`: the attempt is not superseded. */
+  | { readonly kind: "latestAttemptAbsentOrIs"; readonly attempt: number }
+  /** `latest_attempt` (absent: 0) is below `attempt`. */
+  | { readonly kind: "latestAttemptBelow"; readonly attempt: number }
+  /** The owed intent's id is `id` (none owed: never holds). */
+  | { readonly kind: "intentIs"; readonly id: string }
+  /** `agent_usage` counts exactly `events` and `bytes` (absent: 0 and 0). */
+  | { readonly kind: "usageIs"; readonly events: number; readonly bytes: number }
+  /** The lease in `field` has id `id`. */
+  | { readonly kind: "leaseHeldBy"; readonly field: LeaseField; readonly id: string }
+  /**
+   * The lease in `field` is free for `attempt` at `at`: absent, expired
+   * (`expires_at <= at`, ISO strings of one format), or an older attempt's.
+   */
+  | { readonly kind: "leaseFree"; readonly field: LeaseField; readonly at: string; readonly attempt: number };
+
+/** Where a record sits in the owed index: due at `at`, or quarantined since `at` (`sortableTime`). */
+export interface OwedPlace {
+  readonly part: "due" | "quarantined";
+  /** `sortableTime` of `retry_at` (else `created_at`), or of `quarantined_at`. */
+  readonly at: string;
+  readonly intentId: string;
+}
+
+/**
+ * The keys an adapter's indexes sort and find records by, derived by core from the
+ * record (`keysOf`), never by an adapter: the listings' recency, and the owed index.
+ * In a `RecordWrite`, a key absent is one the write does not move.
+ */
+export interface DerivedKeys {
+  readonly status?: Status;
+  /** `sortableTime(updated_at)`: the listings are newest first by it, then by job id. */
+  readonly recency?: string;
+  /** The owed-index place; `null`: out of the index (nothing owed). */
+  readonly owed?: OwedPlace | null;
+}
+
+/**
+ * One conditional write of one job record, as data. `set` replaces whole top-level
+ * fields, `unset` removes them (never both for one field), `bump` adds one to each
+ * counter named, `keys` are the derived keys that move with it. `feed` is the note of
+ * a write the change feed tells (its rows are core's `changeRowsOf` of the record
+ * before and after); absent, the write adds no row (quota and lease bookkeeping).
+ */
+export interface RecordWrite {
+  readonly jobId: string;
+  readonly conditions: readonly RecordCondition[];
+  readonly set: Readonly<Record<string, unknown>>;
+  readonly unset: readonly string[];
+  readonly bump: readonly CounterField[];
+  readonly keys: DerivedKeys;
+  readonly feed?: ChangeNote;
+}
+
+/** A time as it compares as a string: UTC, fixed width (`toISOString`), so string order is time order. */
+export function sortableTime(iso: string): string {
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? iso : new Date(t).toISOString();
+}
+
+/** Where `intent` sits in the owed index. */
+export function owedPlaceOf(intent: NotificationIntent): OwedPlace {
+  if (intent.quarantined_at !== undefined) return { part: "quarantined", at: sortableTime(intent.quarantined_at), intentId: intent.id };
+  return { part: "due", at: sortableTime(intent.retry_at ?? intent.created_at), intentId: intent.id };
+}
+
+/** Every derived key of `record`, as a create writes them. */
+export function keysOf(record: JobRecord): Required<DerivedKeys> {
+  return {
+    status: record.status,
+    recency: sortableTime(record.updated_at),
+    owed: record.pending_notification === undefined ? null : owedPlaceOf(record.pending_notification),
+  };
+}
+
+/** The reference meaning of one condition, on the stored record. */
+export function conditionHolds(record: JobRecord, condition: RecordCondition): boolean {
+  switch (condition.kind) {
+    case "transitionSeqIs":
+      return record.transition_seq === condition.seq;
+    case "statusIn":
+      return condition.statuses.includes(record.status);
+    case "evidenceSeqIs":
+      return (record.evidence_seq ?? 0) === condition.seq;
+    case "latestAttemptIs":
+      return record.latest_attempt === condition.attempt;
+    case "latestAttemptAbsentOrIs":
+      return record.latest_attempt === undefined || record.latest_attempt === condition.attempt;
+    case "latestAttemptBelow":
+      return (record.latest_attempt ?? 0) < condition.attempt;
+    case "intentIs":
+      return record.pending_notification?.id === condition.id;
+    case "usageIs":
+      return (record.agent_usage?.events ?? 0) === condition.events && (record.agent_usage?.bytes ?? 0) === condition.bytes;
+    case "leaseHeldBy":
+      return record[condition.field]?.id === condition.id;
+    case "leaseFree": {
+      const lease = record[condition.field];
+      return lease === undefined || lease.expires_at <= condition.at || lease.attempt_id < condition.attempt;
+    }
+    default:
+      return condition satisfies never;
+  }
+}
+
+/** Whether every condition of `write` holds of `record`. */
+export function writeHolds(record: JobRecord, write: RecordWrite): boolean {
+  return write.conditions.every((c) => conditionHolds(record, c));
+}
+
+/** The record `write` makes of `record` (the reference: what every adapter's compiled write must store). */
+export function applyRecordWrite(record: JobRecord, write: RecordWrite): JobRecord {
+  const next: Record<string, unknown> = { ...record };
+  for (const field of write.unset) delete next[field];
+  for (const [field, value] of Object.entries(write.set)) next[field] = structuredClone(value);
+  for (const counter of write.bump) next[counter] = ((record[counter] as number | undefined) ?? 0) + 1;
+  return next as JobRecord;
+}
