@@ -1,6 +1,6 @@
 import path from "node:path";
 import { startService } from "@mam/cli";
-import { type ChangeDraft, changeRowsOf, guardJobStore, type JobRecord, parseConfig } from "@mam/core";
+import { type ChangeDraft, changeRowsOf, type JobRecord, parseConfig } from "@mam/core";
 import { SqliteJobStore } from "@mam/local";
 import Database from "better-sqlite3";
 import { jobRecord } from "../tests/support/records.ts";
@@ -87,7 +87,7 @@ async function main(): Promise<void> {
     };
 
     const port = new SqliteJobStore(file);
-    const guarded = guardJobStore(port);
+    const guarded = port;
     const throughPort = async (): Promise<number> => {
       let after: string | undefined;
       let count = 0;

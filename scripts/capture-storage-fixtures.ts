@@ -42,7 +42,7 @@ import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2
 import { createApp, createTokenService } from "@mam/api";
 import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
 import { toLambdaRecord } from "@mam/aws/stream-records";
-import { type Deps, guardJobStore, type Ids, type JobStore, type Publisher, parseFlags, type ReportStore } from "@mam/core";
+import { type Deps, type Ids, type JobStore, type Publisher, parseFlags, type ReportStore } from "@mam/core";
 import { openDataDir, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { startAwsPeers } from "../tests/support/aws-backend.ts";
@@ -311,7 +311,7 @@ async function captureTable(out: string): Promise<Expectations> {
     });
     const unguardedJobs = new DynamoJobStore({ client: peers.dynamo.client, tableName: FIXTURE_TABLE });
     const ports = {
-      jobs: guardJobStore(unguardedJobs),
+      jobs: unguardedJobs,
       unguardedJobs,
       reports: new S3ReportStore({ client: peers.s3.client, bucket: FIXTURE_BUCKET }),
       publisher: new IotPublisher({ client: iot }),

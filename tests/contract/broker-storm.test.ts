@@ -14,7 +14,6 @@
 import { randomBytes } from "node:crypto";
 import {
   type Deps,
-  guardJobStore,
   MemoryJobStore,
   MemoryReportStore,
   OPERATOR,
@@ -75,7 +74,7 @@ describe("the stalled-subscriber storm: the service's deliveries never wait on o
       },
     };
     const deps: Deps = {
-      jobs: guardJobStore(new MemoryJobStore()),
+      jobs: new MemoryJobStore(),
       reports: new MemoryReportStore(),
       publisher,
       clock: systemClock,

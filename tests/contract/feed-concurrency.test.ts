@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
-import { type ChangeRow, guardJobStore } from "@mam/core";
+import { type ChangeRow } from "@mam/core";
 import { SqliteJobStore } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
@@ -44,7 +44,7 @@ describe("the SQLite feed under concurrent writers", () => {
     tmp = await tempDir("feed-concurrency");
     const dbFile = path.join(tmp.dir, "mam.db");
     const reader = new SqliteJobStore(dbFile);
-    const feed = guardJobStore(reader);
+    const feed = reader;
     try {
       const writers = Array.from({ length: WRITERS }, (_, w) => startWriter(dbFile, `w${w}`));
       children.push(...writers.map((w) => w.child));

@@ -7,13 +7,13 @@
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
-import { type AttributeValue, DynamoDBClient, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
+import { type AttributeValue, DynamoDBClient, PutItemCommand, ScanCommand, type ScanCommandOutput } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput, type S3Client } from "@aws-sdk/client-s3";
-import { unmarshall } from "@aws-sdk/util-dynamodb";
-import { DynamoJobStore, IotPublisher } from "@mam/aws";
-import { type Deps, type Flags, guardJobStore, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
-import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
+import { marshall, unmarshall } from "@aws-sdk/util-dynamodb";
+import { DynamoJobStore, IotPublisher, jobItem } from "@mam/aws";
+import { type Deps, type Flags, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
+import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe } from "vitest";
 import { type AwsPeers, startAwsPeers } from "../support/aws-backend.ts";
@@ -33,11 +33,11 @@ export interface SeedBackend {
    */
   deps(flags?: Flags, override?: Partial<Pick<Deps, "publisher" | "clock">>): Deps;
   /**
-   * The job store's adapter behind no guard (every `deps().jobs` has core's guard in
-   * front, as the composition roots put it): to plant what no caller of the port could
-   * write, such as a legacy or corrupt record.
+   * Write `record` as the job's row or item straight into the storage, around the
+   * store (whose base checks every record it is handed): to plant what no caller of
+   * the port could write, such as a legacy or corrupt record.
    */
-  unguardedJobs(): JobStore;
+  plantJob(record: Record<string, unknown> & { job_id: string }): Promise<void>;
   /** A digest of everything the stores hold: every row, every object, every byte. */
   fingerprint(): Promise<string>;
   /** Is this `ReportStore.describe` result an absolute address (a file path, an `s3://` or `mam-file:///` URI)? */
@@ -156,24 +156,31 @@ async function makeEmbedded(): Promise<SeedBackend> {
     publisher: new MqttPublisher({ url: broker.url, ...credentials, connectTimeoutMs: 3000, publishTimeoutMs: 3000 }),
   });
   let live = open();
-  /** A second connection to the file, opened when a test plants something behind the guard. */
-  let unguarded: SqliteJobStore | undefined;
   // The report root exists from the start, so a refusal that created it would be seen as a write.
   await mkdir(reportRoot, { recursive: true });
 
   const closeClients = async (): Promise<void> => {
     await live.publisher.close();
     await live.close();
-    await unguarded?.close();
-    unguarded = undefined;
   };
 
   return {
     name: "embedded",
     refusedTopics,
-    unguardedJobs: () => {
-      unguarded ??= new SqliteJobStore(dbFile);
-      return unguarded;
+    async plantJob(record) {
+      const db = new Database(dbFile);
+      try {
+        db.prepare("INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?)").run(
+          record.job_id,
+          String(record.status),
+          Number(record.transition_seq),
+          String(record.created_at),
+          String(record.updated_at),
+          JSON.stringify(record),
+        );
+      } finally {
+        db.close();
+      }
     },
     deps(flags = parseFlags({}), override = {}) {
       return {
@@ -363,7 +370,11 @@ async function makeAws(): Promise<SeedBackend> {
   return {
     name: "aws",
     refusedTopics,
-    unguardedJobs: () => live.unguardedJobs,
+    async plantJob(record) {
+      await peers.dynamo.client.send(
+        new PutItemCommand({ TableName: live.tableName, Item: marshall(jobItem(record as never), { removeUndefinedValues: true }) }),
+      );
+    },
     deps(flags = parseFlags({}), override = {}) {
       return {
         jobs: live.jobs,
@@ -404,8 +415,7 @@ async function makeAws(): Promise<SeedBackend> {
         credentials: { accessKeyId: "local", secretAccessKey: "local" },
       });
       extra.push({ close: async () => client.destroy() });
-      const unguardedJobs = new DynamoJobStore({ client, tableName: live.tableName });
-      live = { ...live, jobs: guardJobStore(unguardedJobs), unguardedJobs, publisher: iotAt(peers.standIn.endpoint) };
+      live = { ...live, jobs: new DynamoJobStore({ client, tableName: live.tableName }), publisher: iotAt(peers.standIn.endpoint) };
     },
     async close() {
       for (const s of subscriptions.splice(0)) await s.close();

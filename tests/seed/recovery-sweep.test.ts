@@ -98,8 +98,8 @@ async function unflushableJob(b: SeedBackend, deps: Deps & { clock: TestClock })
     });
   } else {
     const { event: _dropped, ...unreadable } = newIntent(deps, "completed", 1);
-    // Planted behind the guard, which would refuse it: a corrupt item, as no caller of the port can write one.
-    await b.unguardedJobs().create({ ...job, job_id: `${job.job_id}-x`, pending_notification: unreadable as never });
+    // Planted around the store, whose base would refuse it: a corrupt item, as no caller of the port can write one.
+    await b.plantJob({ ...job, job_id: `${job.job_id}-x`, pending_notification: unreadable });
     return `${job.job_id}-x`;
   }
   return job.job_id;

@@ -11,7 +11,6 @@ import {
   bookkeeping,
   type Deps,
   type Flags,
-  guardJobStore,
   isMamError,
   type JobRecord,
   type JobStore,
@@ -55,7 +54,7 @@ function bundle(flags: Flags): Bundle {
 }
 
 beforeEach(() => {
-  store = guardJobStore(new MemoryJobStore());
+  store = new MemoryJobStore();
   deps = bundle(parseFlags({}));
 });
 

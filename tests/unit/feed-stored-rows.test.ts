@@ -1,15 +1,14 @@
 /**
  * The feed's read path (docs/decisions.md, "The feed's read path"): a page of rows as
  * a store wrote them, spliced into the wire's JSON without parsing, must be the JSON
- * of the same rows parsed; and the guard must wrap each row's position in the same
+ * of the same rows parsed; and the persistence base must wrap each row's position in the same
  * cursor it hands out for parsed rows, which resumes after that row.
  */
 import {
-  type ChangeQuery,
   type ChangeRow,
   changeRowsOf,
   type FeedPage,
-  guardJobStore,
+  type FeedQuery,
   type JobRecord,
   MemoryJobStore,
   type StoredChangeRow,
@@ -47,7 +46,7 @@ class StoredFeedStore extends MemoryJobStore {
   constructor(readonly rows: StoredChangeRow[]) {
     super();
   }
-  override async listChanges(query: ChangeQuery): Promise<FeedPage> {
+  protected override async queryFeed(query: FeedQuery): Promise<FeedPage> {
     const after = query.after === undefined ? 0 : Number(query.after);
     const page = this.rows.filter((r) => Number(r.cursor) > after).slice(0, query.limit);
     return storedFeedPage(page, page.at(-1)?.cursor ?? String(after));
@@ -56,8 +55,8 @@ class StoredFeedStore extends MemoryJobStore {
 
 /** The same rows answered parsed, as the other stores answer. */
 class ParsedFeedStore extends StoredFeedStore {
-  override async listChanges(query: ChangeQuery): Promise<FeedPage> {
-    const page = await super.listChanges(query);
+  protected override async queryFeed(query: FeedQuery): Promise<FeedPage> {
+    const page = await super.queryFeed(query);
     return { items: [...page.items], cursor: page.cursor };
   }
 }
@@ -76,9 +75,9 @@ describe("the feed's stored rows", () => {
     expect(JSON.parse(storedRowJson({ cursor: "1", at: AT, job_id: "j", json: "{}" }))).toStrictEqual({ cursor: "1", at: AT, job_id: "j" });
   });
 
-  it("the guard wraps each stored row's position as it wraps a parsed row's, and a row's cursor resumes after it", async () => {
+  it("the persistence base wraps each stored row's position as it wraps a parsed row's, and a row's cursor resumes after it", async () => {
     const rows = storedLife();
-    const stored = guardJobStore(new StoredFeedStore(rows));
+    const stored = new StoredFeedStore(rows);
     const whole = await stored.listChanges({ limit: 100 });
     expect(storedRowsOf(whole)?.map((r) => r.cursor)).toEqual(whole.items.map((r) => r.cursor));
     expect(whole.items.map((r) => r.cursor).every((c) => /^[A-Za-z0-9_-]+$/.test(c) && !["1", "2", "3"].includes(c))).toBe(true);
@@ -86,7 +85,7 @@ describe("the feed's stored rows", () => {
     expect(rest.items.map((r) => r.kind)).toEqual(whole.items.slice(1).map((r) => r.kind));
     expect(rest.cursor).toBe(whole.cursor);
     // The same envelope as the parsed path (a store answering plain rows at the same positions).
-    const parsedPage = await guardJobStore(new ParsedFeedStore(rows)).listChanges({ limit: 100 });
+    const parsedPage = await new ParsedFeedStore(rows).listChanges({ limit: 100 });
     expect(storedRowsOf(parsedPage)).toBeUndefined();
     expect(parsedPage.items.map((r) => r.cursor)).toEqual(whole.items.map((r) => r.cursor));
     expect(parsedPage.cursor).toBe(whole.cursor);

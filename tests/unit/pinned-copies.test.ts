@@ -9,7 +9,6 @@ import {
   attemptReportLocation,
   type Deps,
   finalizeAttemptReport,
-  guardJobStore,
   MemoryJobStore,
   MemoryReportStore,
   NO_METRICS,
@@ -26,7 +25,7 @@ import { tickingClock } from "../support/clock.ts";
 function depsWith(reports: MemoryReportStore): { deps: Deps; counted: PinnedCopyOutcome[] } {
   const counted: PinnedCopyOutcome[] = [];
   const deps: Deps = {
-    jobs: guardJobStore(new MemoryJobStore()),
+    jobs: new MemoryJobStore(),
     reports,
     publisher: { publish: async () => undefined },
     clock: tickingClock("2026-11-20T12:00:00.000Z"),

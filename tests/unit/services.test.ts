@@ -4,7 +4,6 @@
  */
 import {
   type Deps,
-  guardJobStore,
   isMamError,
   type JobStore,
   MemoryJobStore,
@@ -29,7 +28,7 @@ let deps: Deps;
 const published: string[] = [];
 
 beforeEach(async () => {
-  jobs = guardJobStore(new MemoryJobStore());
+  jobs = new MemoryJobStore();
   const publisher: Publisher = {
     async publish(topic) {
       published.push(topic);

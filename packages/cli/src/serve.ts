@@ -18,7 +18,7 @@ import {
   systemClock,
 } from "@mam/core";
 import {
-  ChangeRelay,
+  changeRelay,
   type Credentials,
   connectionCap,
   DEFAULT_DRAIN_TIMEOUT_MS,
@@ -229,7 +229,9 @@ export async function startService(
   //   commit a1 ─ commit a2 ─┐   flush: takes a2, sends it, settles a2   flush: nothing left
   let deps: Deps;
   const newest = new Map<string, JobRecord>();
-  const jobs = new ChangeRelay(store.jobs, (record) => {
+  const jobs = store.jobs;
+  jobs.onCommitted(
+    changeRelay((record) => {
     newest.set(record.job_id, record);
     queue.push(record.job_id, async () => {
       const owed = newest.get(record.job_id);
@@ -242,7 +244,8 @@ export async function startService(
         relayLog(record.job_id, "failed", e instanceof Error ? e.message : String(e));
       }
     });
-  });
+    }),
+  );
   deps = { jobs, reports: store.reports, disk: store.disk, publisher, clock, ids: randomIds, flags: config.flags };
 
   // Open feed streams wake on this process's commits (the relay sees each one) and end
@@ -263,7 +266,7 @@ export async function startService(
     // One publish path per process: the relay publishes every commit, so a request
     // that commits does not publish too (it answers without `published`).
     publishInline: false,
-    feed: { ...config.feedStreams, slots, onCommitted: (listener) => jobs.onCommitted(listener), shutdown: shutdown.signal },
+    feed: { ...config.feedStreams, slots, onCommitted: (listener) => jobs.onCommitted(() => listener()), shutdown: shutdown.signal },
   });
 
   const sweep = async (graceMs: number) => {

@@ -1,9 +1,8 @@
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { type DiskSpace, guardJobStore, type JobStore, MamError, type MigrationResult } from "@mam/core";
+import { type CommitHook, type DiskSpace, MamError, type MigrationResult } from "@mam/core";
 import type Database from "better-sqlite3";
-import { CachedJobStore } from "./cached-job-store.ts";
 import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
@@ -36,18 +35,17 @@ export function dataDirPaths(dir: string) {
 }
 
 /**
- * The embedded JobStore as `mam serve` and the CLI compose it, outside in: core's
- * guard (the rules every store keeps), the record cache (`CachedJobStore`, on the
- * file's `data_version`), the SQLite adapter. `database` is a file, `:memory:`, or a
- * connection the store then owns. Every write must go through `jobs` (see
- * `CachedJobStore`); `close` closes the connection.
+ * The embedded JobStore as `mam serve` and the CLI compose it: the SQLite adapter,
+ * with the base's record cache on (the file's `data_version` tells it of other
+ * writers) and `hooks` told of each commit. `database` is a file, `:memory:`, or a
+ * connection the store then owns; `close` closes the connection.
  */
-export function openEmbeddedJobStore(database: string | Database.Database): { jobs: JobStore; close(): Promise<void> } {
-  const sqlite = new SqliteJobStore(database);
-  return {
-    jobs: guardJobStore(new CachedJobStore(sqlite, { version: () => sqlite.dataVersion() })),
-    close: () => sqlite.close(),
-  };
+export function openEmbeddedJobStore(
+  database: string | Database.Database,
+  opts: { hooks?: readonly CommitHook[] } = {},
+): { jobs: SqliteJobStore; close(): Promise<void> } {
+  const sqlite = new SqliteJobStore(database, { cache: {}, ...(opts.hooks === undefined ? {} : { hooks: opts.hooks }) });
+  return { jobs: sqlite, close: () => sqlite.close() };
 }
 
 /**
@@ -70,7 +68,7 @@ export function migrateDataDir(dir: string): MigrationResult {
 export function openDataDir(
   dir: string,
   opts: { allowAbsolute?: boolean } = {},
-): { jobs: JobStore; reports: FileReportStore; disk: DiskSpace; close(): void } {
+): { jobs: SqliteJobStore; reports: FileReportStore; disk: DiskSpace; close(): void } {
   const p = dataDirPaths(dir);
   mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
   // SQLite would create the database 0644; made first, 0600, it is opened as it is,

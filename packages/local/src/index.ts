@@ -1,5 +1,4 @@
-export { CachedJobStore, type CachedJobStoreOptions } from "./cached-job-store.ts";
-export { ChangeRelay, JobFlushQueue } from "./change-relay.ts";
+export { changeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type D1DatabaseLike, D1Driver, type D1PreparedStatementLike, type D1ResultLike } from "./d1-driver.ts";
 export {
   type Credentials,
@@ -39,6 +38,7 @@ export {
   type SqlValue,
   sql,
 } from "./sql-driver.ts";
+export { FEED_BEFORE_CAPTURE, SqlJobStore, sqlStoreError } from "./sql-job-store.ts";
 export { BetterSqliteDriver } from "./sqlite-driver.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";
 export { migrateDatabaseFile, migrateSqlite, SQLITE_SCHEMA_VERSION, SQLITE_STEPS, sqliteSchemaVersion } from "./sqlite-migrations.ts";

@@ -115,9 +115,11 @@ export class BetterSqliteDriver implements SqlDriver {
     }
   }
 
+  /** Commits the batches already asked for (the group of this turn), then closes the connection. */
   async close(): Promise<void> {
+    this.#commitGroup();
     this.#statements.clear();
-    this.#db.close();
+    if (this.#db.open) this.#db.close();
   }
 
   #run(statement: SqlStatement): SqlResult {

@@ -19,6 +19,7 @@ import Database from "better-sqlite3";
  *   version 0 ... a new (empty) file, or a database from before versions
  *   version 1 ... the v1 layout: jobs, dispatches, events; evidence_seq on every record
  *   version 2 ... what v1 databases gained ad hoc: the owed columns and indexes, feed_before, the changes table
+ *   version 3 ... the driver seam's writes (issue 18): write_token on jobs, the atomic_guard table
  */
 
 /** The two parts of the owed index. A query is served by a partial index only when its WHERE names the index's own condition, so both are spelled once, here. */
@@ -84,6 +85,16 @@ CREATE TABLE IF NOT EXISTS changes (
   row TEXT NOT NULL CHECK (json_valid(row))
 );
 CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);`);
+    },
+  },
+  {
+    version: 3,
+    describe:
+      "the SQL driver seam's writes: write_token on jobs (the token of the write that last changed a row, which the feed rows of the same batch select on) and atomic_guard (a one-column table whose CHECK fails a batch whose conditional part changed no row)",
+    up(db) {
+      const columns = new Set((db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
+      if (!columns.has("write_token")) db.exec("ALTER TABLE jobs ADD COLUMN write_token TEXT NULL");
+      db.exec("CREATE TABLE IF NOT EXISTS atomic_guard (held INTEGER NOT NULL CHECK (held = 1))");
     },
   },
 ];

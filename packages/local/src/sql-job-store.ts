@@ -1,0 +1,506 @@
+import {
+  type AtomicWrite,
+  type ChangeNote,
+  changeRowsOf,
+  type DerivedKeys,
+  type DispatchRecord,
+  type EventLogEntry,
+  type FeedPage,
+  type FeedQuery,
+  invalidCursor,
+  type JobListing,
+  type JobRecord,
+  JobStoreBase,
+  type JobStoreOptions,
+  MamError,
+  type NotificationIntent,
+  type Position,
+  type RecordCondition,
+  type RecordWrite,
+  type StoreCapabilities,
+  StatusSchema,
+  type StoredChangeRow,
+  sortableTime,
+  storedFeedPage,
+  type UpdateOutcome,
+} from "@mam/core";
+import { feedRowStatements } from "./sql-feed-rules.ts";
+import { SqlBatchError, type SqlDriver, type SqlStatement, type SqlValue, sql } from "./sql-driver.ts";
+import { OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
+
+/**
+ * The job store in SQLite's dialect, over the SQL driver seam (`SqlDriver`): every
+ * write is ONE batch of statements run atomically with no JavaScript between them, so
+ * it runs the same on better-sqlite3 (`SqliteJobStore`, what `mam serve` uses, with
+ * its group commit a property of that driver) and on an engine reached only through
+ * batches (Cloudflare D1: `npm run test:d1`). The layout is sqlite-migrations.ts's.
+ *
+ * A conditional write (core's `RecordWrite`) is one
+ * `UPDATE jobs SET … WHERE job_id = ? AND <each condition> RETURNING doc`. When the
+ * write is one the change feed tells, the same UPDATE captures what the feed compares
+ * of the record before it into `feed_before` (an assignment's right side reads the old
+ * row) and stamps the write's own token in `write_token`; the feed rows are then
+ * `INSERT … SELECT` statements of the same batch (core's feed rules compiled,
+ * sql-feed-rules.ts), which insert only where the row carries that token — that is,
+ * only if the UPDATE's conditions held. No read precedes a write; a write that lost
+ * reads the record afterwards only to say why.
+ *
+ * The record is kept whole as JSON in `doc`; `status`, `transition_seq`, the recency
+ * key (`updated_at`, `sortableTime`) and the owed place (`owed_intent_id`, `owed_at`,
+ * `owed_quarantined_id`) are mirrored in columns for the conditions and the indexes:
+ * all derived by core (`DerivedKeys`), only stored here. `owed_revision` keeps a
+ * revised intent beside a doc SQLite's JSON functions can no longer rewrite (a legacy
+ * record past their depth limit), so such a record is still backed off and quarantined
+ * instead of stopping the sweep.
+ */
+export class SqlJobStore extends JobStoreBase {
+  protected readonly driver: SqlDriver;
+  readonly #token: () => string;
+
+  constructor(driver: SqlDriver, options: JobStoreOptions = {}) {
+    super(options);
+    this.driver = driver;
+    this.#token = () => globalThis.crypto.randomUUID();
+  }
+
+  override get capabilities(): StoreCapabilities {
+    return { atomicMultiWrite: true };
+  }
+
+  protected async readRecord(jobId: string): Promise<JobRecord | undefined> {
+    const [row] = await this.#query("SELECT doc FROM jobs WHERE job_id = ?", [jobId]);
+    return row === undefined ? undefined : parseDoc(row.doc);
+  }
+
+  protected async insertRecord(record: JobRecord, keys: Required<DerivedKeys>, note: ChangeNote): Promise<boolean> {
+    const token = this.#token();
+    const owed = owedColumns(keys.owed);
+    const [insert] = await this.#batch([
+      sql(
+        `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id,
+           feed_before, write_token, doc)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+        record.job_id,
+        keys.status,
+        record.transition_seq,
+        record.created_at,
+        keys.recency,
+        owed.intentId,
+        owed.at,
+        owed.quarantinedId,
+        token,
+        JSON.stringify(record),
+      ),
+      ...feedRowStatements(record.job_id, token, note, "create"),
+    ]);
+    return (insert?.changes ?? 0) === 1;
+  }
+
+  protected async updateRecord(write: RecordWrite): Promise<UpdateOutcome> {
+    const token = this.#token();
+    const statements = this.#updateStatements(write, token);
+    const [update] = await this.#batch(statements);
+    const written = update?.rows[0];
+    if (written !== undefined) return { written: true, record: parseDoc(written.doc) };
+    if (isOwedRevision(write)) return this.#reviseBeside(write, token);
+    return { written: false, current: await this.readRecord(write.jobId) };
+  }
+
+  /** The write's UPDATE and its feed rows' statements, in batch order. */
+  #updateStatements(write: RecordWrite, token: string): SqlStatement[] {
+    const update = compileUpdate(write, write.feed === undefined ? undefined : token);
+    if (write.feed === undefined) return [update];
+    return [update, ...feedRowStatements(write.jobId, token, write.feed, feedClassOf(write))];
+  }
+
+  /**
+   * A revise of a doc SQLite can no longer rewrite (`json_valid` false, past its JSON
+   * depth): the revision is kept beside it (`owed_revision`). Such a doc is frozen (no
+   * JSON function can change it), so what the feed compares of it is read here, in
+   * JavaScript, and the batch is conditional on the owed columns it read still being
+   * what they were: the rows it inserts describe exactly the write it made.
+   */
+  async #reviseBeside(write: RecordWrite, token: string): Promise<UpdateOutcome> {
+    const intent = write.set.pending_notification as NotificationIntent;
+    const owed = owedColumns(write.keys.owed ?? null);
+    for (let attempt = 0; attempt < 8; attempt++) {
+      const [row] = await this.#query(
+        "SELECT doc, owed_intent_id, owed_revision, json_valid(doc) AS valid FROM jobs WHERE job_id = ?",
+        [write.jobId],
+      );
+      if (row === undefined) return { written: false, current: undefined };
+      const before = owedRecord(row);
+      if (row.valid !== 0 || row.owed_intent_id !== intent.id) return { written: false, current: before };
+      const after: JobRecord = { ...before, pending_notification: intent };
+      const drafts = changeRowsOf(before, after, write.feed);
+      const [update] = await this.#batch([
+        sql(
+          `UPDATE jobs SET owed_at = ?, owed_quarantined_id = ?, owed_revision = ?, write_token = ?
+           WHERE job_id = ? AND owed_intent_id = ? AND NOT json_valid(doc) AND owed_revision IS ?`,
+          owed.at,
+          owed.quarantinedId,
+          JSON.stringify(intent),
+          token,
+          write.jobId,
+          intent.id,
+          row.owed_revision ?? null,
+        ),
+        ...drafts.map(({ job_id, ...rest }) =>
+          sql(
+            `INSERT INTO changes (job_id, at, row) SELECT job_id, ${NOW}, ? FROM jobs WHERE job_id = ? AND write_token = ?`,
+            JSON.stringify(rest),
+            job_id,
+            token,
+          ),
+        ),
+      ]);
+      if ((update?.changes ?? 0) === 1) return { written: true, record: after };
+    }
+    throw new MamError("store.unavailable", `job ${write.jobId}'s owed intent kept changing while it was revised; nothing was written; retry`);
+  }
+
+  /**
+   * All of `writes` in one batch, or none: after each conditional part a guard row
+   * insists that the part changed exactly one row (`atomic_guard`'s CHECK), so a part
+   * whose condition did not hold fails the batch, and the driver rolls every part back.
+   */
+  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+    const statements: SqlStatement[] = [];
+    for (const w of writes) {
+      if (w.kind === "insertEvent") {
+        statements.push(insertEventStatement(w.entry), GUARD);
+      } else {
+        const token = this.#token();
+        const [update, ...feed] = this.#updateStatements(w.write, token);
+        statements.push(update as SqlStatement, GUARD, ...feed);
+      }
+    }
+    statements.push(sql("DELETE FROM atomic_guard"));
+    try {
+      await this.#batch(statements);
+      return true;
+    } catch (e) {
+      if (e instanceof SqlBatchError && e.constraint && /atomic_guard|held = 1/.test(e.message)) return false;
+      throw e;
+    }
+  }
+
+  protected async insertDispatch(dispatch: DispatchRecord): Promise<boolean> {
+    const [insert] = await this.#batch([
+      sql(
+        "INSERT INTO dispatches (job_id, attempt_id, doc) VALUES (?, ?, ?) ON CONFLICT (job_id, attempt_id) DO NOTHING",
+        dispatch.job_id,
+        dispatch.attempt_id,
+        JSON.stringify(dispatch),
+      ),
+    ]);
+    return (insert?.changes ?? 0) === 1;
+  }
+
+  protected async readDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
+    const [row] = await this.#query("SELECT doc FROM dispatches WHERE job_id = ? AND attempt_id = ?", [jobId, attemptId]);
+    return row === undefined ? undefined : (JSON.parse(String(row.doc)) as DispatchRecord);
+  }
+
+  /** An entry whose id the job already has is a no-op: a retried append does no harm, and the first entry stays. */
+  protected async insertEvent(entry: EventLogEntry): Promise<void> {
+    await this.#batch([insertEventStatement(entry)]);
+  }
+
+  protected async queryEvents(jobId: string, after: Position | undefined, limit: number): Promise<EventLogEntry[]> {
+    const rows =
+      after === undefined
+        ? await this.#query("SELECT doc FROM events WHERE job_id = ? ORDER BY at, id LIMIT ?", [jobId, limit])
+        : await this.#query("SELECT doc FROM events WHERE job_id = ? AND (at, id) > (?, ?) ORDER BY at, id LIMIT ?", [
+            jobId,
+            after[0],
+            after[1],
+            limit,
+          ]);
+    return rows.map((r) => JSON.parse(String(r.doc)) as EventLogEntry);
+  }
+
+  protected async queryJobs(listing: JobListing, after: Position | undefined, limit: number): Promise<JobRecord[]> {
+    if (listing.kind === "quarantined") {
+      // Served by the partial index jobs_owed_quarantined (owed_at is when it was quarantined).
+      const page = after === undefined ? "" : " AND (owed_at, job_id) < (?, ?)";
+      const rows = await this.#query(
+        `SELECT doc, owed_intent_id, owed_revision FROM jobs WHERE ${OWED_QUARANTINED}${page} ORDER BY owed_at DESC, job_id DESC LIMIT ?`,
+        [...(after ?? []), limit],
+      );
+      return rows.map(owedRecord);
+    }
+    // Every listing is served by jobs_by_status (status, updated_at, job_id); the
+    // unfiltered one merges one ordered search per status, so the table carries no
+    // second index on updated_at for each transition to maintain.
+    const statuses = listing.status === undefined ? StatusSchema.options : [listing.status];
+    const params: SqlValue[] = [];
+    const parts = statuses.map((status) => {
+      params.push(status);
+      if (after !== undefined) params.push(after[0], after[1]);
+      return `SELECT doc, updated_at, job_id FROM jobs WHERE status = ?${after === undefined ? "" : " AND (updated_at, job_id) < (?, ?)"}`;
+    });
+    params.push(limit);
+    const rows = await this.#query(`${parts.join(" UNION ALL ")} ORDER BY updated_at DESC, job_id DESC LIMIT ?`, params);
+    return rows.map((r) => parseDoc(r.doc));
+  }
+
+  protected async queryOwed(limit: number, dueBy: string | undefined): Promise<JobRecord[]> {
+    // Served by the partial index jobs_owed_due, in its order: the cost is the number
+    // returned, owed and due; quarantined intents are not in that index at all.
+    const rows = await this.#query(
+      `SELECT doc, owed_intent_id, owed_revision FROM jobs WHERE ${OWED_DUE}${dueBy === undefined ? "" : " AND owed_at <= ?"}
+       ORDER BY owed_at, job_id LIMIT ?`,
+      dueBy === undefined ? [limit] : [dueBy, limit],
+    );
+    return rows.map(owedRecord);
+  }
+
+  /**
+   * The feed after a position (the decimal cursor of a row, `0` before the first), in
+   * cursor order; a job's rows by `changes_by_job`. A row's JSON is handed on as
+   * written (parsed only if a caller reads `items`).
+   */
+  protected async queryFeed(query: FeedQuery): Promise<FeedPage> {
+    const after = query.after === undefined ? 0 : decodeFeedPosition(query.after);
+    const rows =
+      query.jobId === undefined
+        ? await this.#query("SELECT cursor, job_id, at, row FROM changes WHERE cursor > ? ORDER BY cursor LIMIT ?", [after, query.limit])
+        : await this.#query("SELECT cursor, job_id, at, row FROM changes WHERE job_id = ? AND cursor > ? ORDER BY cursor LIMIT ?", [
+            query.jobId,
+            after,
+            query.limit,
+          ]);
+    const stored: StoredChangeRow[] = [];
+    let position = after;
+    for (const r of rows) {
+      if (query.upTo !== undefined && String(r.at) > query.upTo) break;
+      stored.push({ cursor: String(r.cursor), at: String(r.at), job_id: String(r.job_id), json: String(r.row) });
+      position = Number(r.cursor);
+    }
+    return storedFeedPage(stored, String(position));
+  }
+
+  /** Releases the driver (and its connection). */
+  async close(): Promise<void> {
+    await this.driver.close();
+  }
+
+  /** Every batch of this store: the engine's "try again" answers as the port's `store.unavailable`. */
+  async #batch(statements: readonly SqlStatement[]) {
+    try {
+      return await this.driver.batch(statements);
+    } catch (e) {
+      throw sqlStoreError(e);
+    }
+  }
+
+  async #query(text: string, params: readonly SqlValue[]) {
+    try {
+      return await this.driver.query(text, params);
+    } catch (e) {
+      throw sqlStoreError(e);
+    }
+  }
+}
+
+/**
+ * SQLite's "try again" answers become the port's retryable `store.unavailable`: busy
+ * or locked (another writer), full (the disk, or the database's `max_page_count`:
+ * SQLITE_FULL, "database or disk is full", which is how ENOSPC reaches us), a file it
+ * could not open (SQLITE_CANTOPEN: EMFILE, ENFILE), and a connection already closed.
+ * The batch that failed wrote nothing: the driver rolled it back. Anything else is
+ * passed on as it is (a constraint the data broke, a fault).
+ */
+export function sqlStoreError(e: unknown): unknown {
+  const cause = e instanceof SqlBatchError ? e.cause : e;
+  const code = String((cause as { code?: unknown } | null)?.code ?? "");
+  const message = e instanceof Error ? e.message : String(e);
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED") || /database is (locked|busy)/i.test(message)) {
+    return new MamError("store.unavailable", `the job database is busy: ${message}`, { cause: e });
+  }
+  if (code.startsWith("SQLITE_FULL") || /database or disk is full/i.test(message)) {
+    return new MamError(
+      "store.unavailable",
+      "the job database is full (no space left on its disk); nothing was written; retry once space is freed",
+      { cause: e },
+    );
+  }
+  if (code.startsWith("SQLITE_CANTOPEN")) {
+    return new MamError("store.unavailable", "the job database could not open a file (too many open files?); nothing was written; retry", {
+      cause: e,
+    });
+  }
+  if (/database connection is not open/i.test(message)) {
+    return new MamError("store.unavailable", "the job database is closed", { cause: e });
+  }
+  return e;
+}
+
+// ---- compiling a conditional write
+
+/** SQLite's clock, as the feed stamps a row's commit time. */
+const NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/** A guard row after an atomic part: `changes()` is what the part before it changed, and the CHECK wants exactly one. */
+const GUARD = sql("INSERT INTO atomic_guard (held) VALUES (changes())");
+
+/**
+ * What the feed compares of the record before a write, as the write's own assignment
+ * reads it from the old row: the fields `changeRowsOf` reads of `before`
+ * (`FEED_BEFORE_FIELDS`), null for absent, into `feed_before`.
+ */
+export const FEED_BEFORE_CAPTURE = `json_object('status', status, 'transition_seq', transition_seq,
+  'evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0), 'latest_attempt', json_extract(doc, '$.latest_attempt'),
+  'finalized_report', json_extract(doc, '$.finalized_report'),
+  'pending_notification', json(coalesce(owed_revision, json_extract(doc, '$.pending_notification'))))`;
+
+/** One condition, as a WHERE term over the stored row (the record in `doc`, its mirrored columns). */
+function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
+  switch (c.kind) {
+    case "transitionSeqIs":
+      return { sql: "transition_seq = ?", params: [c.seq] };
+    case "statusIn":
+      return c.statuses.length === 0 ? { sql: "0", params: [] } : { sql: `status IN (${c.statuses.map(() => "?").join(", ")})`, params: [...c.statuses] };
+    case "evidenceSeqIs":
+      return { sql: "coalesce(json_extract(doc, '$.evidence_seq'), 0) = ?", params: [c.seq] };
+    case "latestAttemptIs":
+      return { sql: "json_extract(doc, '$.latest_attempt') = ?", params: [c.attempt] };
+    case "latestAttemptAbsentOrIs":
+      return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), ?) = ?", params: [c.attempt, c.attempt] };
+    case "latestAttemptBelow":
+      return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?", params: [c.attempt] };
+    case "intentIs":
+      return { sql: "owed_intent_id = ?", params: [c.id] };
+    case "usageIs":
+      return {
+        sql: "coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?",
+        params: [c.events, c.bytes],
+      };
+    case "leaseHeldBy":
+      return { sql: `json_extract(doc, '$.${leasePath(c.field)}.id') = ?`, params: [c.id] };
+    case "leaseFree": {
+      const path = leasePath(c.field);
+      return {
+        sql: `(json_extract(doc, '$.${path}.id') IS NULL OR json_extract(doc, '$.${path}.expires_at') <= ? OR json_extract(doc, '$.${path}.attempt_id') < ?)`,
+        params: [c.at, c.attempt],
+      };
+    }
+    default:
+      return c satisfies never;
+  }
+}
+
+/** A lease field as it is spelled into a JSON path: only the two the schema has. */
+function leasePath(field: string): string {
+  if (field !== "upload_in_flight" && field !== "finalize_in_progress") throw new MamError("internal", `no lease field ${field}`);
+  return field;
+}
+
+/** A top-level field name as it is spelled into a JSON path: only what the base let through (a schema field, letters and `_`). */
+function fieldPath(field: string): string {
+  if (!/^[a-z_]+$/.test(field)) throw new MamError("internal", `no record field ${field}`);
+  return `$.${field}`;
+}
+
+/** The write as one `UPDATE … RETURNING doc`; with `token`, capturing what the feed compares and stamping the token. */
+function compileUpdate(write: RecordWrite, token: string | undefined): SqlStatement {
+  const params: SqlValue[] = [];
+  let doc = "doc";
+  if (write.unset.length > 0) {
+    doc = `json_remove(doc${", ?".repeat(write.unset.length)})`;
+    params.push(...write.unset.map(fieldPath));
+  }
+  const sets = Object.entries(write.set);
+  const counters = write.bump.map((counter) =>
+    counter === "transition_seq" ? "'$.transition_seq', transition_seq + 1" : "'$.evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0) + 1",
+  );
+  if (sets.length > 0 || counters.length > 0) {
+    doc = `json_set(${doc}${", ?, json(?)".repeat(sets.length)}${counters.map((c) => `, ${c}`).join("")})`;
+    for (const [field, value] of sets) params.push(fieldPath(field), JSON.stringify(value));
+  }
+  const assignments = [`doc = ${doc}`];
+  if (write.bump.includes("transition_seq")) assignments.push("transition_seq = transition_seq + 1");
+  const keys = write.keys;
+  if (keys.status !== undefined) {
+    assignments.push("status = ?");
+    params.push(keys.status);
+  }
+  if (keys.recency !== undefined) {
+    assignments.push("updated_at = ?");
+    params.push(keys.recency);
+  }
+  if (keys.owed !== undefined) {
+    const owed = owedColumns(keys.owed);
+    assignments.push("owed_intent_id = ?", "owed_at = ?", "owed_quarantined_id = ?", "owed_revision = NULL");
+    params.push(owed.intentId, owed.at, owed.quarantinedId);
+  }
+  if (token !== undefined) {
+    assignments.push(`feed_before = ${FEED_BEFORE_CAPTURE}`, "write_token = ?");
+    params.push(token);
+  }
+  let where = "job_id = ?";
+  params.push(write.jobId);
+  for (const condition of write.conditions) {
+    const term = conditionSql(condition);
+    where += ` AND ${term.sql}`;
+    params.push(...term.params);
+  }
+  // A revise also runs where the doc can be rewritten only: one past SQLite's JSON
+  // depth takes its revision beside it (`#reviseBeside`).
+  if (isOwedRevision(write)) where += " AND json_valid(doc)";
+  return sql(`UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`, ...params);
+}
+
+/** A revise: the one write that may land beside a doc SQLite cannot rewrite. */
+function isOwedRevision(write: RecordWrite): boolean {
+  return (
+    write.set.pending_notification !== undefined &&
+    write.conditions.length === 1 &&
+    write.conditions[0]?.kind === "intentIs" &&
+    write.bump.length === 0
+  );
+}
+
+/** Which feed rules a write can set off, from what it bumps (a transition, an evidence write, or bookkeeping on the intent). */
+function feedClassOf(write: RecordWrite): "transition" | "evidence" | "intent" {
+  if (write.bump.includes("transition_seq")) return "transition";
+  if (write.bump.includes("evidence_seq")) return "evidence";
+  return "intent";
+}
+
+function insertEventStatement(entry: EventLogEntry): SqlStatement {
+  return sql(
+    "INSERT INTO events (job_id, id, at, doc) VALUES (?, ?, ?, ?) ON CONFLICT (job_id, id) DO NOTHING",
+    entry.job_id,
+    entry.id,
+    sortableTime(entry.at),
+    JSON.stringify(entry),
+  );
+}
+
+/** The owed place as its columns: none (all null), due, or quarantined (the quarantined id is the intent's own). */
+function owedColumns(place: DerivedKeys["owed"] | null): { intentId: string | null; at: string | null; quarantinedId: string | null } {
+  if (place === null || place === undefined) return { intentId: null, at: null, quarantinedId: null };
+  return { intentId: place.intentId, at: place.at, quarantinedId: place.part === "quarantined" ? place.intentId : null };
+}
+
+function parseDoc(doc: SqlValue | undefined): JobRecord {
+  return JSON.parse(String(doc)) as JobRecord;
+}
+
+/** The record of an owed row, with the revised intent kept beside the doc when the doc could not take it. */
+function owedRecord(row: Record<string, SqlValue>): JobRecord {
+  const record = parseDoc(row.doc);
+  if (row.owed_revision === null || row.owed_revision === undefined) return record;
+  const revised = JSON.parse(String(row.owed_revision)) as NotificationIntent;
+  return revised.id === row.owed_intent_id ? { ...record, pending_notification: revised } : record;
+}
+
+/** A feed position as this store hands it out: a row's cursor, or 0 before the first. */
+function decodeFeedPosition(position: string): number {
+  if (!/^(0|[1-9][0-9]{0,15})$/.test(position)) throw invalidCursor();
+  const n = Number(position);
+  if (!Number.isSafeInteger(n)) throw invalidCursor();
+  return n;
+}
