@@ -39,6 +39,7 @@ export {
   type SqlValue,
   sql,
 } from "./sql-driver.ts";
+export { FEED_BEFORE_CAPTURE, feedRowStatements } from "./sql-feed-rules.ts";
 export { BetterSqliteDriver } from "./sqlite-driver.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";
 export { migrateDatabaseFile, migrateSqlite, SQLITE_SCHEMA_VERSION, SQLITE_STEPS, sqliteSchemaVersion } from "./sqlite-migrations.ts";
