@@ -5,11 +5,12 @@ import { IsoTime, JobId, type JobRecord } from "./schemas.ts";
 
 /**
  * The change feed: one row per committed change of any kind, in commit order, each
- * with an opaque cursor to resume after. What rows a write produces is decided here,
- * once, from the record before and after the write (`changeRowsOf`): the SQLite and
- * in-memory stores call it in the write's own transaction, the DynamoDB stream
- * function calls it on the stream record's old and new images. No adapter decides
- * what a change is.
+ * with an opaque cursor to resume after. What rows a write produces is declared once,
+ * as data, from the record before and after the write (`FEED_RULES`, feed-rules.ts):
+ * the SQLite and in-memory stores evaluate them in the write's own transaction
+ * (`changeRowsOf`), the DynamoDB stream function on the stream record's old and new
+ * images, and a store on a batch-only SQL engine compiles them into its batch
+ * (`feedRowStatements`, `@mam/local`). No adapter decides what a change is.
  */
 export const CHANGE_KINDS = [
   "job.registered",
