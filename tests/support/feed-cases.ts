@@ -96,9 +96,12 @@ const note: fc.Arbitrary<ChangeNote | undefined> = fc.option(
   { nil: undefined, freq: 4 },
 );
 
-type Fields = Partial<
-  Pick<JobRecord, "status" | "transition_seq" | "evidence_seq" | "latest_attempt" | "finalized_report" | "pending_notification">
->;
+/** The feed fields of a record, `undefined` meaning absent (dropped by `record`). */
+type Fields = {
+  [K in "status" | "transition_seq" | "evidence_seq" | "latest_attempt" | "finalized_report" | "pending_notification"]?:
+    | JobRecord[K]
+    | undefined;
+};
 
 function record(fields: Fields): JobRecord {
   const base: Record<string, unknown> = { ...jobRecord("feed-rules-1", { updated_at: AT }) };
