@@ -232,26 +232,27 @@ export const FEED_RULES: readonly FeedRule[] = [
   { kind: "intent.released", when: all(BOOKKEEPING, RELEASED), intent_id: after("pending_notification", "id") },
 ];
 
-/** A value as the JS evaluator reads it: absent is `undefined`. */
-type Scalar = string | number | boolean | object | undefined;
+/** A value as the JS evaluator reads it: absent is `undefined` (an object only where a rule asks whether it is present). */
+export type FeedReading = string | number | boolean | object | undefined;
 
-interface FeedInput {
+/** What the rules read: the record before the write (`undefined`: created), the record after it, and its note. */
+export interface FeedInput {
   readonly before: JobRecord | undefined;
   readonly after: JobRecord;
   readonly note: ChangeNote;
 }
 
-function readPath(from: unknown, path: readonly string[]): Scalar {
+function readPath(from: unknown, path: readonly string[]): FeedReading {
   let at: unknown = from;
   for (const key of path) {
     if (at === null || typeof at !== "object") return undefined;
     at = (at as Record<string, unknown>)[key];
   }
-  return at === null ? undefined : (at as Scalar);
+  return at === null ? undefined : (at as FeedReading);
 }
 
 /** A value of `FEED_RULES`' algebra, in JavaScript. */
-export function evaluateFeedValue(value: FeedValue, input: FeedInput): Scalar {
+export function evaluateFeedValue(value: FeedValue, input: FeedInput): FeedReading {
   switch (value.op) {
     case "ref":
       return readPath(input[value.side], value.path);
