@@ -1,14 +1,16 @@
 import * as z from "zod";
 import type { Actor } from "./deps.ts";
-import { IsoTime, JobId, type JobRecord, type NotificationIntent, type Status } from "./schemas.ts";
+import { rowsOfRules } from "./feed-rules.ts";
+import { IsoTime, JobId, type JobRecord } from "./schemas.ts";
 
 /**
  * The change feed: one row per committed change of any kind, in commit order, each
- * with an opaque cursor to resume after. What rows a write produces is decided here,
- * once, from the record before and after the write (`changeRowsOf`): the SQLite and
- * in-memory stores call it in the write's own transaction, the DynamoDB stream
- * function calls it on the stream record's old and new images. No adapter decides
- * what a change is.
+ * with an opaque cursor to resume after. What rows a write produces is declared once,
+ * as data, from the record before and after the write (`FEED_RULES`, feed-rules.ts):
+ * the SQLite and in-memory stores evaluate them in the write's own transaction
+ * (`changeRowsOf`), the DynamoDB stream function on the stream record's old and new
+ * images, and a store on a batch-only SQL engine compiles them into its batch
+ * (`feedRowStatements`, `@mam/local`). No adapter decides what a change is.
  */
 export const CHANGE_KINDS = [
   "job.registered",
@@ -88,111 +90,22 @@ export function noteOf(actor: Actor | undefined, extra: Omit<ChangeNote, "actor"
   return { actor: changeActorOf(actor), ...extra };
 }
 
-/** Which action moved a job from `from` to `to` (the engine's table, read backwards). */
-function actionOf(from: Status, to: Status): string {
-  if (to === "running") return from === "pending" ? "claim" : "progress";
-  if (to === "cancelled") return "cancel";
-  return to;
-}
-
-const samePending = (a: NotificationIntent | undefined, b: NotificationIntent | undefined): boolean => a?.id === b?.id;
-
 /**
  * The rows one committed write of a job record produces, from the record before it
- * (`undefined`: the write created it) and after it. Pure, so every adapter and the
- * DynamoDB stream function derive the same rows from the same write:
- * - created: `job.registered`;
- * - `transition_seq` moved: `job.transitioned` (`intent_id` the intent it committed),
- *   `report.finalized` when it committed a finalize, and `intent.superseded` when it
- *   replaced an owed intent that was never settled (`data.by` the newer one);
- * - `evidence_seq` moved: `dispatch.recorded` (the latest attempt moved),
- *   `report.finalized` (the finalized report changed), `report.upload_declared`
- *   (the write declared an upload: its note says what the uploader will send, and
- *   nothing is staged yet), else `report.staged`;
- * - neither (bookkeeping on the owed intent): `intent.published` (settled),
- *   `intent.quarantined`, `intent.released`, `intent.failed`, or `intent.superseded`
- *   (replaced by another intent).
- * A write that changed nothing the feed tells (a revise that rewrote the same marks)
- * produces no row. Of `before` it reads only `status`, `transition_seq`,
- * `evidence_seq`, `latest_attempt`, `finalized_report` and `pending_notification`
- * (what an adapter must capture of the record before its write; `FEED_BEFORE_FIELDS`).
+ * (`undefined`: the write created it) and after it: core's `FEED_RULES` evaluated in
+ * JavaScript (`rowsOfRules`, feed-rules.ts, where the rows are listed). Pure, so every
+ * adapter and the DynamoDB stream function derive the same rows from the same write;
+ * an SQL store on a batch-only engine compiles the same rules into its batch
+ * (`feedRowStatements` in `@mam/local`). A write that changed nothing the feed tells
+ * (a revise that rewrote the same marks) produces no row. Of `before` it reads only
+ * `status`, `transition_seq`, `evidence_seq`, `latest_attempt`, `finalized_report`
+ * and `pending_notification` (what an adapter must capture of the record before its
+ * write; `FEED_BEFORE_FIELDS`).
  */
 export function changeRowsOf(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
-  const actor = note.actor ?? SERVICE_ACTOR;
-  const row = (kind: ChangeKind, extra: { intent_id?: string | undefined; data?: Record<string, string | number | boolean> } = {}) => ({
-    job_id: after.job_id,
-    kind,
-    actor,
-    ...(extra.intent_id === undefined ? {} : { intent_id: extra.intent_id }),
-    ...(extra.data === undefined ? {} : { data: extra.data }),
-  });
-  if (before === undefined) return [row("job.registered", { data: { status: after.status } })];
-
-  const rows: ChangeDraft[] = [];
-  const superseded = (): void => {
-    const old = before.pending_notification;
-    const now = after.pending_notification;
-    if (old !== undefined && now !== undefined && old.id !== now.id) {
-      rows.push(row("intent.superseded", { intent_id: old.id, data: { by: now.id } }));
-    }
-  };
-  const finalized = (): boolean => {
-    const f = after.finalized_report;
-    if (f === undefined || f.manifest_sha256 === before.finalized_report?.manifest_sha256) return false;
-    rows.push(row("report.finalized", { data: { attempt_id: f.attempt_id, sha256: f.report_sha256 } }));
-    return true;
-  };
-
-  if (after.transition_seq !== before.transition_seq) {
-    const committed = samePending(before.pending_notification, after.pending_notification) ? undefined : after.pending_notification?.id;
-    finalized();
-    rows.push(
-      row("job.transitioned", {
-        intent_id: committed,
-        data: { action: actionOf(before.status, after.status), status: after.status, transition_seq: after.transition_seq },
-      }),
-    );
-    superseded();
-    return rows;
-  }
-  if ((after.evidence_seq ?? 0) !== (before.evidence_seq ?? 0)) {
-    if (after.latest_attempt !== undefined && after.latest_attempt !== before.latest_attempt) {
-      return [row("dispatch.recorded", { data: { attempt_id: after.latest_attempt } })];
-    }
-    if (finalized()) return rows;
-    const attempt = after.latest_attempt;
-    const attemptData = attempt === undefined ? {} : { attempt_id: attempt };
-    if (note.declared !== undefined) {
-      return [row("report.upload_declared", { data: { ...attemptData, sha256: note.declared.sha256, bytes: note.declared.bytes } })];
-    }
-    return [
-      row("report.staged", {
-        data: {
-          ...attemptData,
-          ...(note.staged === undefined ? {} : { sha256: note.staged.sha256, bytes: note.staged.bytes }),
-        },
-      }),
-    ];
-  }
-
-  const old = before.pending_notification;
-  const now = after.pending_notification;
-  if (old !== undefined && now === undefined) return [row("intent.published", { intent_id: old.id })];
-  if (now === undefined) return [];
-  if (old === undefined || old.id !== now.id) {
-    superseded();
-    return rows;
-  }
-  if (now.quarantined_at !== undefined && old.quarantined_at === undefined) {
-    return [row("intent.quarantined", { intent_id: now.id, ...(now.last_error ? { data: { code: now.last_error.code } } : {}) })];
-  }
-  if ((now.failures ?? 0) > (old.failures ?? 0)) {
-    return [row("intent.failed", { intent_id: now.id, data: { code: now.last_error?.code ?? "unknown" } })];
-  }
-  if (now.failures === undefined && now.quarantined_at === undefined && (old.failures !== undefined || old.quarantined_at !== undefined)) {
-    return [row("intent.released", { intent_id: now.id })];
-  }
-  return [];
+  // A call, not an alias: feed-rules.ts imports this module, and an alias would be
+  // read while the cycle is still loading.
+  return rowsOfRules(before, after, note);
 }
 
 /** The fields of the record before a write that `changeRowsOf` compares. */

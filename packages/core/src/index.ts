@@ -6,6 +6,7 @@ export * from "./deps.ts";
 export * from "./engine.ts";
 export * from "./errors.ts";
 export * from "./feed.ts";
+export * from "./feed-rules.ts";
 export * from "./finalize.ts";
 export * from "./gate.ts";
 export * from "./leases.ts";

@@ -24,7 +24,7 @@ import {
   storedFeedPage,
   type UpdateOutcome,
 } from "@mam/core";
-import { feedRowStatements } from "./sql-feed-rules.ts";
+import { FEED_BEFORE_CAPTURE, type FeedWriteClass, feedRowStatements } from "./sql-feed-rules.ts";
 import { SqlBatchError, type SqlDriver, type SqlStatement, type SqlValue, sql } from "./sql-driver.ts";
 import { OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
 
@@ -345,16 +345,6 @@ const NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 /** A guard row after an atomic part: `changes()` is what the part before it changed, and the CHECK wants exactly one. */
 const GUARD = sql("INSERT INTO atomic_guard (held) VALUES (changes())");
 
-/**
- * What the feed compares of the record before a write, as the write's own assignment
- * reads it from the old row: the fields `changeRowsOf` reads of `before`
- * (`FEED_BEFORE_FIELDS`), null for absent, into `feed_before`.
- */
-export const FEED_BEFORE_CAPTURE = `json_object('status', status, 'transition_seq', transition_seq,
-  'evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0), 'latest_attempt', json_extract(doc, '$.latest_attempt'),
-  'finalized_report', json_extract(doc, '$.finalized_report'),
-  'pending_notification', json(coalesce(owed_revision, json_extract(doc, '$.pending_notification'))))`;
-
 /** One condition, as a WHERE term over the stored row (the record in `doc`, its mirrored columns). */
 function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
   switch (c.kind) {
@@ -463,7 +453,7 @@ function isOwedRevision(write: RecordWrite): boolean {
 }
 
 /** Which feed rules a write can set off, from what it bumps (a transition, an evidence write, or bookkeeping on the intent). */
-function feedClassOf(write: RecordWrite): "transition" | "evidence" | "intent" {
+function feedClassOf(write: RecordWrite): FeedWriteClass {
   if (write.bump.includes("transition_seq")) return "transition";
   if (write.bump.includes("evidence_seq")) return "evidence";
   return "intent";

@@ -1,0 +1,342 @@
+import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, type FEED_BEFORE_FIELDS, SERVICE_ACTOR } from "./feed.ts";
+import type { JobRecord } from "./schemas.ts";
+
+/**
+ * The change feed's rows, declared once as data (`FEED_RULES`): which rows one
+ * committed write of a job record produces, from the record before the write, the
+ * record after it and the write's `ChangeNote`. Being data, the rules have two
+ * evaluators that must agree, and the property tests hold them to it:
+ * - `rowsOfRules`, here, in JavaScript: what `changeRowsOf` is (the memory store, the
+ *   DynamoDB stream function, the SQLite store);
+ * - `feedRowStatements` (`@mam/local`, sql-feed-rules.ts), compiled to SQLite-dialect
+ *   `INSERT … SELECT` statements that run in the write's own batch, for an engine that
+ *   runs no JavaScript between two statements of a batch (Cloudflare D1).
+ *
+ * So the algebra is small and closed, and every operator means the same in both:
+ * a value is absent (`undefined` in JS, `NULL` in SQL) or a scalar; no operator ever
+ * yields "unknown" (SQL's three-valued logic is closed off in the compiler).
+ */
+
+/** A field of the record before the write that a rule may read: only what an adapter captures (`FEED_BEFORE_FIELDS`). */
+export type FeedBeforeField = (typeof FEED_BEFORE_FIELDS)[number];
+
+/**
+ * A field read by a rule. `before`: the record before the write, only its
+ * `FEED_BEFORE_FIELDS` (absent altogether when the write created it); `after`: the
+ * record the write committed; `note`: the write's note (`staged`, `declared`; the
+ * actor is every row's and no rule's). A path through a missing object reads absent.
+ */
+export type FeedRef =
+  | { readonly op: "ref"; readonly side: "before"; readonly path: readonly [FeedBeforeField, ...string[]] }
+  | { readonly op: "ref"; readonly side: "after"; readonly path: readonly [string, ...string[]] }
+  | { readonly op: "ref"; readonly side: "note"; readonly path: readonly ["staged" | "declared", ...string[]] };
+
+/**
+ * A value: a field (`ref`), a literal, the first present of two (`coalesce`), the
+ * value of the first case whose predicate holds, else `else` (`case`), or absent
+ * (`nothing`: an `intent_id` or a `data` key that is left out of the row).
+ */
+export type FeedValue =
+  | FeedRef
+  | { readonly op: "literal"; readonly value: string | number }
+  | { readonly op: "coalesce"; readonly values: readonly [FeedValue, FeedValue] }
+  | {
+      readonly op: "case";
+      readonly cases: readonly { readonly when: FeedPredicate; readonly value: FeedValue }[];
+      readonly else: FeedValue;
+    }
+  | { readonly op: "nothing" };
+
+/**
+ * A predicate, always true or false (never unknown): `created` (there was no record
+ * before the write), `all`/`any`/`not`, `present`/`absent` of a value, `eq`/`ne`
+ * (absent equals absent only; a number never equals a string), `gt` (both present
+ * and the left greater).
+ */
+export type FeedPredicate =
+  | { readonly op: "created" }
+  | { readonly op: "all"; readonly of: readonly FeedPredicate[] }
+  | { readonly op: "any"; readonly of: readonly FeedPredicate[] }
+  | { readonly op: "not"; readonly of: FeedPredicate }
+  | { readonly op: "present" | "absent"; readonly value: FeedValue }
+  | { readonly op: "eq" | "ne" | "gt"; readonly left: FeedValue; readonly right: FeedValue };
+
+/**
+ * One row a write may produce: its `kind`, when it is produced, and how its
+ * `intent_id` and `data` are built. Every row's `job_id` is the record's and its
+ * `actor` the note's (the service's when the note has none). An absent `intent_id`
+ * value leaves the key out; without `data` the row has no `data` key, with it the row
+ * has one holding the keys whose value is present (possibly none: `{}`).
+ */
+export interface FeedRule {
+  readonly kind: ChangeKind;
+  readonly when: FeedPredicate;
+  readonly intent_id?: FeedValue;
+  readonly data?: Readonly<Record<string, FeedValue>>;
+}
+
+const before = (...path: [FeedBeforeField, ...string[]]): FeedRef => ({ op: "ref", side: "before", path });
+const after = (...path: [string, ...string[]]): FeedRef => ({ op: "ref", side: "after", path });
+const note = (...path: ["staged" | "declared", ...string[]]): FeedRef => ({ op: "ref", side: "note", path });
+const literal = (value: string | number): FeedValue => ({ op: "literal", value });
+const coalesce = (value: FeedValue, otherwise: FeedValue): FeedValue => ({ op: "coalesce", values: [value, otherwise] });
+const NOTHING: FeedValue = { op: "nothing" };
+const CREATED: FeedPredicate = { op: "created" };
+const all = (...of: FeedPredicate[]): FeedPredicate => ({ op: "all", of });
+const any = (...of: FeedPredicate[]): FeedPredicate => ({ op: "any", of });
+const not = (of: FeedPredicate): FeedPredicate => ({ op: "not", of });
+const present = (value: FeedValue): FeedPredicate => ({ op: "present", value });
+const absent = (value: FeedValue): FeedPredicate => ({ op: "absent", value });
+const eq = (left: FeedValue, right: FeedValue): FeedPredicate => ({ op: "eq", left, right });
+const ne = (left: FeedValue, right: FeedValue): FeedPredicate => ({ op: "ne", left, right });
+const gt = (left: FeedValue, right: FeedValue): FeedPredicate => ({ op: "gt", left, right });
+
+// The three kinds of write, exclusive, as changeRowsOf's if/else chain had them:
+// a transition (transition_seq moved), else an evidence write (evidence_seq moved,
+// absent reading 0), else bookkeeping on the owed intent.
+const TRANSITION = all(not(CREATED), ne(after("transition_seq"), before("transition_seq")));
+const EVIDENCE = all(
+  not(CREATED),
+  not(TRANSITION),
+  ne(coalesce(after("evidence_seq"), literal(0)), coalesce(before("evidence_seq"), literal(0))),
+);
+const BOOKKEEPING = all(not(CREATED), not(TRANSITION), not(EVIDENCE));
+
+const OLD_INTENT = before("pending_notification");
+const NEW_INTENT = after("pending_notification");
+/** The owed intent was replaced by another (both present, ids differ). */
+const INTENT_REPLACED = all(
+  present(OLD_INTENT),
+  present(NEW_INTENT),
+  ne(before("pending_notification", "id"), after("pending_notification", "id")),
+);
+/** The same intent is owed before and after (bookkeeping on it). */
+const SAME_INTENT = all(
+  present(OLD_INTENT),
+  present(NEW_INTENT),
+  eq(before("pending_notification", "id"), after("pending_notification", "id")),
+);
+/** The finalized report changed to another (or to one): a finalize committed. */
+const FINALIZED = all(
+  present(after("finalized_report")),
+  ne(after("finalized_report", "manifest_sha256"), before("finalized_report", "manifest_sha256")),
+);
+/** An evidence write that moved the latest attempt: a dispatch. */
+const DISPATCHED = all(present(after("latest_attempt")), ne(after("latest_attempt"), before("latest_attempt")));
+/** An evidence write that is neither a dispatch nor a finalize: a report's stage or an upload's declaration. */
+const REPORT_WRITE = all(EVIDENCE, not(DISPATCHED), not(FINALIZED));
+
+const QUARANTINED = all(
+  SAME_INTENT,
+  present(after("pending_notification", "quarantined_at")),
+  absent(before("pending_notification", "quarantined_at")),
+);
+const FAILED = all(
+  SAME_INTENT,
+  not(QUARANTINED),
+  gt(coalesce(after("pending_notification", "failures"), literal(0)), coalesce(before("pending_notification", "failures"), literal(0))),
+);
+const RELEASED = all(
+  SAME_INTENT,
+  not(QUARANTINED),
+  not(FAILED),
+  absent(after("pending_notification", "failures")),
+  absent(after("pending_notification", "quarantined_at")),
+  any(present(before("pending_notification", "failures")), present(before("pending_notification", "quarantined_at"))),
+);
+
+/** Which action moved the job (the engine's table read backwards; `actionOf` before the rules). */
+const ACTION: FeedValue = {
+  op: "case",
+  cases: [
+    { when: all(eq(after("status"), literal("running")), eq(before("status"), literal("pending"))), value: literal("claim") },
+    { when: eq(after("status"), literal("running")), value: literal("progress") },
+    { when: eq(after("status"), literal("cancelled")), value: literal("cancel") },
+  ],
+  else: after("status"),
+};
+
+/**
+ * Every row a write may produce, in the order a write produces them. The rules of one
+ * kind of write are exclusive but for a transition's, which may produce, in order,
+ * `report.finalized`, `job.transitioned` and `intent.superseded`:
+ * - created: `job.registered`;
+ * - `transition_seq` moved: `job.transitioned` (`intent_id` the intent it committed),
+ *   `report.finalized` when it committed a finalize, and `intent.superseded` when it
+ *   replaced an owed intent that was never settled (`data.by` the newer one);
+ * - else `evidence_seq` moved: `dispatch.recorded` (the latest attempt moved), else
+ *   `report.finalized` (the finalized report changed), else `report.upload_declared`
+ *   (the note declares an upload), else `report.staged`;
+ * - else (bookkeeping on the owed intent): `intent.published` (settled),
+ *   `intent.superseded` (replaced), `intent.quarantined`, `intent.failed` or
+ *   `intent.released`; or nothing (a revise that rewrote the same marks).
+ */
+export const FEED_RULES: readonly FeedRule[] = [
+  { kind: "job.registered", when: CREATED, data: { status: after("status") } },
+  {
+    kind: "report.finalized",
+    when: all(any(TRANSITION, all(EVIDENCE, not(DISPATCHED))), FINALIZED),
+    data: { attempt_id: after("finalized_report", "attempt_id"), sha256: after("finalized_report", "report_sha256") },
+  },
+  {
+    kind: "job.transitioned",
+    when: TRANSITION,
+    // The intent the transition committed: the owed one, unless it was owed before.
+    intent_id: {
+      op: "case",
+      cases: [{ when: eq(before("pending_notification", "id"), after("pending_notification", "id")), value: NOTHING }],
+      else: after("pending_notification", "id"),
+    },
+    data: { action: ACTION, status: after("status"), transition_seq: after("transition_seq") },
+  },
+  {
+    kind: "intent.superseded",
+    when: all(any(TRANSITION, BOOKKEEPING), INTENT_REPLACED),
+    intent_id: before("pending_notification", "id"),
+    data: { by: after("pending_notification", "id") },
+  },
+  { kind: "dispatch.recorded", when: all(EVIDENCE, DISPATCHED), data: { attempt_id: after("latest_attempt") } },
+  {
+    kind: "report.upload_declared",
+    when: all(REPORT_WRITE, present(note("declared"))),
+    data: { attempt_id: after("latest_attempt"), sha256: note("declared", "sha256"), bytes: note("declared", "bytes") },
+  },
+  {
+    kind: "report.staged",
+    when: all(REPORT_WRITE, absent(note("declared"))),
+    data: { attempt_id: after("latest_attempt"), sha256: note("staged", "sha256"), bytes: note("staged", "bytes") },
+  },
+  {
+    kind: "intent.published",
+    when: all(BOOKKEEPING, present(OLD_INTENT), absent(NEW_INTENT)),
+    intent_id: before("pending_notification", "id"),
+  },
+  // Quarantined, twice: with the last error's code as data, or (no error kept) without data.
+  {
+    kind: "intent.quarantined",
+    when: all(BOOKKEEPING, QUARANTINED, present(after("pending_notification", "last_error"))),
+    intent_id: after("pending_notification", "id"),
+    data: { code: after("pending_notification", "last_error", "code") },
+  },
+  {
+    kind: "intent.quarantined",
+    when: all(BOOKKEEPING, QUARANTINED, absent(after("pending_notification", "last_error"))),
+    intent_id: after("pending_notification", "id"),
+  },
+  {
+    kind: "intent.failed",
+    when: all(BOOKKEEPING, FAILED),
+    intent_id: after("pending_notification", "id"),
+    data: { code: coalesce(after("pending_notification", "last_error", "code"), literal("unknown")) },
+  },
+  { kind: "intent.released", when: all(BOOKKEEPING, RELEASED), intent_id: after("pending_notification", "id") },
+];
+
+/** A value as the JS evaluator reads it: absent is `undefined` (an object only where a rule asks whether it is present). */
+export type FeedReading = string | number | boolean | object | undefined;
+
+/** What the rules read: the record before the write (`undefined`: created), the record after it, and its note. */
+export interface FeedInput {
+  readonly before: JobRecord | undefined;
+  readonly after: JobRecord;
+  readonly note: ChangeNote;
+}
+
+function readPath(from: unknown, path: readonly string[]): FeedReading {
+  let at: unknown = from;
+  for (const key of path) {
+    if (at === null || typeof at !== "object") return undefined;
+    at = (at as Record<string, unknown>)[key];
+  }
+  return at === null ? undefined : (at as FeedReading);
+}
+
+/** A value of `FEED_RULES`' algebra, in JavaScript. */
+export function evaluateFeedValue(value: FeedValue, input: FeedInput): FeedReading {
+  switch (value.op) {
+    case "ref":
+      return readPath(input[value.side], value.path);
+    case "literal":
+      return value.value;
+    case "coalesce":
+      return evaluateFeedValue(value.values[0], input) ?? evaluateFeedValue(value.values[1], input);
+    case "case": {
+      const chosen = value.cases.find((c) => evaluateFeedPredicate(c.when, input));
+      return evaluateFeedValue(chosen === undefined ? value.else : chosen.value, input);
+    }
+    case "nothing":
+      return undefined;
+    default:
+      return value satisfies never;
+  }
+}
+
+/** A predicate of `FEED_RULES`' algebra, in JavaScript. */
+export function evaluateFeedPredicate(predicate: FeedPredicate, input: FeedInput): boolean {
+  switch (predicate.op) {
+    case "created":
+      return input.before === undefined;
+    case "all":
+      return predicate.of.every((p) => evaluateFeedPredicate(p, input));
+    case "any":
+      return predicate.of.some((p) => evaluateFeedPredicate(p, input));
+    case "not":
+      return !evaluateFeedPredicate(predicate.of, input);
+    case "present":
+      return evaluateFeedValue(predicate.value, input) !== undefined;
+    case "absent":
+      return evaluateFeedValue(predicate.value, input) === undefined;
+    case "eq":
+      return evaluateFeedValue(predicate.left, input) === evaluateFeedValue(predicate.right, input);
+    case "ne":
+      return evaluateFeedValue(predicate.left, input) !== evaluateFeedValue(predicate.right, input);
+    case "gt": {
+      const left = evaluateFeedValue(predicate.left, input);
+      const right = evaluateFeedValue(predicate.right, input);
+      return left !== undefined && right !== undefined && left > right;
+    }
+    default:
+      return predicate satisfies never;
+  }
+}
+
+/** The actor of every row a write produces: the note's, else the service's. */
+export function feedActorOf(note: ChangeNote | undefined): ChangeActor {
+  return note?.actor ?? SERVICE_ACTOR;
+}
+
+/**
+ * The rows one committed write of a job record produces (`FEED_RULES`, evaluated in
+ * JavaScript), from the record before it (`undefined`: the write created it), the
+ * record after it, and the write's note. Pure. Of `before` it reads only
+ * `FEED_BEFORE_FIELDS`. Throws only on a rule that builds a `data` value that is not
+ * a scalar (a fault in the rules, never in the records).
+ */
+export function rowsOfRules(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
+  const input: FeedInput = { before, after, note };
+  const actor = feedActorOf(note);
+  const rows: ChangeDraft[] = [];
+  for (const rule of FEED_RULES) {
+    if (!evaluateFeedPredicate(rule.when, input)) continue;
+    const intentId = rule.intent_id === undefined ? undefined : evaluateFeedValue(rule.intent_id, input);
+    if (intentId !== undefined && typeof intentId !== "string") throw new Error(`feed rule ${rule.kind}: intent_id is not a string`);
+    let data: Record<string, string | number | boolean> | undefined;
+    if (rule.data !== undefined) {
+      data = {};
+      for (const [key, value] of Object.entries(rule.data)) {
+        const v = evaluateFeedValue(value, input);
+        if (v === undefined) continue;
+        if (typeof v === "object") throw new Error(`feed rule ${rule.kind}: data.${key} is not a scalar`);
+        data[key] = v;
+      }
+    }
+    rows.push({
+      job_id: after.job_id,
+      kind: rule.kind,
+      actor,
+      ...(intentId === undefined ? {} : { intent_id: intentId }),
+      ...(data === undefined ? {} : { data }),
+    });
+  }
+  return rows;
+}

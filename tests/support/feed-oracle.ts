@@ -1,0 +1,103 @@
+/**
+ * A frozen copy of `changeRowsOf` as core had it before the feed's rows were declared
+ * as rules (packages/core/src/feed.ts at 25d1c6c, copied verbatim): the oracle the
+ * rules' property tests compare against (tests/unit/feed-rules.test.ts,
+ * tests/contract/sql-feed-rules.test.ts, tests/d1/sql-feed-rules.test.ts). Never edit
+ * it to make a test pass: it is what the feed meant before the rules existed.
+ */
+import {
+  type ChangeDraft,
+  type ChangeKind,
+  type ChangeNote,
+  type JobRecord,
+  type NotificationIntent,
+  SERVICE_ACTOR,
+  type Status,
+} from "@mam/core";
+
+/** Which action moved a job from `from` to `to` (the engine's table, read backwards). */
+function actionOf(from: Status, to: Status): string {
+  if (to === "running") return from === "pending" ? "claim" : "progress";
+  if (to === "cancelled") return "cancel";
+  return to;
+}
+
+const samePending = (a: NotificationIntent | undefined, b: NotificationIntent | undefined): boolean => a?.id === b?.id;
+
+export function oracleChangeRowsOf(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
+  const actor = note.actor ?? SERVICE_ACTOR;
+  const row = (kind: ChangeKind, extra: { intent_id?: string | undefined; data?: Record<string, string | number | boolean> } = {}) => ({
+    job_id: after.job_id,
+    kind,
+    actor,
+    ...(extra.intent_id === undefined ? {} : { intent_id: extra.intent_id }),
+    ...(extra.data === undefined ? {} : { data: extra.data }),
+  });
+  if (before === undefined) return [row("job.registered", { data: { status: after.status } })];
+
+  const rows: ChangeDraft[] = [];
+  const superseded = (): void => {
+    const old = before.pending_notification;
+    const now = after.pending_notification;
+    if (old !== undefined && now !== undefined && old.id !== now.id) {
+      rows.push(row("intent.superseded", { intent_id: old.id, data: { by: now.id } }));
+    }
+  };
+  const finalized = (): boolean => {
+    const f = after.finalized_report;
+    if (f === undefined || f.manifest_sha256 === before.finalized_report?.manifest_sha256) return false;
+    rows.push(row("report.finalized", { data: { attempt_id: f.attempt_id, sha256: f.report_sha256 } }));
+    return true;
+  };
+
+  if (after.transition_seq !== before.transition_seq) {
+    const committed = samePending(before.pending_notification, after.pending_notification) ? undefined : after.pending_notification?.id;
+    finalized();
+    rows.push(
+      row("job.transitioned", {
+        intent_id: committed,
+        data: { action: actionOf(before.status, after.status), status: after.status, transition_seq: after.transition_seq },
+      }),
+    );
+    superseded();
+    return rows;
+  }
+  if ((after.evidence_seq ?? 0) !== (before.evidence_seq ?? 0)) {
+    if (after.latest_attempt !== undefined && after.latest_attempt !== before.latest_attempt) {
+      return [row("dispatch.recorded", { data: { attempt_id: after.latest_attempt } })];
+    }
+    if (finalized()) return rows;
+    const attempt = after.latest_attempt;
+    const attemptData = attempt === undefined ? {} : { attempt_id: attempt };
+    if (note.declared !== undefined) {
+      return [row("report.upload_declared", { data: { ...attemptData, sha256: note.declared.sha256, bytes: note.declared.bytes } })];
+    }
+    return [
+      row("report.staged", {
+        data: {
+          ...attemptData,
+          ...(note.staged === undefined ? {} : { sha256: note.staged.sha256, bytes: note.staged.bytes }),
+        },
+      }),
+    ];
+  }
+
+  const old = before.pending_notification;
+  const now = after.pending_notification;
+  if (old !== undefined && now === undefined) return [row("intent.published", { intent_id: old.id })];
+  if (now === undefined) return [];
+  if (old === undefined || old.id !== now.id) {
+    superseded();
+    return rows;
+  }
+  if (now.quarantined_at !== undefined && old.quarantined_at === undefined) {
+    return [row("intent.quarantined", { intent_id: now.id, ...(now.last_error ? { data: { code: now.last_error.code } } : {}) })];
+  }
+  if ((now.failures ?? 0) > (old.failures ?? 0)) {
+    return [row("intent.failed", { intent_id: now.id, data: { code: now.last_error?.code ?? "unknown" } })];
+  }
+  if (now.failures === undefined && now.quarantined_at === undefined && (old.failures !== undefined || old.quarantined_at !== undefined)) {
+    return [row("intent.released", { intent_id: now.id })];
+  }
+  return [];
+}
