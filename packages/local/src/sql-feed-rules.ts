@@ -160,7 +160,10 @@ function compileRule(rule: FeedRule): CompiledRule {
     kind: rule.kind,
     sql:
       `INSERT INTO changes (job_id, at, row) SELECT jobs.job_id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ${row} ` +
-      `FROM jobs WHERE jobs.job_id = ? AND jobs.write_token = ? AND ${where}`,
+      // CASE, not AND: the rule's JSON is read only of the row this write stamped (SQLite
+      // may evaluate AND's terms in any order, and another row's doc may be one its JSON
+      // functions refuse, a legacy record past their depth).
+      `FROM jobs WHERE jobs.job_id = ? AND CASE WHEN jobs.write_token = ? THEN ${where} ELSE 0 END`,
     params: compiler.params,
   };
 }
@@ -185,7 +188,7 @@ const CLASS_KINDS: Readonly<Record<FeedWriteClass, readonly string[]>> = {
 
 const COMPILED_BY_CLASS = Object.fromEntries(
   Object.entries(CLASS_KINDS).map(([writeClass, kinds]) => [writeClass, COMPILED.filter((rule) => kinds.includes(rule.kind))]),
-) as Record<FeedWriteClass, readonly CompiledRule[]>;
+) as unknown as Record<FeedWriteClass, readonly CompiledRule[]>;
 
 function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
   let at: unknown = note;

@@ -17,15 +17,15 @@ import {
   type Position,
   type RecordCondition,
   type RecordWrite,
-  type StoreCapabilities,
   StatusSchema,
+  type StoreCapabilities,
   type StoredChangeRow,
   sortableTime,
   storedFeedPage,
   type UpdateOutcome,
 } from "@mam/core";
-import { FEED_BEFORE_CAPTURE, type FeedWriteClass, feedRowStatements } from "./sql-feed-rules.ts";
 import { SqlBatchError, type SqlDriver, type SqlStatement, type SqlValue, sql } from "./sql-driver.ts";
+import { FEED_BEFORE_CAPTURE, type FeedWriteClass, feedRowStatements } from "./sql-feed-rules.ts";
 import { OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
 
 /**
@@ -124,10 +124,9 @@ export class SqlJobStore extends JobStoreBase {
     const intent = write.set.pending_notification as NotificationIntent;
     const owed = owedColumns(write.keys.owed ?? null);
     for (let attempt = 0; attempt < 8; attempt++) {
-      const [row] = await this.#query(
-        "SELECT doc, owed_intent_id, owed_revision, json_valid(doc) AS valid FROM jobs WHERE job_id = ?",
-        [write.jobId],
-      );
+      const [row] = await this.#query("SELECT doc, owed_intent_id, owed_revision, json_valid(doc) AS valid FROM jobs WHERE job_id = ?", [
+        write.jobId,
+      ]);
       if (row === undefined) return { written: false, current: undefined };
       const before = owedRecord(row);
       if (row.valid !== 0 || row.owed_intent_id !== intent.id) return { written: false, current: before };
@@ -156,7 +155,10 @@ export class SqlJobStore extends JobStoreBase {
       ]);
       if ((update?.changes ?? 0) === 1) return { written: true, record: after };
     }
-    throw new MamError("store.unavailable", `job ${write.jobId}'s owed intent kept changing while it was revised; nothing was written; retry`);
+    throw new MamError(
+      "store.unavailable",
+      `job ${write.jobId}'s owed intent kept changing while it was revised; nothing was written; retry`,
+    );
   }
 
   /**
@@ -351,7 +353,9 @@ function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
     case "transitionSeqIs":
       return { sql: "transition_seq = ?", params: [c.seq] };
     case "statusIn":
-      return c.statuses.length === 0 ? { sql: "0", params: [] } : { sql: `status IN (${c.statuses.map(() => "?").join(", ")})`, params: [...c.statuses] };
+      return c.statuses.length === 0
+        ? { sql: "0", params: [] }
+        : { sql: `status IN (${c.statuses.map(() => "?").join(", ")})`, params: [...c.statuses] };
     case "evidenceSeqIs":
       return { sql: "coalesce(json_extract(doc, '$.evidence_seq'), 0) = ?", params: [c.seq] };
     case "latestAttemptIs":
@@ -403,7 +407,9 @@ function compileUpdate(write: RecordWrite, token: string | undefined): SqlStatem
   }
   const sets = Object.entries(write.set);
   const counters = write.bump.map((counter) =>
-    counter === "transition_seq" ? "'$.transition_seq', transition_seq + 1" : "'$.evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0) + 1",
+    counter === "transition_seq"
+      ? "'$.transition_seq', transition_seq + 1"
+      : "'$.evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0) + 1",
   );
   if (sets.length > 0 || counters.length > 0) {
     doc = `json_set(${doc}${", ?, json(?)".repeat(sets.length)}${counters.map((c) => `, ${c}`).join("")})`;

@@ -34,7 +34,7 @@ export class SqliteJobStore extends SqlJobStore {
    * Asking is a read transaction that reads no row. The base keeps its record cache
    * only while it stands still.
    */
-  dataVersion(): number {
+  override dataVersion(): number {
     this.#dataVersion ??= this.#db.prepare("PRAGMA data_version").pluck();
     try {
       return this.#dataVersion.get() as number;
