@@ -32,7 +32,6 @@ import {
   type ConfigProfile,
   type Deps,
   ERROR_TABLE,
-  guardJobStore,
   type Ids,
   MamError,
   type MetricsSink,
@@ -155,7 +154,7 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
   const ready = once(() => prepareJobTable({ client: dynamodb, tableName }));
   const dynamo = afterTableReady(new DynamoJobStore({ client: dynamodb, tableName }), ready);
   return {
-    jobs: guardJobStore(dynamo),
+    jobs: dynamo,
     feed: dynamo,
     publisher,
     clock: overrides.clock ?? systemClock,
