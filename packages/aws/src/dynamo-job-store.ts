@@ -390,7 +390,7 @@ export class DynamoJobStore extends JobStoreBase {
    * written.
    */
   protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
-    if (!this.#transactions) throw unsupported(`the store was built with transactions: false`);
+    if (!this.#transactions) throw unsupported("the store was built with transactions: false (an engine without them, such as dynalite)");
     const items: NonNullable<TransactWriteCommandInput["TransactItems"]> = writes.map((w) =>
       w.kind === "insertEvent"
         ? { Put: { TableName: this.tableName, Item: eventItem(w.entry), ConditionExpression: "attribute_not_exists(pk)" } }
@@ -401,7 +401,12 @@ export class DynamoJobStore extends JobStoreBase {
       return true;
     } catch (err) {
       const f = readSdkFailure(err);
-      if (f.name === "UnknownOperationException") throw unsupported(`the engine does not know the operation (${f.name})`, err);
+      if (f.name === "UnknownOperationException") {
+        throw unsupported(
+          `this DynamoDB engine answers ${f.name}: it has no transactions (dynalite has none); build the store with transactions: false`,
+          err,
+        );
+      }
       const reasons = (err as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
       if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "ConditionalCheckFailed")) return false;
       if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "TransactionConflict")) {
