@@ -328,7 +328,10 @@ export class DynamoJobStore extends JobStoreBase {
         ScanIndexForward: true,
         ConsistentRead: true,
       },
-      (item) => hours.push(String(item.sk)) > 0,
+      (item) => {
+        hours.push(String(item.sk));
+        return true;
+      },
       "read the change feed's hours",
     );
     for (const hour of hours) {
