@@ -32,7 +32,6 @@ import {
   type ConfigProfile,
   type Deps,
   ERROR_TABLE,
-  guardJobStore,
   type Ids,
   MamError,
   type MetricsSink,
@@ -64,6 +63,11 @@ export interface Overrides {
   readonly clock?: Clock;
   readonly ids?: Ids;
   readonly log?: LogSink;
+  /**
+   * Whether the DynamoDB engine runs TransactWriteItems (`DynamoJobStoreOptions.transactions`);
+   * default true, as DynamoDB and DynamoDB Local do. A test on dynalite says false.
+   */
+  readonly transactions?: boolean;
 }
 
 /** What the stream publisher and the sweep need: no report store, no tokens. */
@@ -153,9 +157,9 @@ function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink
     return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
   });
   const ready = once(() => prepareJobTable({ client: dynamodb, tableName }));
-  const dynamo = afterTableReady(new DynamoJobStore({ client: dynamodb, tableName }), ready);
+  const dynamo = afterTableReady(new DynamoJobStore({ client: dynamodb, tableName, transactions: overrides.transactions ?? true }), ready);
   return {
-    jobs: guardJobStore(dynamo),
+    jobs: dynamo,
     feed: dynamo,
     publisher,
     clock: overrides.clock ?? systemClock,

@@ -25,9 +25,9 @@ import {
 } from "@mam/aws";
 import {
   type DispatchRecord,
-  guardJobStore,
   type JobRecord,
   MamError,
+  NO_CONCURRENCY_CHECK,
   type NotificationIntent,
   noteOf,
   type Status,
@@ -57,7 +57,7 @@ async function freshStore(): Promise<DynamoJobStore> {
   const tableName = `mam-jobs-${++tableSeq}`;
   await createJobTable(peer.client, tableName);
   counter.reset();
-  return new DynamoJobStore({ client: peer.client, tableName });
+  return new DynamoJobStore({ client: peer.client, tableName, transactions: !peer.gaps.noTransactions });
 }
 
 const T0 = Date.parse("2030-01-01T00:00:00.000Z");
@@ -150,8 +150,8 @@ describe("DynamoJobStore: records", () => {
     expect(await store.transition("job-1", 2, cancel)).toMatchObject({ status: "cancelled", evidence_seq: 1 });
   });
 
-  it("behind core's guard (as functions/compose.ts puts it), an id unsafe in a key never reaches the table", async () => {
-    const guarded = guardJobStore(store);
+  it("core's guard (JobStoreBase) refuses an id unsafe in a key before it reaches the table", async () => {
+    const guarded = store;
     counter.reset();
     const err = await rejection(guarded.create(job("JOB#x")));
     expect((err as MamError).code).toBe("input.jobId");
@@ -211,17 +211,19 @@ describe("DynamoJobStore: transition", () => {
 
   it("without an expected seq (MAM_ENGINE_CAS=0) last writer wins, but the status still has to allow it", async () => {
     await store.transition("job-1", 0, { from: ["pending"], set: { status: "running" } });
-    const next = await store.transition("job-1", null, { from: ["running"], set: { progress: { n: 1 } } });
+    const next = await store.transition("job-1", NO_CONCURRENCY_CHECK, { from: ["running"], set: { progress: { n: 1 } } });
     expect(next.transition_seq).toBe(2);
-    await store.transition("job-1", null, { from: ["running"], set: { status: "cancelled" } });
-    const err = await rejection(store.transition("job-1", null, { from: ["pending", "running"], set: { status: "completed" } }));
+    await store.transition("job-1", NO_CONCURRENCY_CHECK, { from: ["running"], set: { status: "cancelled" } });
+    const err = await rejection(
+      store.transition("job-1", NO_CONCURRENCY_CHECK, { from: ["pending", "running"], set: { status: "completed" } }),
+    );
     expect((err as TransitionConflict).code).toBe("job.transitionRefused");
   });
 
   it("an unknown job is job.notFound", async () => {
     const err = await rejection(store.transition("nobody", 0, { from: ["pending"], set: { status: "running" } }));
     expect((err as MamError).code).toBe("job.notFound");
-    const err2 = await rejection(store.transition("nobody", null, { from: ["pending"], set: { status: "running" } }));
+    const err2 = await rejection(store.transition("nobody", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "running" } }));
     expect((err2 as MamError).code).toBe("job.notFound");
   });
 
@@ -548,7 +550,7 @@ describe("the job item layout (job-item.ts)", () => {
 describe("DynamoJobStore: the feed's note on the item (issue 17)", () => {
   it("an upload declaration's evidence write leaves its actor and what it declared on the item; the stream derivation of that write is report.upload_declared by that actor", async () => {
     const dynamo = await freshStore();
-    const store = guardJobStore(dynamo);
+    const store = dynamo;
     await store.create(job("decl-1", { status: "running", transition_seq: 1, latest_attempt: 1 }));
     const item = async () =>
       (await peer.client.send(new GetItemCommand({ TableName: dynamo.tableName, Key: marshall({ pk: "JOB#decl-1", sk: JOB_ITEM_SK }) })))

@@ -111,13 +111,18 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       expect(await store.get("refused")).toEqual(record);
     });
 
-    it("expectedSeq null skips only the seq check: it commits at any seq, and the status is still checked", async () => {
+    it("NO_CONCURRENCY_CHECK (expectedSeq) skips only the seq check: it commits at any seq, and the status is still checked", async () => {
       await store.create(job("nocas", { transition_seq: 7 }));
-      const after = await store.transition("nocas", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "running", updated_at: at(2) } });
+      const after = await store.transition("nocas", NO_CONCURRENCY_CHECK, {
+        from: ["pending"],
+        set: { status: "running", updated_at: at(2) },
+      });
       expect(after.transition_seq).toBe(8);
       expect(after.status).toBe("running");
 
-      const err = await rejection(store.transition("nocas", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "cancelled", updated_at: at(3) } }));
+      const err = await rejection(
+        store.transition("nocas", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "cancelled", updated_at: at(3) } }),
+      );
       expect((err as MamError).code).toBe("job.transitionRefused");
       expect((err as TransitionConflict).current).toEqual(after);
       expect(await store.get("nocas")).toEqual(after);
@@ -125,7 +130,10 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
 
     it("transition of an unknown job throws job.notFound", async () => {
       await expectMamError(store.transition("ghost", 0, { from: ["pending"], set: { status: "running" } }), "job.notFound");
-      await expectMamError(store.transition("ghost", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "running" } }), "job.notFound");
+      await expectMamError(
+        store.transition("ghost", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "running" } }),
+        "job.notFound",
+      );
     });
 
     it("pending_notification set by a transition appears in listOwed; a transition that unsets it removes the job", async () => {

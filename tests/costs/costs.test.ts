@@ -328,9 +328,14 @@ describe(`cost per operation: DynamoDB (${DYNAMODB_PEER}), S3 (s3rver), IoT Core
     expect(reads.total).toBe(OWED);
     expect(requests.ScanCommand).toBeUndefined();
     expect(queries.map((q) => q.input.IndexName)).toEqual(["owed"]);
-    // The writes the sweep makes, not counted as reads: per owed job, one event-log
-    // line (PutItem) and one settle (UpdateItem); and two publishes through IoT.
-    expect(requests).toEqual({ QueryCommand: 1, PutItemCommand: OWED, UpdateItemCommand: OWED });
+    // The writes the sweep makes, not counted as reads: per owed job, the event-log line
+    // and the settle, as one TransactWriteItems where the engine has transactions (else a
+    // PutItem and an UpdateItem); and two publishes through IoT.
+    expect(requests).toEqual(
+      peers.dynamo.gaps.noTransactions
+        ? { QueryCommand: 1, PutItemCommand: OWED, UpdateItemCommand: OWED }
+        : { QueryCommand: 1, TransactWriteItemsCommand: OWED },
+    );
     expect(peers.standIn.accepted.length - acceptedBefore).toBe(2 * OWED);
     expect(await deps.jobs.listOwed(100)).toEqual([]);
 

@@ -24,7 +24,7 @@
 import { randomUUID } from "node:crypto";
 import { type AppEnv, createTokenService } from "@mam/api";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
-import { bookkeeping, guardJobStore, type JobRecord } from "@mam/core";
+import { bookkeeping, type JobRecord } from "@mam/core";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { composeHttpApp, createRecoverySweepHandler } from "../../functions/compose.ts";
@@ -161,7 +161,7 @@ describe("publish count on AWS: commit -> the table's stream -> the stream publi
     const app = await composeHttpApp(env, overrides);
     const sweep = createRecoverySweepHandler(env, overrides);
     const path = streamPath({ dynamodb: peers.dynamo.client, streams, tableName, env, overrides, region: REGION });
-    const store = guardJobStore(new DynamoJobStore({ client: peers.dynamo.client, tableName }));
+    const store = new DynamoJobStore({ client: peers.dynamo.client, tableName });
     // The feed as the stream function wrote it, read with no delay on the clock that stamped its rows.
     const feed = new DynamoJobStore({ client: peers.dynamo.client, tableName, feedDelayMs: 0, clock });
     const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(["read", "write", "gate", "ops"]);

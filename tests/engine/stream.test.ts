@@ -18,7 +18,6 @@ import { DeleteTableCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { createJobTable, DynamoJobStore, IotPublisher } from "@mam/aws";
 import {
-  guardJobStore,
   type JobRecord,
   type JobStore,
   OPERATOR,
@@ -98,7 +97,7 @@ async function pipeline(around: (handler: StreamHandler) => StreamHandler = (h) 
   });
   const p: Pipeline = {
     ...path,
-    jobs: guardJobStore(new DynamoJobStore({ client: ddb.client, tableName })),
+    jobs: new DynamoJobStore({ client: ddb.client, tableName }),
     tableName,
     async close() {
       await path.close();

@@ -20,6 +20,7 @@ import {
   SIGNING_KEY,
   startPeers,
   startSsmStandIn,
+  TRANSACTIONS,
 } from "./support.ts";
 
 const operatorToken = createTokenService({ signingKey: SIGNING_KEY, clock: systemClock }).mintOperator(["read", "write", "gate", "ops"]);
@@ -68,7 +69,11 @@ const log = memoryLog();
 beforeAll(async () => {
   peers = await startPeers();
   table = await peers.newTable();
-  handler = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY }), { credentials: CREDENTIALS, log: log.sink });
+  handler = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY }), {
+    credentials: CREDENTIALS,
+    transactions: TRANSACTIONS,
+    log: log.sink,
+  });
 });
 
 afterAll(async () => {
@@ -141,6 +146,7 @@ describe("http function start-up: the signing key from SSM, the app built once",
     try {
       const h = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY_PARAMETER: parameter }), {
         credentials: CREDENTIALS,
+        transactions: TRANSACTIONS,
         ssm: new SSMClient({ region: REGION, endpoint: ssm.endpoint, credentials: CREDENTIALS }),
         log: () => undefined,
       });
@@ -160,6 +166,7 @@ describe("http function start-up: the signing key from SSM, the app built once",
     try {
       const h = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY_PARAMETER: parameter }), {
         credentials: CREDENTIALS,
+        transactions: TRANSACTIONS,
         ssm: new SSMClient({ region: REGION, endpoint: ssm.endpoint, credentials: CREDENTIALS, maxAttempts: 1 }),
         log: startLog.sink,
       });
@@ -186,6 +193,7 @@ describe("http function start-up: the signing key from SSM, the app built once",
     try {
       const h = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY_PARAMETER: parameter }), {
         credentials: CREDENTIALS,
+        transactions: TRANSACTIONS,
         ssm: new SSMClient({ region: REGION, endpoint: ssm.endpoint, credentials: CREDENTIALS, maxAttempts: 1 }),
         log: () => undefined,
       });
@@ -304,6 +312,7 @@ describe("http function: bodies larger than a Lambda event carries", () => {
     const startLog = memoryLog();
     const h = createHttpHandler(peers.env(table, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY, MAM_REPORT_BODY_LIMIT: String(8 * 1024 * 1024) }), {
       credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
       log: startLog.sink,
     });
     const res = await h(withToken(lambdaFixture<Event>("http-api-v2-get-job.json"), operatorToken), context);

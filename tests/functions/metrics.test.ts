@@ -36,7 +36,17 @@ import { type Resource, runPackage, type Template } from "../packaging/package.t
 import { readyJob } from "../seed/scenario.ts";
 import { jobRecord } from "../support/records.ts";
 import { tempDirSync } from "../support/temp-dir.ts";
-import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, REGION, SIGNING_KEY, startPeers } from "./support.ts";
+import {
+  CREDENTIALS,
+  lambdaContext,
+  lambdaFixture,
+  memoryLog,
+  type Peers,
+  REGION,
+  SIGNING_KEY,
+  startPeers,
+  TRANSACTIONS,
+} from "./support.ts";
 
 type Event = Extract<LambdaEvent, { rawPath: string }>;
 
@@ -284,6 +294,7 @@ beforeAll(async () => {
   const httpTable = await peers.newTable();
   const http = createHttpHandler(peers.env(httpTable, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY, ...powertools("HttpLambdaFunction") }), {
     credentials: CREDENTIALS,
+    transactions: TRANSACTIONS,
     log: log.sink,
   });
   const ctx = lambdaContext("mam-dev-http");
@@ -317,7 +328,7 @@ beforeAll(async () => {
   const ready = await readyJob(deps, { backend: "claude-code" });
   const gate = createHttpHandler(
     peers.env(httpTable, { MAM_TOKEN_SIGNING_KEY: SIGNING_KEY, MAM_AUTO_COMPLETE: "1", ...powertools("HttpLambdaFunction") }),
-    { credentials: CREDENTIALS, log: log.sink },
+    { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: log.sink },
   );
   const committed = await capturingEmf(() =>
     gate(request("POST", `/v1/jobs/${ready.jobId}/evaluations`, { scenario: ready.scenario }), ctx),
@@ -337,6 +348,7 @@ beforeAll(async () => {
   peers.refusedTopics.add("mam/jobs/stream-refused/events");
   const stream = createStreamPublisherHandler(peers.env(streamTable, powertools("StreamPublisherLambdaFunction")), {
     credentials: CREDENTIALS,
+    transactions: TRANSACTIONS,
     log: log.sink,
   });
   await capturingEmf(() => stream(batch, lambdaContext("mam-dev-streamPublisher")));
@@ -352,6 +364,7 @@ beforeAll(async () => {
     peers.env(sweepTable, { MAM_SWEEP_MAX_FAILURES: "1", ...powertools("RecoverySweepLambdaFunction") }),
     {
       credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
       log: log.sink,
     },
   );

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRecoverySweepHandler } from "../../functions/compose.ts";
 import { TestClock } from "../support/clock.ts";
 import { jobRecord } from "../support/records.ts";
-import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "./support.ts";
+import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers, TRANSACTIONS } from "./support.ts";
 
 let peers: Peers;
 
@@ -54,7 +54,7 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
     const counts = (owed: number, sent: number, failed: number, quarantined = 0) => ({ owed, sent, failed, quarantined, not_tried: 0 });
     try {
       const env = peers.env(table, { MAM_SWEEP_MAX_FAILURES: "2", MAM_SWEEP_BACKOFF_SECONDS: "60" });
-      const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, log: log.sink, clock });
+      const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: log.sink, clock });
 
       expect(await sweep(scheduled(), lambdaContext("mam-dev-recoverySweep"))).toEqual(counts(3, 2, 1));
       expect(log.entries()).toEqual([{ event: "recovery_sweep", ...counts(3, 2, 1) }]);
@@ -98,7 +98,7 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
   it("a store it cannot reach fails the run (EventBridge retries it; nothing was half done)", async () => {
     const sweep = createRecoverySweepHandler(
       { ...peers.env("mam-missing-table"), MAM_DYNAMODB_ENDPOINT: "http://127.0.0.1:9" },
-      { credentials: CREDENTIALS, log: () => undefined },
+      { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined },
     );
     await expect(sweep(scheduled())).rejects.toMatchObject({ code: "store.unavailable" });
   });

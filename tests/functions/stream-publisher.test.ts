@@ -11,7 +11,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createStreamPublisherHandler } from "../../functions/compose.ts";
 import { owedJobRecord } from "../../functions/job-stream.ts";
 import { subscribe } from "../support/subscriber.ts";
-import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "./support.ts";
+import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers, TRANSACTIONS } from "./support.ts";
 
 const REFUSED_JOB = "stream-refused";
 const REFUSED_TOPIC = `mam/jobs/${REFUSED_JOB}/events`;
@@ -55,7 +55,11 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
     const subscriber = await subscribe(peers.broker.url, "mam/#");
     const log = memoryLog();
     try {
-      const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: log.sink });
+      const handler = createStreamPublisherHandler(peers.env(table), {
+        credentials: CREDENTIALS,
+        transactions: TRANSACTIONS,
+        log: log.sink,
+      });
       const response = await handler(event, lambdaContext("mam-dev-streamPublisher"));
 
       expect(response).toEqual({ batchItemFailures: [{ itemIdentifier: seqOf(refused) }] });
@@ -108,7 +112,11 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
   it("seeing the same batch again does no harm: duplicates at most, nothing settled twice, the same failure", async () => {
     const event = batch();
     await seedFromImages(table, event);
-    const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: () => undefined });
+    const handler = createStreamPublisherHandler(peers.env(table), {
+      credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
+      log: () => undefined,
+    });
     const first = await handler(event);
     const accepted = peers.iot.accepted.length;
     const again = await handler(batch());
@@ -128,7 +136,11 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
   it("once the broker takes the refused topic again, Lambda's retry of that record succeeds", async () => {
     const event = batch();
     await seedFromImages(table, event);
-    const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: () => undefined });
+    const handler = createStreamPublisherHandler(peers.env(table), {
+      credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
+      log: () => undefined,
+    });
     expect((await handler(event)).batchItemFailures).toHaveLength(1);
     peers.refusedTopics.delete(REFUSED_TOPIC);
     try {
@@ -144,7 +156,11 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
   it("records that commit no intent are no-op successes: event-log and dispatch items, a settle, a kept intent, a REMOVE", async () => {
     const event = lambdaFixture<DynamoDBStreamEvent>("dynamodb-stream-noop-batch.json");
     const accepted = peers.iot.accepted.length;
-    const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: () => undefined });
+    const handler = createStreamPublisherHandler(peers.env(table), {
+      credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
+      log: () => undefined,
+    });
     expect(await handler(event)).toEqual({ batchItemFailures: [] });
     expect(peers.iot.accepted.length).toBe(accepted);
     for (const r of event.Records) expect(owedJobRecord(r)).toBeUndefined();
@@ -158,7 +174,11 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
     image.status = { S: "finished" };
     image.pending_notification = { M: { ...image.pending_notification?.M, id: { S: "9e0f1a2b-3c4d-4e5f-8a6b-7c8d9e0f1a2b" } } };
     (broken.dynamodb as { SequenceNumber: string }).SequenceNumber = "44215845000000000174504399999";
-    const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: () => undefined });
+    const handler = createStreamPublisherHandler(peers.env(table), {
+      credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
+      log: () => undefined,
+    });
     const response = await handler({ Records: [event.Records[0] as DynamoDBRecord, broken] });
     expect(response).toEqual({ batchItemFailures: [{ itemIdentifier: "44215845000000000174504399999" }] });
     expect(() => owedJobRecord(broken)).toThrow(/not a job record/);
@@ -167,7 +187,11 @@ describe("stream publisher (DynamoDB Streams -> IoT Core, partial batch failures
   it("a batch whose every record fails is a function error (Lambda bisects and retries it)", async () => {
     const event = batch();
     await seedFromImages(table, event);
-    const handler = createStreamPublisherHandler(peers.env(table), { credentials: CREDENTIALS, log: () => undefined });
+    const handler = createStreamPublisherHandler(peers.env(table), {
+      credentials: CREDENTIALS,
+      transactions: TRANSACTIONS,
+      log: () => undefined,
+    });
     await expect(handler({ Records: [event.Records[1] as DynamoDBRecord] })).rejects.toThrow(/All records failed processing/);
   });
 

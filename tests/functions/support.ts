@@ -11,15 +11,26 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
-import { guardJobStore, type JobStore } from "@mam/core";
+import type { JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import type { Context } from "aws-lambda";
-import { type DynamoPeer, type IotStandIn, type S3rverPeer, startDynamoPeer, startIotStandIn, startS3rver } from "../support/aws-peers.ts";
+import {
+  DYNAMO_GAPS,
+  DYNAMODB_PEER,
+  type DynamoPeer,
+  type IotStandIn,
+  type S3rverPeer,
+  startDynamoPeer,
+  startIotStandIn,
+  startS3rver,
+} from "../support/aws-peers.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
 /** s3rver's own keys; the DynamoDB peers and the IoT stand-in accept any signature. */
 export const CREDENTIALS = { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" } as const;
+/** Whether the DynamoDB peer runs TransactWriteItems (dynalite does not): the functions' `transactions` override. */
+export const TRANSACTIONS = !DYNAMO_GAPS[DYNAMODB_PEER].noTransactions;
 export const REGION = "us-east-1";
 export const SIGNING_KEY = "test-signing-key-0123456789abcdef-0123456789";
 
@@ -68,7 +79,7 @@ export async function startPeers(): Promise<Peers> {
       return table;
     },
     store(table) {
-      return guardJobStore(new DynamoJobStore({ client: dynamo.client, tableName: table }));
+      return new DynamoJobStore({ client: dynamo.client, tableName: table, transactions: TRANSACTIONS });
     },
     env(table, extra = {}) {
       return {

@@ -1,7 +1,6 @@
 /** A racer with its own DynamoDB client to the shared endpoint (see racer.ts). */
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { DynamoJobStore } from "@mam/aws";
-import { guardJobStore } from "@mam/core";
 import { runRacer } from "./racer.ts";
 
 runRacer((target) => {
@@ -12,5 +11,5 @@ runRacer((target) => {
     credentials: { accessKeyId: "local", secretAccessKey: "local" },
   });
   // As functions/compose.ts composes it: core's guard in front of the adapter.
-  return { jobs: guardJobStore(new DynamoJobStore({ client, tableName: target.tableName })), close: async () => client.destroy() };
+  return { jobs: new DynamoJobStore({ client, tableName: target.tableName }), close: async () => client.destroy() };
 });

@@ -336,7 +336,7 @@ raceSuite(`DynamoDB (${DYNAMODB_PEER}, a client per worker)`, async () => {
   const tableName = "mam-races";
   await createJobTable(peer.client, tableName);
   return {
-    store: new DynamoJobStore({ client: peer.client, tableName }),
+    store: new DynamoJobStore({ client: peer.client, tableName, transactions: !peer.gaps.noTransactions }),
     target: { backend: "dynamodb", endpoint: peer.endpoint, tableName },
     close: () => peer.close(),
   };

@@ -170,12 +170,19 @@ async function makeEmbedded(): Promise<SeedBackend> {
     async plantJob(record) {
       const db = new Database(dbFile);
       try {
-        db.prepare("INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?)").run(
+        // As an older version may have left it: the table's json_valid CHECK not asked, the owed columns set.
+        db.pragma("ignore_check_constraints = ON");
+        const owed = record.pending_notification as { id: string; created_at: string } | undefined;
+        db.prepare(
+          "INSERT OR REPLACE INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ).run(
           record.job_id,
           String(record.status),
           Number(record.transition_seq),
           String(record.created_at),
           String(record.updated_at),
+          owed?.id ?? null,
+          owed?.created_at ?? null,
           JSON.stringify(record),
         );
       } finally {
@@ -415,7 +422,7 @@ async function makeAws(): Promise<SeedBackend> {
         credentials: { accessKeyId: "local", secretAccessKey: "local" },
       });
       extra.push({ close: async () => client.destroy() });
-      live = { ...live, jobs: new DynamoJobStore({ client, tableName: live.tableName }), publisher: iotAt(peers.standIn.endpoint) };
+      live = { ...live, jobs: new DynamoJobStore({ client, tableName: live.tableName, transactions: !peers.dynamo.gaps.noTransactions }), publisher: iotAt(peers.standIn.endpoint) };
     },
     async close() {
       for (const s of subscriptions.splice(0)) await s.close();

@@ -3,7 +3,7 @@ import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { CreateBucketCommand, GetObjectTaggingCommand, ListObjectsV2Command } from "@aws-sdk/client-s3";
 import { createJobTable, DynamoJobStore, IotPublisher, RETIRED_TAG, S3ReportStore } from "@mam/aws";
-import { guardJobStore, type JobStore } from "@mam/core";
+import type { JobStore } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { type DynamoPeer, type IotStandIn, type S3rverPeer, startDynamoPeer, startIotStandIn, startS3rver } from "./aws-peers.ts";
 import { deadPort } from "./dead-port.ts";
@@ -77,9 +77,9 @@ export async function startAwsPeers(): Promise<AwsPeers> {
         region: "us-east-1",
         credentials: { accessKeyId: "local", secretAccessKey: "local" },
       });
-      const unguardedJobs = new DynamoJobStore({ client: dynamo.client, tableName });
+      const unguardedJobs = new DynamoJobStore({ client: dynamo.client, tableName, transactions: !dynamo.gaps.noTransactions });
       return {
-        jobs: guardJobStore(unguardedJobs),
+        jobs: unguardedJobs,
         unguardedJobs,
         reports: new S3ReportStore({ client: s3.client, bucket }),
         publisher: new IotPublisher({ client: iot }),

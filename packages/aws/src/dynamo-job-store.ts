@@ -3,40 +3,34 @@ import {
   DynamoDBDocumentClient,
   GetCommand,
   PutCommand,
-  type PutCommandInput,
   QueryCommand,
   type QueryCommandInput,
   type QueryCommandOutput,
   TransactWriteCommand,
+  type TransactWriteCommandInput,
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
 import {
-  type AgentUsage,
+  type AtomicWrite,
   type ChangeNote,
-  type ChangeQuery,
   type ChangeRow,
   type Clock,
-  conflictFor,
+  type DerivedKeys,
   type DispatchRecord,
-  EVENT_PAGE_MAX_BYTES,
   type EventLogEntry,
-  type EvidenceChange,
-  evidenceWriteOf,
   type FeedPage,
+  type FeedQuery,
   invalidCursor,
-  type JobChange,
+  type JobListing,
   type JobRecord,
-  type JobStore,
-  LEASE_FIELDS,
-  type Lease,
-  type LeaseExpectation,
-  type LeaseKind,
+  JobStoreBase,
+  type JobStoreOptions,
   MamError,
-  NON_TERMINAL,
-  type NotificationIntent,
-  type OwedQuery,
-  type Page,
-  type Status,
+  type Position,
+  type RecordCondition,
+  type RecordWrite,
+  type StoreCapabilities,
+  type UpdateOutcome,
 } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import {
@@ -52,22 +46,21 @@ import {
   feedPk,
   feedWriteOfStreamRecord,
   hourOf,
+  indexAttributes,
   JOB_ITEM_SK,
   jobItem,
   jobPk,
   jobRecordOfAttributes,
   jobRecordOfItem,
   OWED,
-  owedKeys,
   QUARANTINED,
-  recencyKey,
   statusPk,
   stripKeys,
 } from "./job-item.ts";
 import { JOB_TABLE_INDEX } from "./job-table.ts";
 import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
 
-export interface DynamoJobStoreOptions {
+export interface DynamoJobStoreOptions extends JobStoreOptions {
   /** The low-level client; the store wraps it in a document client of its own. */
   readonly client: DynamoDBClient;
   readonly tableName: string;
@@ -78,8 +71,15 @@ export interface DynamoJobStoreOptions {
    * timeouts bound it: docs/notifications.md). 30 s by default.
    */
   readonly feedDelayMs?: number;
-  /** What "now" is for the feed delay; the system clock by default. */
+  /** What "now" is for the feed delay and the feed's stamp on each write; the system clock by default. */
   readonly clock?: Clock;
+  /**
+   * Whether the engine runs `TransactWriteItems` (DynamoDB and DynamoDB Local do;
+   * dynalite does not): `capabilities.atomicMultiWrite` follows it, so with it
+   * `settlePublished` writes the log line and the settle as one transaction, and
+   * without it as two writes, line first. True by default.
+   */
+  readonly transactions?: boolean;
 }
 
 /** The feed delay's default: above the stream function's bounded feed write (2 calls of at most ~10 s each) and clock skew. */
@@ -87,74 +87,34 @@ export const DEFAULT_FEED_DELAY_MS = 30_000;
 
 const isConditionalFailure = (err: unknown): boolean => (err as { name?: string } | null)?.name === "ConditionalCheckFailedException";
 
-/** Cursor: the index it pages and the key of the last item returned. */
-interface Cursor {
-  readonly i: string;
-  readonly k: Record<string, string>;
-}
-
-function encodeCursor(c: Cursor): string {
-  return Buffer.from(JSON.stringify(c), "utf8").toString("base64url");
-}
-
-function decodeCursor(raw: string, index: string, hashKey: string, hashValue: string): Record<string, string> {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.from(raw, "base64url").toString("utf8"));
-  } catch (e) {
-    throw invalidCursor(e);
-  }
-  const c = parsed as Partial<Cursor> | undefined;
-  const keyValid =
-    c !== undefined &&
-    c !== null &&
-    c.i === index &&
-    typeof c.k === "object" &&
-    c.k !== null &&
-    Object.values(c.k).every((v) => typeof v === "string") &&
-    c.k[hashKey] === hashValue;
-  if (!keyValid) throw invalidCursor();
-  return c.k as Record<string, string>;
-}
-
-/** An event page's cursor: the sort key of the last entry handed out (the partition is the job's own). */
-function encodeEventCursor(sk: string): string {
-  return Buffer.from(JSON.stringify({ e: sk }), "utf8").toString("base64url");
-}
-
-function decodeEventCursor(raw: string): string {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.from(raw, "base64url").toString("utf8"));
-  } catch (e) {
-    throw invalidCursor(e);
-  }
-  const sk = (parsed as { e?: unknown } | null)?.e;
-  // Within the job's events, so the Query's key condition still holds for it.
-  if (typeof sk === "string" && sk.startsWith(EVENT_PREFIX) && sk.length <= 1024) return sk;
-  throw invalidCursor();
-}
-
 /**
- * The job store on DynamoDB (see `job-table.ts` for the layout).
+ * The job store on DynamoDB: core's `JobStoreBase` (every rule, cursor and page bound
+ * is there) over this adapter's primitives, each one request. The item layout is
+ * `job-item.ts`, the table and its indexes `job-table.ts`.
  *
- * Every state change is one `UpdateItem` whose `ConditionExpression` carries the
- * compare-and-swap (`transition_seq` and status); the owed notification lives in the
- * job item, so a transition and its intent commit together without transactions.
- * A lost race is turned into core's `TransitionConflict` carrying the record it lost
- * to: DynamoDB returns that record with the failure (`ReturnValuesOnConditionCheckFailure`);
- * a peer that does not (dynalite) costs one consistent read after the failure.
- *
- * What every store must keep (job ids safe in a key, limits, which fields a change
- * writes, a valid record on create, the cursor and limit refusals) is core's
- * `guardJobStore`, in front of this adapter; the item layout is `job-item.ts`. This
- * class only translates to DynamoDB requests.
+ * - A record write is one `UpdateItem` whose `ConditionExpression` is the write's
+ *   conditions compiled (`conditionExpression`), its `UpdateExpression` the fields,
+ *   counters and index keys it moves (`updateExpression`). The owed notification lives
+ *   in the job item, so a transition and its intent commit together. A lost write
+ *   hands back the record it lost to: DynamoDB returns it with the failure
+ *   (`ReturnValuesOnConditionCheckFailure: ALL_OLD`); a peer that does not (dynalite)
+ *   costs one consistent read after the failure.
+ * - A write the feed tells (`write.feed`) leaves its note (`FEED_NOTE`, removed when
+ *   empty: the service's own) and this store's time (`FEED_AT`) on the item, from
+ *   which the stream function derives its rows (`writeStreamChanges`); a write the
+ *   feed does not tell (`chargeUsage`, `holdLease`) leaves both as they were, and its
+ *   stream record yields no row.
+ * - `writeAtomically` is one `TransactWriteItems` (when `transactions`): all of its
+ *   parts or none. An engine without it answers `store.unsupported`, nothing written.
+ * - Every SDK failure that is not a lost condition is `storeFailure`'s:
+ *   `store.unavailable` when it may pass, `internal` otherwise.
  */
-export class DynamoJobStore implements JobStore {
+export class DynamoJobStore extends JobStoreBase {
   readonly tableName: string;
   readonly #doc: DynamoDBDocumentClient;
   readonly #feedDelayMs: number;
   readonly #clock: Clock;
+  readonly #transactions: boolean;
 
   /**
    * The document client shares the low-level client's config object, translation
@@ -162,9 +122,11 @@ export class DynamoJobStore implements JobStore {
    * configured document client from the same low-level client.
    */
   constructor(opts: DynamoJobStoreOptions) {
+    super(opts);
     this.tableName = opts.tableName;
     this.#feedDelayMs = opts.feedDelayMs ?? DEFAULT_FEED_DELAY_MS;
     this.#clock = opts.clock ?? { now: () => new Date() };
+    this.#transactions = opts.transactions ?? true;
     this.#doc = DynamoDBDocumentClient.from(opts.client, {
       // progress is free-form JSON: numbers keep JSON's (double) meaning both ways.
       marshallOptions: { removeUndefinedValues: true, allowImpreciseNumbers: true },
@@ -172,15 +134,166 @@ export class DynamoJobStore implements JobStore {
     });
   }
 
+  override get capabilities(): StoreCapabilities {
+    return { atomicMultiWrite: this.#transactions };
+  }
+
+  // ---- records
+
+  protected async readRecord(jobId: string): Promise<JobRecord | undefined> {
+    try {
+      const out = await this.#doc.send(
+        new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK }, ConsistentRead: true }),
+      );
+      return out.Item === undefined ? undefined : jobRecordOfItem(out.Item);
+    } catch (err) {
+      throw storeFailure(err, `get job ${jobId}`);
+    }
+  }
+
+  protected async insertRecord(record: JobRecord, keys: Required<DerivedKeys>, note: ChangeNote): Promise<boolean> {
+    const item: Record<string, unknown> = {
+      ...jobItem(record, keys),
+      [FEED_AT]: this.#clock.now().toISOString(),
+      ...(Object.keys(note).length === 0 ? {} : { [FEED_NOTE]: JSON.stringify(note) }),
+    };
+    return this.#putOnce(item, `create job ${record.job_id}`);
+  }
+
+  protected async updateRecord(write: RecordWrite): Promise<UpdateOutcome> {
+    const { jobId } = write;
+    try {
+      const out = await this.#doc.send(
+        new UpdateCommand({ ...this.#update(write), ReturnValues: "ALL_NEW", ReturnValuesOnConditionCheckFailure: "ALL_OLD" }),
+      );
+      return { written: true, record: jobRecordOfItem(out.Attributes ?? {}) };
+    } catch (err) {
+      if (!isConditionalFailure(err)) throw storeFailure(err, `update job ${jobId}`);
+      // DynamoDB hands back the record the write lost to (low-level shape: the
+      // document client does not translate error payloads). dynalite does not, so
+      // read it: the record as it stands now, which is what a caller retries from.
+      return { written: false, current: recordFromConditionFailure(err) ?? (await this.readRecord(jobId)) };
+    }
+  }
+
+  /** `write` as one `UpdateItem`'s key and expressions (for `UpdateCommand` and a transaction's `Update` alike). */
+  #update(write: RecordWrite) {
+    const expr = new Expressions();
+    const conditions = ["attribute_exists(pk)", ...write.conditions.map((c) => conditionExpression(c, expr))];
+    const update = updateExpression(write, expr, write.feed === undefined ? undefined : this.#clock.now().toISOString());
+    return {
+      TableName: this.tableName,
+      Key: { pk: jobPk(write.jobId), sk: JOB_ITEM_SK },
+      UpdateExpression: update,
+      ConditionExpression: conditions.join(" AND "),
+      ...expr.attributes(),
+    };
+  }
+
+  // ---- dispatches and the event log
+
+  protected async insertDispatch(dispatch: DispatchRecord): Promise<boolean> {
+    const item = { ...dispatch, pk: jobPk(dispatch.job_id), sk: dispatchSk(dispatch.attempt_id) };
+    return this.#putOnce(item, `record dispatch ${dispatch.attempt_id} of job ${dispatch.job_id}`);
+  }
+
+  protected async readDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
+    try {
+      const out = await this.#doc.send(
+        new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: dispatchSk(attemptId) }, ConsistentRead: true }),
+      );
+      return out.Item === undefined ? undefined : stripKeys<DispatchRecord>(out.Item);
+    } catch (err) {
+      throw storeFailure(err, `get dispatch ${attemptId} of job ${jobId}`);
+    }
+  }
+
+  /** Write-once per (time, id): the same entry twice (a retried request, a replayed stream record) leaves the first line. */
+  protected async insertEvent(entry: EventLogEntry): Promise<void> {
+    await this.#putOnce(eventItem(entry), `append an event to job ${entry.job_id}`);
+  }
+
+  /** One Query on the job's partition (`pk` and the `EVENT#` prefix), its own pages only until `limit` entries are in hand. */
+  protected async queryEvents(jobId: string, after: Position | undefined, limit: number): Promise<EventLogEntry[]> {
+    const pk = jobPk(jobId);
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
+        ExpressionAttributeValues: { ":pk": pk, ":prefix": EVENT_PREFIX },
+        ScanIndexForward: true,
+        ConsistentRead: true,
+        ...(after === undefined ? {} : { ExclusiveStartKey: { pk, sk: `${EVENT_PREFIX}${after[0]}#${after[1]}` } }),
+      },
+      limit,
+      `list events of job ${jobId}`,
+    );
+    return items.map((i) => stripKeys<EventLogEntry>(i));
+  }
+
+  // ---- the listings
+
+  /**
+   * One Query on the listing's index, newest first: `all` (every job) or `by-status`
+   * by recency, `owed` under the quarantined partition by when it was quarantined. A
+   * position is the index's sort key (`<key>#<job id>`), and ExclusiveStartKey names
+   * the table key with it, as a GSI's must.
+   */
+  protected async queryJobs(listing: JobListing, after: Position | undefined, limit: number): Promise<JobRecord[]> {
+    const [index, hash, range, hashValue] =
+      listing.kind === "quarantined"
+        ? [JOB_TABLE_INDEX.owed, "owed_pk", "owed_at", QUARANTINED]
+        : listing.status === undefined
+          ? [JOB_TABLE_INDEX.all, "gsi2pk", "gsi2sk", ALL_JOBS]
+          : [JOB_TABLE_INDEX.byStatus, "gsi1pk", "gsi1sk", statusPk(listing.status)];
+    const start =
+      after === undefined ? undefined : { pk: jobPk(after[1]), sk: JOB_ITEM_SK, [hash]: hashValue, [range]: `${after[0]}#${after[1]}` };
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: index,
+        KeyConditionExpression: "#h = :h",
+        ExpressionAttributeNames: { "#h": hash },
+        ExpressionAttributeValues: { ":h": hashValue },
+        ScanIndexForward: false,
+        ...(start === undefined ? {} : { ExclusiveStartKey: start }),
+      },
+      limit,
+      listing.kind === "quarantined" ? "list quarantined notifications" : "list jobs",
+    );
+    return items.map((i) => jobRecordOfItem(i));
+  }
+
+  /**
+   * The key condition bounds the read to what is due: intents backing off sort after
+   * it and are never read, quarantined ones live under another partition key.
+   */
+  protected async queryOwed(limit: number, dueBy: string | undefined): Promise<JobRecord[]> {
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: JOB_TABLE_INDEX.owed,
+        KeyConditionExpression: dueBy === undefined ? "owed_pk = :owed" : "owed_pk = :owed AND owed_at <= :due",
+        ExpressionAttributeValues: { ":owed": OWED, ...(dueBy === undefined ? {} : { ":due": dueBound(dueBy) }) },
+        ScanIndexForward: true,
+      },
+      limit,
+      "list owed notifications",
+    );
+    return items.map((i) => jobRecordOfItem(i));
+  }
+
+  // ---- the change feed
+
   /**
    * The feed, as the stream function wrote it (`writeStreamChanges`): only rows written
-   * at or before now minus the feed delay. The whole feed is read hour by hour in
-   * `(written_at, stream sequence)` order (`FEEDHOURS` names the hours holding rows);
-   * one job's rows by the `feed-by-job` index, in stream order. Never a Scan.
+   * at or before now minus the feed delay (and `upTo`). The whole feed is read hour by
+   * hour in `(written_at, stream sequence)` order (`FEEDHOURS` names the hours holding
+   * rows); one job's rows by the `feed-by-job` index, in stream order. Never a Scan.
    */
-  async listChanges(query: ChangeQuery): Promise<FeedPage> {
+  protected async queryFeed(query: FeedQuery): Promise<FeedPage> {
     let upTo = new Date(this.#clock.now().getTime() - this.#feedDelayMs).toISOString();
-    if (query.upTo !== undefined && sortableTimeOf(query.upTo) < upTo) upTo = sortableTimeOf(query.upTo);
+    if (query.upTo !== undefined && query.upTo < upTo) upTo = query.upTo;
     const from = query.after === undefined ? START : decodeFeedPosition(query.after);
     const items: ChangeRow[] = [];
     let position = from;
@@ -203,39 +316,38 @@ export class DynamoJobStore implements JobStore {
         take,
         "read a job's change feed",
       );
-    } else {
-      const lastHour = hourOf(upTo);
-      const hours: string[] = [];
-      await this.#queryEach(
+      return { items, cursor: encodeFeedPosition(position) };
+    }
+    const hours: string[] = [];
+    await this.#queryEach(
+      {
+        TableName: this.tableName,
+        KeyConditionExpression: "pk = :p AND sk BETWEEN :from AND :to",
+        // A key value is never empty: "0000" sorts before every hour.
+        ExpressionAttributeValues: { ":p": FEED_HOURS, ":from": from.h === "" ? "0000" : from.h, ":to": hourOf(upTo) },
+        ScanIndexForward: true,
+        ConsistentRead: true,
+      },
+      (item) => {
+        hours.push(String(item.sk));
+        return true;
+      },
+      "read the change feed's hours",
+    );
+    for (const hour of hours) {
+      const more = await this.#queryEach(
         {
           TableName: this.tableName,
-          KeyConditionExpression: "pk = :p AND sk BETWEEN :from AND :to",
-          // A key value is never empty: "0000" sorts before every hour.
-          ExpressionAttributeValues: { ":p": FEED_HOURS, ":from": from.h === "" ? "0000" : from.h, ":to": lastHour },
+          KeyConditionExpression: "pk = :p AND sk <= :upTo",
+          ExpressionAttributeValues: { ":p": feedPk(hour), ":upTo": `${upTo}#~` },
           ScanIndexForward: true,
           ConsistentRead: true,
+          ...(hour === from.h && from.s !== "" ? { ExclusiveStartKey: { pk: feedPk(hour), sk: from.s } } : {}),
         },
-        (item) => {
-          hours.push(String(item.sk));
-          return true;
-        },
-        "read the change feed's hours",
+        take,
+        "read the change feed",
       );
-      for (const hour of hours) {
-        const more = await this.#queryEach(
-          {
-            TableName: this.tableName,
-            KeyConditionExpression: "pk = :p AND sk <= :upTo",
-            ExpressionAttributeValues: { ":p": feedPk(hour), ":upTo": `${upTo}#~` },
-            ScanIndexForward: true,
-            ConsistentRead: true,
-            ...(hour === from.h && from.s !== "" ? { ExclusiveStartKey: { pk: feedPk(hour), sk: from.s } } : {}),
-          },
-          take,
-          "read the change feed",
-        );
-        if (!more) break;
-      }
+      if (!more) break;
     }
     return { items, cursor: encodeFeedPosition(position) };
   }
@@ -261,28 +373,63 @@ export class DynamoJobStore implements JobStore {
       );
       return write.rows.length;
     } catch (err) {
-      const reasons = (err as { name?: string; CancellationReasons?: { Code?: string }[] }).CancellationReasons;
-      if ((err as { name?: string }).name === "TransactionCanceledException" && reasons?.[0]?.Code === "ConditionalCheckFailed") return 0;
+      const reasons = (err as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
+      if (readSdkFailure(err).name === "TransactionCanceledException" && reasons?.[0]?.Code === "ConditionalCheckFailed") return 0;
       // A DynamoDB without transactions (dynalite, the npm test peer, which has no stream
       // either) cannot keep the feed: nothing is written, and publishing goes on.
-      if ((err as { name?: string }).name === "UnknownOperationException") return 0;
+      if (readSdkFailure(err).name === "UnknownOperationException") return 0;
       throw storeFailure(err, `write the change feed rows of stream record ${record.dynamodb?.SequenceNumber ?? "?"}`);
     }
   }
 
+  // ---- the atomic multi-write
+
   /**
-   * Every job write leaves, for the stream function, its note on the item (or removes
-   * the last one: the service's own) and its time by this store's clock (`FEED_AT`).
+   * One `TransactWriteItems`: a log line is a `Put` only if absent, a record write an
+   * `Update` with its compiled condition (and its feed stamp, as `updateRecord`'s).
+   * False when a condition did not hold (`TransactionCanceledException` with a
+   * `ConditionalCheckFailed` reason): nothing written. Without `transactions`, or on an
+   * engine that does not know the operation (dynalite): `store.unsupported`, nothing
+   * written.
    */
-  #noteUpdate(note: ChangeNote | undefined, values: Record<string, unknown>, sets: string[], removes: string[]): void {
-    values[":feedAt"] = this.#clock.now().toISOString();
-    sets.push(`${FEED_AT} = :feedAt`);
-    if (note === undefined) {
-      removes.push(FEED_NOTE);
-      return;
+  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+    if (!this.#transactions) throw unsupported("the store was built with transactions: false (an engine without them, such as dynalite)");
+    const items: NonNullable<TransactWriteCommandInput["TransactItems"]> = writes.map((w) =>
+      w.kind === "insertEvent"
+        ? { Put: { TableName: this.tableName, Item: eventItem(w.entry), ConditionExpression: "attribute_not_exists(pk)" } }
+        : { Update: this.#update(w.write) },
+    );
+    try {
+      await this.#doc.send(new TransactWriteCommand({ TransactItems: items }));
+      return true;
+    } catch (err) {
+      const f = readSdkFailure(err);
+      if (f.name === "UnknownOperationException") {
+        throw unsupported(
+          `this DynamoDB engine answers ${f.name}: it has no transactions (dynalite has none); build the store with transactions: false`,
+          err,
+        );
+      }
+      const reasons = (err as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
+      if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "ConditionalCheckFailed")) return false;
+      if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "TransactionConflict")) {
+        throw new MamError("store.unavailable", "an atomic write lost to a concurrent transaction on the same items", { cause: err });
+      }
+      throw storeFailure(err, `write ${writes.length} items atomically`);
     }
-    values[":feedNote"] = JSON.stringify(note);
-    sets.push(`${FEED_NOTE} = :feedNote`);
+  }
+
+  // ---- requests
+
+  /** A conditional put that never overwrites: false if the item is there. */
+  async #putOnce(item: Record<string, unknown>, what: string): Promise<boolean> {
+    try {
+      await this.#doc.send(new PutCommand({ TableName: this.tableName, Item: item, ConditionExpression: "attribute_not_exists(pk)" }));
+      return true;
+    } catch (err) {
+      if (isConditionalFailure(err)) return false;
+      throw storeFailure(err, what);
+    }
   }
 
   /** Query page by page, handing each item to `take` until it says stop; false if it stopped. */
@@ -301,493 +448,28 @@ export class DynamoJobStore implements JobStore {
     }
   }
 
-  async create(record: JobRecord, note?: ChangeNote): Promise<void> {
-    const item = jobItem(record);
-    item[FEED_AT] = this.#clock.now().toISOString();
-    if (note !== undefined) item[FEED_NOTE] = JSON.stringify(note);
-    await this.#putOnce(item, () => new MamError("job.exists", `job ${record.job_id} already exists`), "create job");
-  }
-
-  async get(jobId: string): Promise<JobRecord | undefined> {
-    return this.#read(jobId);
-  }
-
-  async transition(jobId: string, expectedSeq: number | null, change: JobChange): Promise<JobRecord> {
-    return this.#update(jobId, expectedSeq, change, true);
-  }
-
-  async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
-    return this.#update(jobId, null, evidenceWriteOf(change), false);
-  }
-
   /**
-   * A write of the job item alone whose condition may lose: false when it lost to the
-   * item as it stands (DynamoDB hands that item back with the failure; dynalite does
-   * not, so it is read), `job.notFound` when there is no item, else the store's failure.
-   */
-  async #lostOrMissing(err: unknown, jobId: string, what: string): Promise<false> {
-    if (!isConditionalFailure(err)) throw storeFailure(err, what);
-    if ((recordFromConditionFailure(err) ?? (await this.#read(jobId))) === undefined) throw notFound(jobId);
-    return false;
-  }
-
-  /**
-   * One `UpdateItem` of the lease's attribute alone (SET or REMOVE), conditional on it:
-   * free (absent, `expires_at <= :freeAt` as ISO strings of one format, or an older
-   * attempt's, on a job that is not terminal) or held by `:id`. Like `chargeUsage`, it
-   * leaves the feed's note and time as they are: no feed row, no new intent.
-   */
-  async holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean> {
-    const field = LEASE_FIELDS[kind];
-    const names: Record<string, string> = { "#lease": field };
-    const values: Record<string, unknown> = lease === null ? {} : { ":lease": lease };
-    let condition: string;
-    if ("heldBy" in expect) {
-      condition = "#lease.id = :id";
-      values[":id"] = expect.heldBy;
-    } else {
-      names["#status"] = "status";
-      const statuses = NON_TERMINAL.map((s, i) => {
-        values[`:s${i}`] = s;
-        return `:s${i}`;
-      });
-      values[":freeAt"] = expect.freeAt;
-      values[":attempt"] = lease?.attempt_id ?? 0;
-      condition = `#status IN (${statuses.join(", ")}) AND (attribute_not_exists(#lease) OR #lease.expires_at <= :freeAt OR #lease.attempt_id < :attempt)`;
-    }
-    try {
-      await this.#doc.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: lease === null ? "REMOVE #lease" : "SET #lease = :lease",
-          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-          ConditionExpression: `attribute_exists(pk) AND (${condition})`,
-          ExpressionAttributeNames: names,
-          ...(Object.keys(values).length === 0 ? {} : { ExpressionAttributeValues: values }),
-        }),
-      );
-      return true;
-    } catch (err) {
-      return this.#lostOrMissing(err, jobId, `hold the ${kind} lease of job ${jobId}`);
-    }
-  }
-
-  /**
-   * One `UpdateItem` of `agent_usage` alone, conditional on the stored counts (an item
-   * without it counts 0 and 0). It leaves the feed's note and time as they are: the
-   * change feed has no row for it, and the stream function sees no new intent in it.
-   */
-  async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
-    const events = prior?.events ?? 0;
-    const bytes = prior?.bytes ?? 0;
-    const counted = "agent_usage.events = :events AND agent_usage.bytes = :bytes";
-    try {
-      await this.#doc.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: "SET agent_usage = :next",
-          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-          ConditionExpression: `attribute_exists(pk) AND (${events === 0 && bytes === 0 ? `attribute_not_exists(agent_usage) OR (${counted})` : counted})`,
-          ExpressionAttributeValues: { ":next": next, ":events": events, ":bytes": bytes },
-        }),
-      );
-      return true;
-    } catch (err) {
-      return this.#lostOrMissing(err, jobId, `charge the usage of job ${jobId}`);
-    }
-  }
-
-  /**
-   * One `UpdateItem` whose condition carries every requirement: a transition (bumping
-   * `transition_seq`) or an evidence write (not), with the evidence conditions on the
-   * same item.
-   */
-  async #update(jobId: string, expectedSeq: number | null, change: JobChange, bumpTransition: boolean): Promise<JobRecord> {
-    const evidence = change.evidence ?? {};
-    if (change.from.length === 0) {
-      // No status allows it: nothing to write; say why against the current record.
-      const current = await this.#read(jobId);
-      if (current === undefined) throw notFound(jobId);
-      throw conflictFor(current, expectedSeq, change.from, evidence);
-    }
-
-    const names: Record<string, string> = { "#status": "status" };
-    const values: Record<string, unknown> = {};
-    const sets: string[] = [];
-    const removes: string[] = [];
-    const unset = new Set<string>(change.unset ?? []);
-    if (bumpTransition || evidence.bump) values[":one"] = 1;
-    if (bumpTransition) sets.push("transition_seq = transition_seq + :one");
-    if (evidence.bump) {
-      values[":zero"] = 0;
-      sets.push("evidence_seq = if_not_exists(evidence_seq, :zero) + :one");
-    }
-
-    let n = 0;
-    const fields: [string, unknown][] = Object.entries(change.set);
-    if (evidence.newAttempt !== undefined) fields.push(["latest_attempt", evidence.newAttempt]);
-    // The guard let through only fields a change may write, none both set and unset.
-    for (const [field, value] of fields) {
-      if (value === undefined) continue;
-      names[`#f${n}`] = field;
-      values[`:v${n}`] = value;
-      sets.push(`#f${n} = :v${n}`);
-      n += 1;
-    }
-    for (const field of unset) {
-      names[`#f${n}`] = field;
-      removes.push(`#f${n}`);
-      n += 1;
-    }
-
-    // Keep the index attributes in step with the fields they are derived from.
-    const set = change.set;
-    if (set.status !== undefined) {
-      values[":gsi1pk"] = statusPk(set.status);
-      sets.push("gsi1pk = :gsi1pk");
-    }
-    if (set.updated_at !== undefined) {
-      values[":recency"] = recencyKey(set.updated_at, jobId);
-      sets.push("gsi1sk = :recency", "gsi2sk = :recency");
-    }
-    if (set.pending_notification !== undefined) {
-      const keys = owedKeys(set.pending_notification, jobId);
-      values[":owed"] = keys.owed_pk;
-      values[":owedAt"] = keys.owed_at;
-      sets.push("owed_pk = :owed", "owed_at = :owedAt");
-    } else if (unset.has("pending_notification")) {
-      removes.push("owed_pk", "owed_at");
-    }
-    this.#noteUpdate(change.note, values, sets, removes);
-
-    const conditions = ["attribute_exists(pk)"];
-    if (expectedSeq !== null) {
-      values[":expected"] = expectedSeq;
-      conditions.push("transition_seq = :expected");
-    }
-    const fromKeys = change.from.map((s, i) => {
-      values[`:s${i}`] = s;
-      return `:s${i}`;
-    });
-    conditions.push(`#status IN (${fromKeys.join(", ")})`);
-    if (evidence.seq !== undefined) {
-      values[":evidenceSeq"] = evidence.seq;
-      // An item from before evidence_seq existed is at 0.
-      conditions.push(
-        evidence.seq === 0 ? "(attribute_not_exists(evidence_seq) OR evidence_seq = :evidenceSeq)" : "evidence_seq = :evidenceSeq",
-      );
-    }
-    if (evidence.attempt !== undefined) {
-      values[":attempt"] = evidence.attempt;
-      conditions.push("latest_attempt = :attempt");
-    }
-    if (evidence.currentAttempt !== undefined) {
-      values[":currentAttempt"] = evidence.currentAttempt;
-      conditions.push("(attribute_not_exists(latest_attempt) OR latest_attempt = :currentAttempt)");
-    }
-    if (evidence.newAttempt !== undefined) {
-      values[":newAttempt"] = evidence.newAttempt;
-      conditions.push("(attribute_not_exists(latest_attempt) OR latest_attempt < :newAttempt)");
-    }
-
-    let updateExpression = `SET ${sets.join(", ")}`;
-    if (removes.length > 0) updateExpression += ` REMOVE ${removes.join(", ")}`;
-
-    try {
-      const out = await this.#doc.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: updateExpression,
-          ConditionExpression: conditions.join(" AND "),
-          ExpressionAttributeNames: names,
-          ExpressionAttributeValues: values,
-          ReturnValues: "ALL_NEW",
-          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-        }),
-      );
-      return jobRecordOfItem(out.Attributes ?? {});
-    } catch (err) {
-      if (!isConditionalFailure(err)) throw storeFailure(err, `update job ${jobId}`);
-      // DynamoDB hands back the record the write lost to (low-level shape: the
-      // document client does not translate error payloads). dynalite does not, so
-      // read it: the record as it stands now, which is what a caller retries from.
-      const current = recordFromConditionFailure(err) ?? (await this.#read(jobId));
-      if (current === undefined) throw notFound(jobId);
-      throw conflictFor(current, expectedSeq, change.from, evidence);
-    }
-  }
-
-  async replaceNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<void> {
-    if (!(await this.#writeIntent(jobId, intent, "replace", "attribute_exists(pk)", {}, note))) throw notFound(jobId);
-  }
-
-  async reviseNotification(jobId: string, intent: NotificationIntent, note?: ChangeNote): Promise<boolean> {
-    // Only the intent the sweep (or the operator) read: a newer one, or none, is left alone.
-    return this.#writeIntent(jobId, intent, "revise", "pending_notification.id = :id", { ":id": intent.id }, note);
-  }
-
-  /** Bookkeeping: write `intent` as the owed notification, and its place in the owed index, if `condition` holds. */
-  async #writeIntent(
-    jobId: string,
-    intent: NotificationIntent,
-    what: string,
-    condition: string,
-    values: Record<string, unknown> = {},
-    note?: ChangeNote,
-  ): Promise<boolean> {
-    const keys = owedKeys(intent, jobId);
-    const sets = ["pending_notification = :intent", "owed_pk = :owed", "owed_at = :owedAt"];
-    const removes: string[] = [];
-    const noteValues: Record<string, unknown> = {};
-    this.#noteUpdate(note, noteValues, sets, removes);
-    try {
-      await this.#doc.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: `SET ${sets.join(", ")}${removes.length > 0 ? ` REMOVE ${removes.join(", ")}` : ""}`,
-          ConditionExpression: condition,
-          ExpressionAttributeValues: { ":intent": intent, ":owed": keys.owed_pk, ":owedAt": keys.owed_at, ...values, ...noteValues },
-        }),
-      );
-      return true;
-    } catch (err) {
-      if (isConditionalFailure(err)) return false;
-      throw storeFailure(err, `${what} the notification of job ${jobId}`);
-    }
-  }
-
-  /**
-   * Two writes, not one transaction (dynalite, the test peer, has no
-   * TransactWriteItems): the log line first, then the settle, conditional on the
-   * intent id as `settleNotification`'s. A crash between leaves the line logged and
-   * the intent owed; the sweep sends it again and the subscriber drops the duplicate.
-   */
-  async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
-    await this.appendEvent(entry);
-    return this.settleNotification(entry.job_id, intentId, note);
-  }
-
-  async settleNotification(jobId: string, intentId: string, note?: ChangeNote): Promise<boolean> {
-    const sets: string[] = [];
-    const removes = ["pending_notification", "owed_pk", "owed_at"];
-    const values: Record<string, unknown> = { ":id": intentId };
-    this.#noteUpdate(note, values, sets, removes);
-    try {
-      await this.#doc.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK },
-          UpdateExpression: `${sets.length > 0 ? `SET ${sets.join(", ")} ` : ""}REMOVE ${removes.join(", ")}`,
-          // Only the intent that was sent: a newer one written meanwhile stays owed.
-          ConditionExpression: "pending_notification.id = :id",
-          ExpressionAttributeValues: values,
-        }),
-      );
-      return true;
-    } catch (err) {
-      if (isConditionalFailure(err)) return false;
-      throw storeFailure(err, `settle the notification of job ${jobId}`);
-    }
-  }
-
-  async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const limit = query.limit;
-    const byStatus = query.status !== undefined;
-    const index = byStatus ? JOB_TABLE_INDEX.byStatus : JOB_TABLE_INDEX.all;
-    const [hashKey, rangeKey] = byStatus ? ["gsi1pk", "gsi1sk"] : ["gsi2pk", "gsi2sk"];
-    const hashValue = query.status !== undefined ? statusPk(query.status) : ALL_JOBS;
-    const startKey = query.cursor !== undefined ? decodeCursor(query.cursor, index, hashKey, hashValue) : undefined;
-
-    // Ask for one more than a page: the cursor is then exact (absent on the last page)
-    // instead of DynamoDB's "maybe more" LastEvaluatedKey.
-    const items = await this.#queryUpTo(
-      {
-        TableName: this.tableName,
-        IndexName: index,
-        KeyConditionExpression: "#h = :h",
-        ExpressionAttributeNames: { "#h": hashKey },
-        ExpressionAttributeValues: { ":h": hashValue },
-        ScanIndexForward: false,
-        ...(startKey !== undefined ? { ExclusiveStartKey: startKey } : {}),
-      },
-      limit + 1,
-      "list jobs",
-    );
-    return jobPage(items, limit, index, hashKey, rangeKey);
-  }
-
-  async listOwed(limit: number, query: OwedQuery = {}): Promise<readonly JobRecord[]> {
-    // The key condition bounds the read to what is due: intents backing off sort after
-    // it and are never read, quarantined ones live under another partition key.
-    const due = query.dueBy === undefined ? {} : { ":due": dueBound(query.dueBy) };
-    const items = await this.#queryUpTo(
-      {
-        TableName: this.tableName,
-        IndexName: JOB_TABLE_INDEX.owed,
-        KeyConditionExpression: query.dueBy === undefined ? "owed_pk = :owed" : "owed_pk = :owed AND owed_at <= :due",
-        ExpressionAttributeValues: { ":owed": OWED, ...due },
-        ScanIndexForward: true,
-      },
-      limit,
-      "list owed notifications",
-    );
-    return items.map((i) => jobRecordOfItem(i));
-  }
-
-  async listQuarantined(query: { limit: number; cursor?: string }): Promise<Page<JobRecord>> {
-    const limit = query.limit;
-    const index = JOB_TABLE_INDEX.owed;
-    const startKey = query.cursor !== undefined ? decodeCursor(query.cursor, index, "owed_pk", QUARANTINED) : undefined;
-    const items = await this.#queryUpTo(
-      {
-        TableName: this.tableName,
-        IndexName: index,
-        KeyConditionExpression: "owed_pk = :q",
-        ExpressionAttributeValues: { ":q": QUARANTINED },
-        ScanIndexForward: false,
-        ...(startKey !== undefined ? { ExclusiveStartKey: startKey } : {}),
-      },
-      limit + 1,
-      "list quarantined notifications",
-    );
-    return jobPage(items, limit, index, "owed_pk", "owed_at");
-  }
-
-  async recordDispatch(dispatch: DispatchRecord): Promise<void> {
-    await this.#putOnce(
-      { ...dispatch, pk: jobPk(dispatch.job_id), sk: dispatchSk(dispatch.attempt_id) },
-      () => new MamError("dispatch.exists", `attempt ${dispatch.attempt_id} of job ${dispatch.job_id} was already dispatched`),
-      "record dispatch",
-    );
-  }
-
-  async getDispatch(jobId: string, attemptId: number): Promise<DispatchRecord | undefined> {
-    try {
-      const out = await this.#doc.send(
-        new GetCommand({
-          TableName: this.tableName,
-          Key: { pk: jobPk(jobId), sk: dispatchSk(attemptId) },
-          ConsistentRead: true,
-        }),
-      );
-      return out.Item === undefined ? undefined : stripKeys<DispatchRecord>(out.Item);
-    } catch (err) {
-      throw storeFailure(err, `get dispatch ${attemptId} of job ${jobId}`);
-    }
-  }
-
-  async appendEvent(entry: EventLogEntry): Promise<void> {
-    // Write-once per (time, id): appending the same entry twice (a retried request,
-    // a replayed stream record) leaves one line, and never rewrites the first.
-    await this.#putOnce({ ...entry, pk: jobPk(entry.job_id), sk: eventSk(entry) }, () => undefined, "append event");
-  }
-
-  /**
-   * One Query on the job's partition (key condition `pk` and the `EVENT#` prefix),
-   * followed by DynamoDB's own pages (each at most 1 MB) only until this page is
-   * full, by count or by bytes. The cursor is the sort key of the last entry handed
-   * out, used as the next Query's ExclusiveStartKey under the same partition.
-   */
-  async listEvents(jobId: string, query: { limit: number; cursor?: string }): Promise<Page<EventLogEntry>> {
-    const limit = query.limit;
-    const after = query.cursor === undefined ? undefined : decodeEventCursor(query.cursor);
-    const pk = jobPk(jobId);
-    const items: EventLogEntry[] = [];
-    let bytes = 0;
-    let lastSk: string | undefined;
-    let startKey: Record<string, unknown> | undefined = after === undefined ? undefined : { pk, sk: after };
-    do {
-      let out: QueryCommandOutput;
-      try {
-        out = await this.#doc.send(
-          new QueryCommand({
-            TableName: this.tableName,
-            KeyConditionExpression: "pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues: { ":pk": pk, ":prefix": EVENT_PREFIX },
-            ScanIndexForward: true,
-            ConsistentRead: true,
-            // One more than the page needs: if it comes, the page has a next one.
-            Limit: limit + 1 - items.length,
-            ...(startKey === undefined ? {} : { ExclusiveStartKey: startKey }),
-          }),
-        );
-      } catch (err) {
-        if (readSdkFailure(err).name === "ValidationException" && after !== undefined) throw invalidCursor(err);
-        throw storeFailure(err, `list events of job ${jobId}`);
-      }
-      for (const item of out.Items ?? []) {
-        const entry = stripKeys<EventLogEntry>(item);
-        const size = Buffer.byteLength(JSON.stringify(entry), "utf8");
-        if (items.length === limit || (items.length > 0 && bytes + size > EVENT_PAGE_MAX_BYTES)) {
-          return { items, cursor: encodeEventCursor(lastSk!) };
-        }
-        items.push(entry);
-        bytes += size;
-        lastSk = String(item.sk);
-      }
-      startKey = out.LastEvaluatedKey;
-    } while (startKey !== undefined);
-    return { items };
-  }
-
-  async #read(jobId: string): Promise<JobRecord | undefined> {
-    try {
-      const out = await this.#doc.send(
-        new GetCommand({ TableName: this.tableName, Key: { pk: jobPk(jobId), sk: JOB_ITEM_SK }, ConsistentRead: true }),
-      );
-      return out.Item === undefined ? undefined : jobRecordOfItem(out.Item);
-    } catch (err) {
-      throw storeFailure(err, `get job ${jobId}`);
-    }
-  }
-
-  /** A conditional put that never overwrites; `taken` says what an existing item means. */
-  async #putOnce(item: Record<string, unknown>, taken: () => MamError | undefined, what: string): Promise<void> {
-    const input: PutCommandInput = {
-      TableName: this.tableName,
-      Item: item,
-      ConditionExpression: "attribute_not_exists(pk)",
-    };
-    try {
-      await this.#doc.send(new PutCommand(input));
-    } catch (err) {
-      if (isConditionalFailure(err)) {
-        const e = taken();
-        if (e !== undefined) throw e;
-        return;
-      }
-      throw storeFailure(err, what);
-    }
-  }
-
-  /**
-   * Query until `want` items are in hand or the partition is exhausted: a single
-   * Query stops at 1 MB, so `Limit` alone does not promise `want` items.
+   * Query until `want` items are in hand or the partition is exhausted (a single Query
+   * stops at 1 MB, so `Limit` alone does not promise them), asking each page for no
+   * more than are still wanted. A start key the engine refuses is not a position this
+   * store handed out: `invalidCursor()`.
    */
   async #queryUpTo(input: QueryCommandInput, want: number, what: string): Promise<Record<string, unknown>[]> {
     const items: Record<string, unknown>[] = [];
-    let startKey = input.ExclusiveStartKey;
+    let start = input.ExclusiveStartKey;
     do {
       let out: QueryCommandOutput;
       try {
         out = await this.#doc.send(
-          new QueryCommand({
-            ...input,
-            Limit: want - items.length,
-            ...(startKey !== undefined ? { ExclusiveStartKey: startKey } : {}),
-          }),
+          new QueryCommand({ ...input, Limit: want - items.length, ...(start === undefined ? {} : { ExclusiveStartKey: start }) }),
         );
       } catch (err) {
         if (readSdkFailure(err).name === "ValidationException" && input.ExclusiveStartKey !== undefined) throw invalidCursor(err);
         throw storeFailure(err, what);
       }
       items.push(...(out.Items ?? []));
-      startKey = out.LastEvaluatedKey;
-    } while (startKey !== undefined && items.length < want);
+      start = out.LastEvaluatedKey;
+    } while (start !== undefined && items.length < want);
     return items;
   }
 }
@@ -802,22 +484,110 @@ export function recordFromConditionFailure(err: unknown): JobRecord | undefined 
   return jobRecordOfAttributes((err as { Item?: Record<string, AttributeValue> } | null)?.Item);
 }
 
-/**
- * A page of job records out of `limit + 1` items read from an index: the cursor (the
- * last item's table and index keys) only when another page exists.
- */
-function jobPage(items: Record<string, unknown>[], limit: number, index: string, hashKey: string, rangeKey: string): Page<JobRecord> {
-  const page = items.slice(0, limit);
-  const last = page[page.length - 1];
-  const records = page.map((i) => jobRecordOfItem(i));
-  if (items.length <= limit || last === undefined) return { items: records };
-  const key = { pk: String(last.pk), sk: String(last.sk), [hashKey]: String(last[hashKey]), [rangeKey]: String(last[rangeKey]) };
-  return { items: records, cursor: encodeCursor({ i: index, k: key }) };
+function unsupported(why: string, cause?: unknown): MamError {
+  return new MamError("store.unsupported", `TransactWriteItems cannot run here: ${why}; nothing was written`, {
+    ...(cause === undefined ? {} : { cause }),
+  });
 }
 
-function notFound(jobId: string): MamError {
-  return new MamError("job.notFound", `no job ${jobId}`);
+const eventItem = (entry: EventLogEntry): Record<string, unknown> => ({ ...entry, pk: jobPk(entry.job_id), sk: eventSk(entry) });
+
+// ---- conditional writes, compiled
+
+/** An expression's placeholders: `#field` for each attribute named, `:vN` for each value, only those used. */
+class Expressions {
+  readonly #names: Record<string, string> = {};
+  readonly #values: Record<string, unknown> = {};
+
+  /** A top-level attribute (a record field, a key attribute: `[a-z0-9_]` names). */
+  name(attribute: string): string {
+    this.#names[`#${attribute}`] = attribute;
+    return `#${attribute}`;
+  }
+
+  value(v: unknown): string {
+    const placeholder = `:v${Object.keys(this.#values).length}`;
+    this.#values[placeholder] = v;
+    return placeholder;
+  }
+
+  attributes(): { ExpressionAttributeNames?: Record<string, string>; ExpressionAttributeValues?: Record<string, unknown> } {
+    return {
+      ...(Object.keys(this.#names).length === 0 ? {} : { ExpressionAttributeNames: this.#names }),
+      ...(Object.keys(this.#values).length === 0 ? {} : { ExpressionAttributeValues: this.#values }),
+    };
+  }
 }
+
+/** One condition as a `ConditionExpression` part, meaning what record-write.ts's `conditionHolds` says it means. */
+function conditionExpression(c: RecordCondition, x: Expressions): string {
+  const absentOr = (attribute: string, test: string): string => `(attribute_not_exists(${x.name(attribute)}) OR ${test})`;
+  switch (c.kind) {
+    case "transitionSeqIs":
+      return `${x.name("transition_seq")} = ${x.value(c.seq)}`;
+    case "statusIn":
+      // No status allows it: a condition no existing item meets (and `IN ()` is no expression).
+      if (c.statuses.length === 0) return "attribute_not_exists(pk)";
+      return `${x.name("status")} IN (${c.statuses.map((s) => x.value(s)).join(", ")})`;
+    case "evidenceSeqIs": {
+      // An item from before evidence_seq existed is at 0.
+      const is = `${x.name("evidence_seq")} = ${x.value(c.seq)}`;
+      return c.seq === 0 ? absentOr("evidence_seq", is) : is;
+    }
+    case "latestAttemptIs":
+      return `${x.name("latest_attempt")} = ${x.value(c.attempt)}`;
+    case "latestAttemptAbsentOrIs":
+      return absentOr("latest_attempt", `${x.name("latest_attempt")} = ${x.value(c.attempt)}`);
+    case "latestAttemptBelow": {
+      // Absent counts 0, which is below every attempt id (they start at 1) but not below 0.
+      const below = `${x.name("latest_attempt")} < ${x.value(c.attempt)}`;
+      return c.attempt > 0 ? absentOr("latest_attempt", below) : below;
+    }
+    case "intentIs":
+      return `${x.name("pending_notification")}.id = ${x.value(c.id)}`;
+    case "usageIs": {
+      const usage = x.name("agent_usage");
+      const counted = `(${usage}.events = ${x.value(c.events)} AND ${usage}.bytes = ${x.value(c.bytes)})`;
+      return c.events === 0 && c.bytes === 0 ? absentOr("agent_usage", counted) : counted;
+    }
+    case "leaseHeldBy":
+      return `${x.name(c.field)}.id = ${x.value(c.id)}`;
+    case "leaseFree": {
+      const lease = x.name(c.field);
+      return absentOr(c.field, `${lease}.expires_at <= ${x.value(c.at)} OR ${lease}.attempt_id < ${x.value(c.attempt)}`);
+    }
+    default:
+      return c satisfies never;
+  }
+}
+
+/**
+ * What `write` changes, as an `UpdateExpression`: the fields set and unset, each counter
+ * bumped (absent counts 0), the index attributes of the derived keys it moves, and,
+ * for a write the feed tells (`feedAt` given), the feed's stamp and note.
+ */
+function updateExpression(write: RecordWrite, x: Expressions, feedAt: string | undefined): string {
+  const sets: string[] = [];
+  const removes: string[] = [];
+  for (const [field, value] of Object.entries(write.set)) sets.push(`${x.name(field)} = ${x.value(value)}`);
+  for (const field of write.unset) removes.push(x.name(field));
+  for (const counter of write.bump) {
+    const c = x.name(counter);
+    sets.push(`${c} = if_not_exists(${c}, ${x.value(0)}) + ${x.value(1)}`);
+  }
+  const keys = indexAttributes(write.jobId, write.keys);
+  for (const [attribute, value] of Object.entries(keys.set)) sets.push(`${x.name(attribute)} = ${x.value(value)}`);
+  for (const attribute of keys.remove) removes.push(x.name(attribute));
+  if (feedAt !== undefined) {
+    sets.push(`${x.name(FEED_AT)} = ${x.value(feedAt)}`);
+    const note = write.feed ?? {};
+    if (Object.keys(note).length === 0) removes.push(x.name(FEED_NOTE));
+    else sets.push(`${x.name(FEED_NOTE)} = ${x.value(JSON.stringify(note))}`);
+  }
+  return [sets.length > 0 ? `SET ${sets.join(", ")}` : "", removes.length > 0 ? `REMOVE ${removes.join(", ")}` : ""].join(" ").trim();
+}
+
+// ---- the feed's own positions
 
 /** A feed position: the hour and sort key of the last row read (whole feed), and its key in its job's rows. */
 interface FeedPosition {
@@ -846,9 +616,4 @@ function decodeFeedPosition(raw: string): FeedPosition {
     throw invalidCursor();
   }
   return { h, s, j };
-}
-
-function sortableTimeOf(iso: string): string {
-  const t = Date.parse(iso);
-  return Number.isNaN(t) ? iso : new Date(t).toISOString();
 }

@@ -5,12 +5,14 @@ import {
   ChangeNoteSchema,
   type ChangeRow,
   changeRowsOf,
+  type DerivedKeys,
   type EventLogEntry,
   type JobRecord,
   JobRecordSchema,
+  keysOf,
   MamError,
-  type NotificationIntent,
   type Status,
+  sortableTime,
   zodIssues,
 } from "@mam/core";
 import type { DynamoDBRecord, AttributeValue as StreamAttributeValue } from "aws-lambda";
@@ -53,41 +55,36 @@ export const dispatchSk = (attemptId: number): string => `DISPATCH#${String(atte
 export const statusPk = (status: Status): string => `STATUS#${status}`;
 export const eventSk = (entry: EventLogEntry): string => `${EVENT_PREFIX}${sortableTime(entry.at)}#${entry.id}`;
 
-/** A time as it sorts in a key: UTC, fixed width (`toISOString`). */
-export function sortableTime(iso: string): string {
-  const t = Date.parse(iso);
-  return Number.isNaN(t) ? iso : new Date(t).toISOString();
-}
-
-/** The listings' sort key: newest first by `updated_at`, then the job id. */
-export const recencyKey = (updatedAt: string, jobId: string): string => `${sortableTime(updatedAt)}#${jobId}`;
-
-/**
- * Where an intent sits in the `owed` index: under `OWED` by when it is next due
- * (`retry_at`, else `created_at`), or, once quarantined, under a partition of its own
- * by when it was quarantined, so the sweep's Query never reads it.
- */
-export function owedKeys(intent: NotificationIntent, jobId: string): { owed_pk: string; owed_at: string } {
-  if (intent.quarantined_at !== undefined) return { owed_pk: QUARANTINED, owed_at: `${sortableTime(intent.quarantined_at)}#${jobId}` };
-  return { owed_pk: OWED, owed_at: `${sortableTime(intent.retry_at ?? intent.created_at)}#${jobId}` };
-}
+/** A time as it sorts in a key: core's `sortableTime` (UTC, fixed width), the one every derived key is built with. */
+export { sortableTime };
 
 /** Above every `<time>#<job id>` key of that time: `~` sorts after every character a job id may hold. */
 export const dueBound = (dueBy: string): string => `${sortableTime(dueBy)}#~`;
 
+/**
+ * The index attributes of core's derived keys (`DerivedKeys`; a key absent is not
+ * moved): the status index's partition, both listings' sort key (`<recency>#<job id>`:
+ * newest first by `updated_at`, then the job id), and the owed index's: under `OWED`
+ * by when the intent is next due, or, once quarantined, under a partition of its own by
+ * when it was quarantined, so the sweep's Query never reads it (`<at>#<job id>`). An
+ * owed place of `null` removes both owed attributes.
+ */
+export function indexAttributes(jobId: string, keys: DerivedKeys): { set: Record<string, string>; remove: string[] } {
+  const set: Record<string, string> = {};
+  const remove: string[] = [];
+  if (keys.status !== undefined) set.gsi1pk = statusPk(keys.status);
+  if (keys.recency !== undefined) set.gsi1sk = set.gsi2sk = `${keys.recency}#${jobId}`;
+  if (keys.owed === null) remove.push("owed_pk", "owed_at");
+  else if (keys.owed !== undefined) {
+    set.owed_pk = keys.owed.part === "due" ? OWED : QUARANTINED;
+    set.owed_at = `${keys.owed.at}#${jobId}`;
+  }
+  return { set, remove };
+}
+
 /** The job record as an item: the record's own attributes, its keys and its index attributes. */
-export function jobItem(record: JobRecord): Record<string, unknown> {
-  const item: Record<string, unknown> = {
-    ...record,
-    pk: jobPk(record.job_id),
-    sk: JOB_ITEM_SK,
-    gsi1pk: statusPk(record.status),
-    gsi1sk: recencyKey(record.updated_at, record.job_id),
-    gsi2pk: ALL_JOBS,
-    gsi2sk: recencyKey(record.updated_at, record.job_id),
-  };
-  if (record.pending_notification !== undefined) Object.assign(item, owedKeys(record.pending_notification, record.job_id));
-  return item;
+export function jobItem(record: JobRecord, keys: Required<DerivedKeys> = keysOf(record)): Record<string, unknown> {
+  return { ...record, pk: jobPk(record.job_id), sk: JOB_ITEM_SK, gsi2pk: ALL_JOBS, ...indexAttributes(record.job_id, keys).set };
 }
 
 /** An item without its key and index attributes. */
