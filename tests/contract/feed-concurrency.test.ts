@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
-import { type ChangeRow } from "@mam/core";
+import type { ChangeRow } from "@mam/core";
 import { SqliteJobStore } from "@mam/local";
 import { afterEach, describe, expect, it } from "vitest";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";

@@ -5,7 +5,7 @@
  * one `mam serve` runs over better-sqlite3. Every write is one D1 batch; nothing here
  * imitates D1.
  */
-import { JobRecordSchema, MamError, TransitionConflict } from "@mam/core";
+import { JobRecordSchema, type MamError, TransitionConflict } from "@mam/core";
 import { D1Driver, SqlJobStore, sql } from "@mam/local";
 import { afterAll, describe, expect, it } from "vitest";
 import { jobStoreContract } from "../contract/job-store.suite.ts";
@@ -23,7 +23,9 @@ async function database() {
 /** The database emptied of the last test's tables, and the store's layout made afresh. */
 async function freshLayout(): Promise<D1Driver> {
   const driver = new D1Driver(await database());
-  const tables = await driver.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'");
+  const tables = await driver.query(
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'",
+  );
   if (tables.length > 0) await driver.batch(tables.map((t) => sql(`DROP TABLE "${String(t.name)}"`)));
   await driver.batch(sqlLayoutStatements());
   return driver;

@@ -12,7 +12,7 @@ import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { GetObjectCommand, ListObjectsV2Command, type ListObjectsV2CommandOutput, type S3Client } from "@aws-sdk/client-s3";
 import { marshall, unmarshall } from "@aws-sdk/util-dynamodb";
 import { DynamoJobStore, IotPublisher, jobItem } from "@mam/aws";
-import { type Deps, type Flags, type JobStore, type Publisher, parseFlags, randomIds } from "@mam/core";
+import { type Deps, type Flags, type Publisher, parseFlags, randomIds } from "@mam/core";
 import { type EmbeddedBroker, FileReportStore, MqttPublisher, openEmbeddedJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeEach, describe } from "vitest";
@@ -422,7 +422,11 @@ async function makeAws(): Promise<SeedBackend> {
         credentials: { accessKeyId: "local", secretAccessKey: "local" },
       });
       extra.push({ close: async () => client.destroy() });
-      live = { ...live, jobs: new DynamoJobStore({ client, tableName: live.tableName, transactions: !peers.dynamo.gaps.noTransactions }), publisher: iotAt(peers.standIn.endpoint) };
+      live = {
+        ...live,
+        jobs: new DynamoJobStore({ client, tableName: live.tableName, transactions: !peers.dynamo.gaps.noTransactions }),
+        publisher: iotAt(peers.standIn.endpoint),
+      };
     },
     async close() {
       for (const s of subscriptions.splice(0)) await s.close();

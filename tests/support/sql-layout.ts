@@ -12,7 +12,9 @@ export function sqlLayoutStatements(): SqlStatement[] {
   try {
     migrateSqlite(db);
     const rows = db
-      .prepare("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END, rowid")
+      .prepare(
+        "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY CASE type WHEN 'table' THEN 0 ELSE 1 END, rowid",
+      )
       .all() as { sql: string }[];
     return rows.map((r) => sql(r.sql));
   } finally {

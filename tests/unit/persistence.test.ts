@@ -83,7 +83,7 @@ class RecordingStore extends MemoryJobStore {
 /** The same, with a data-version probe the test moves by hand (on SQLite: `PRAGMA data_version`). */
 class VersionedStore extends RecordingStore {
   override version = 1;
-  dataVersion(): number {
+  override dataVersion(): number {
     return this.version;
   }
 }
@@ -257,7 +257,7 @@ describe("JobStoreBase: conditional writes as data", () => {
     store.calls.length = 0;
     const after = await store.transition("j", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "running" } });
     expect(after.transition_seq).toBe(1);
-    expect((store.calls[0]?.args[0] as RecordWrite).conditions).toEqual([{ kind: "statusIn", statuses: ["pending"] }]);
+    expect((store.calls[0]!.args[0] as RecordWrite).conditions).toEqual([{ kind: "statusIn", statuses: ["pending"] }]);
     const refused = await rejection(store.transition("j", NO_CONCURRENCY_CHECK, { from: ["pending"], set: { status: "cancelled" } }));
     expect(refused).toMatchObject({ code: "job.transitionRefused" });
   });
@@ -353,7 +353,14 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
   chargeUsage: (s) => s.chargeUsage("j", undefined, { attempt_id: 1, events: 1, bytes: 0, attempt_bytes: 0 } as never),
   holdLease: (s) => s.holdLease("j", "finalize", { id: "l-1", attempt_id: 1, since: AT, expires_at: AT }, { freeAt: AT }),
   recordDispatch: (s) =>
-    s.recordDispatch({ job_id: "j", attempt_id: 2, agent_session_uuid: "s", pane_process_generation: 0, anchor: { started_at: AT }, recorded_at: AT }),
+    s.recordDispatch({
+      job_id: "j",
+      attempt_id: 2,
+      agent_session_uuid: "s",
+      pane_process_generation: 0,
+      anchor: { started_at: AT },
+      recorded_at: AT,
+    }),
   appendEvent: (s) => s.appendEvent({ job_id: "j", id: "e-1", at: AT, event: "started" }),
   replaceNotification: (s) => s.replaceNotification("j", { ...intent, id: "i-2" }),
   reviseNotification: (s) => s.reviseNotification("j", { ...intent, failures: 1 }),
@@ -363,7 +370,18 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
 
 describe("JobStoreBase: every write method reaches the commit hooks and the cache", () => {
   it("WRITE_METHODS names every public method of the base but the reads (by reflection), so a new write method is listed or fails here", () => {
-    const reads = new Set(["constructor", "get", "list", "listOwed", "listQuarantined", "listEvents", "listChanges", "getDispatch", "onCommitted", "capabilities"]);
+    const reads = new Set([
+      "constructor",
+      "get",
+      "list",
+      "listOwed",
+      "listQuarantined",
+      "listEvents",
+      "listChanges",
+      "getDispatch",
+      "onCommitted",
+      "capabilities",
+    ]);
     const methods = Object.getOwnPropertyNames(JobStoreBase.prototype).filter((m) => !reads.has(m));
     expect(methods.sort()).toEqual([...WRITE_METHODS].sort());
     expect(Object.keys(COMMITTING_CALLS).sort()).toEqual([...WRITE_METHODS].sort());

@@ -21,7 +21,7 @@ import { type MigrationStep, systemClock } from "@mam/core";
 import type { LambdaEvent } from "hono/aws-lambda";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { composeHttpApp, createHttpHandler, createRecoverySweepHandler } from "../../functions/compose.ts";
-import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers } from "../functions/support.ts";
+import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers, TRANSACTIONS } from "../functions/support.ts";
 import { captureIo } from "../support/cli-io.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { completedJobs, expectations, FIXTURE_BUCKET, FIXTURE_SIGNING_KEY, fixtureDir, restoreBucket, restoreTable } from "./fixtures.ts";
@@ -60,7 +60,7 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
   it("the functions upgrade it where they start, and every job reads as it was: completions re-verify on their pinned evidence, the sweep sends the owed intent to a subscriber and keeps the quarantined one, listings, feed, leases and usage", async () => {
     const table = await restored();
     expect(await readTableVersion(table)).toBe(1);
-    const app = await composeHttpApp(table.env, { credentials: CREDENTIALS, log: () => undefined });
+    const app = await composeHttpApp(table.env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined });
     // Composing contacts nothing; the first request that uses the table runs the cheap step.
     expect(await readTableVersion(table)).toBe(1);
     const get = async (url: string) => {
@@ -104,7 +104,7 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
     // The recovery sweep function, on the upgraded table.
     const sub = await subscribe(peers.broker.url, "mam/jobs/+/events");
     cleanup.push(() => sub.close());
-    const sweep = createRecoverySweepHandler(table.env, { credentials: CREDENTIALS, log: () => undefined });
+    const sweep = createRecoverySweepHandler(table.env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined });
     await sweep(lambdaFixture("eventbridge-scheduled.json"), lambdaContext("mam-dev-recoverySweep"));
     const owed = V1["j-owed"]?.owed_intent_id;
     const sent = await sub.waitFor((m) => m.topic === "mam/jobs/j-owed/events", 10_000);
@@ -204,19 +204,19 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
     const newer = /table mam-upgrade-\w+ is at schema version 99, newer than this mam knows \(version 2\)/;
     // Composing contacts nothing: liveness answers; the first request that needs the table is refused.
     const log = memoryLog();
-    const http = createHttpHandler(table.env, { credentials: CREDENTIALS, log: log.sink });
+    const http = createHttpHandler(table.env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: log.sink });
     const event = lambdaFixture<Extract<LambdaEvent, { rawPath: string }>>("http-api-v2-get-job.json");
     const health = await http({ ...event, rawPath: "/healthz", headers: {} }, lambdaContext("mam-dev-http"));
     expect(health.statusCode).toBe(200);
     const res = await http({ ...event, headers: { ...event.headers, authorization: `Bearer ${operator}` } }, lambdaContext("mam-dev-http"));
     expect(res.statusCode).toBe(500);
     expect(JSON.parse(res.body)).toMatchObject({ code: "store.version" });
-    const app = await composeHttpApp(table.env, { credentials: CREDENTIALS, log: () => undefined });
+    const app = await composeHttpApp(table.env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined });
     const answer = await app.request("/v1/jobs/j-owed", { headers: { authorization: `Bearer ${operator}` } });
     expect(answer.status).toBe(500);
     const problem = (await answer.json()) as Record<string, unknown>;
     expect(problem).toMatchObject({ code: "store.version", detail: expect.stringMatching(newer) });
-    const sweep = createRecoverySweepHandler(table.env, { credentials: CREDENTIALS, log: () => undefined });
+    const sweep = createRecoverySweepHandler(table.env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined });
     await expect(sweep(lambdaFixture("eventbridge-scheduled.json"), lambdaContext("mam-dev-recoverySweep"))).rejects.toMatchObject({
       code: "store.version",
     });

@@ -18,8 +18,8 @@ import {
   systemClock,
 } from "@mam/core";
 import {
-  changeRelay,
   type Credentials,
+  changeRelay,
   connectionCap,
   DEFAULT_DRAIN_TIMEOUT_MS,
   dataDirPaths,
@@ -232,18 +232,18 @@ export async function startService(
   const jobs = store.jobs;
   jobs.onCommitted(
     changeRelay((record) => {
-    newest.set(record.job_id, record);
-    queue.push(record.job_id, async () => {
-      const owed = newest.get(record.job_id);
-      if (owed === undefined) return;
-      newest.delete(record.job_id);
-      try {
-        const r = await flushRecord(deps, owed);
-        relayLog(record.job_id, r.outcome, r.outcome === "failed" ? r.error.message : undefined);
-      } catch (e) {
-        relayLog(record.job_id, "failed", e instanceof Error ? e.message : String(e));
-      }
-    });
+      newest.set(record.job_id, record);
+      queue.push(record.job_id, async () => {
+        const owed = newest.get(record.job_id);
+        if (owed === undefined) return;
+        newest.delete(record.job_id);
+        try {
+          const r = await flushRecord(deps, owed);
+          relayLog(record.job_id, r.outcome, r.outcome === "failed" ? r.error.message : undefined);
+        } catch (e) {
+          relayLog(record.job_id, "failed", e instanceof Error ? e.message : String(e));
+        }
+      });
     }),
   );
   deps = { jobs, reports: store.reports, disk: store.disk, publisher, clock, ids: randomIds, flags: config.flags };
