@@ -8,7 +8,7 @@ import {
   type FeedValue,
   feedActorOf,
 } from "@mam/core";
-import { checkStatement, type SqlStatement, type SqlValue } from "./sql-driver.ts";
+import { checkStatement, SQL_LIMITS, type SqlStatement, type SqlValue } from "./sql-driver.ts";
 
 /**
  * Core's `FEED_RULES` compiled to SQLite-dialect SQL, for a store on the SQL driver
@@ -159,7 +159,7 @@ function compileRule(rule: FeedRule): CompiledRule {
   return {
     kind: rule.kind,
     sql:
-      `INSERT INTO changes (job_id, at, row) SELECT jobs.job_id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ${row} ` +
+      `SELECT jobs.job_id AS job_id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS at, ${row} AS row ` +
       // CASE, not AND: the rule's JSON is read only of the row this write stamped (SQLite
       // may evaluate AND's terms in any order, and another row's doc may be one its JSON
       // functions refuse, a legacy record past their depth).
@@ -186,8 +186,41 @@ const CLASS_KINDS: Readonly<Record<FeedWriteClass, readonly string[]>> = {
   intent: ["intent.published", "intent.superseded", "intent.quarantined", "intent.failed", "intent.released"],
 };
 
+/**
+ * Rules as the statements a batch runs: each rule's SELECT (`rule.sql`), numbered in
+ * rule order, under one `INSERT … SELECT … FROM (… UNION ALL …) ORDER BY n`, so a
+ * write's rows cost one statement however many rules its class has (a statement
+ * stepped is most of a rule's cost), split only where the seam's parameter limit
+ * would be passed. The order of the rows is the rules' order (`ORDER BY n`), which the
+ * cursor's AUTOINCREMENT keeps.
+ */
+function mergeRules(rules: readonly CompiledRule[]): CompiledRule[] {
+  const merged: CompiledRule[] = [];
+  let group: CompiledRule[] = [];
+  let params = 0;
+  const flush = () => {
+    if (group.length === 0) return;
+    const selects = group.map((rule, n) => rule.sql.replace(/^SELECT /, `SELECT ${n} AS n, `));
+    merged.push({
+      kind: group[0]!.kind,
+      sql: `INSERT INTO changes (job_id, at, row) SELECT job_id, at, row FROM (${selects.join(" UNION ALL ")}) ORDER BY n`,
+      params: group.flatMap((rule) => rule.params),
+    });
+    group = [];
+    params = 0;
+  };
+  for (const rule of rules) {
+    if (params + rule.params.length > SQL_LIMITS.paramsPerStatement) flush();
+    group.push(rule);
+    params += rule.params.length;
+  }
+  flush();
+  return merged;
+}
+
+const MERGED_ALL = mergeRules(COMPILED);
 const COMPILED_BY_CLASS = Object.fromEntries(
-  Object.entries(CLASS_KINDS).map(([writeClass, kinds]) => [writeClass, COMPILED.filter((rule) => kinds.includes(rule.kind))]),
+  Object.entries(CLASS_KINDS).map(([writeClass, kinds]) => [writeClass, mergeRules(COMPILED.filter((rule) => kinds.includes(rule.kind)))]),
 ) as unknown as Record<FeedWriteClass, readonly CompiledRule[]>;
 
 function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
@@ -220,7 +253,7 @@ export function feedRowStatements(
 ): SqlStatement[] {
   const actor = JSON.stringify(feedActorOf(note));
   const facts = note ?? {};
-  const rules = writeClass === undefined ? COMPILED : COMPILED_BY_CLASS[writeClass];
+  const rules = writeClass === undefined ? MERGED_ALL : COMPILED_BY_CLASS[writeClass];
   return rules.map((rule, index) => {
     const params = rule.params.map((source): SqlValue => {
       switch (source.from) {
