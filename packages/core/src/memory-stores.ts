@@ -82,15 +82,12 @@ export class MemoryJobStore extends JobStoreBase {
     return { written: true, record: structuredClone(next) };
   }
 
-  /** Every condition first, then every write: all or nothing, in one synchronous step. */
+  /** Every record write's condition first, then every write (a line already logged left as it is): all or nothing, in one synchronous step. */
   protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
     for (const w of writes) {
-      if (w.kind === "insertEvent") {
-        if ((this.#events.get(w.entry.job_id) ?? []).some((e) => e.id === w.entry.id)) return false;
-      } else {
-        const current = this.#jobs.get(w.write.jobId);
-        if (current === undefined || !writeHolds(current, w.write)) return false;
-      }
+      if (w.kind !== "update") continue;
+      const current = this.#jobs.get(w.write.jobId);
+      if (current === undefined || !writeHolds(current, w.write)) return false;
     }
     for (const w of writes) {
       if (w.kind === "insertEvent") this.#append(w.entry);

@@ -493,7 +493,13 @@ export type UpdateOutcome =
   | { readonly written: true; readonly record: JobRecord }
   | { readonly written: false; readonly current: JobRecord | undefined };
 
-/** One part of an atomic multi-write: a conditional record write, or a log entry inserted once (its condition: not there yet). */
+/**
+ * One part of an atomic multi-write: a conditional record write, or a log entry
+ * inserted once. The record writes' conditions decide: all of them hold and every part
+ * is written, or nothing is. A line already in the log is left as it is; an adapter may
+ * count that as a condition that failed (DynamoDB's Put is conditional on its absence)
+ * or not (SQL, memory) — the base's `settlePublished` ends the same either way.
+ */
 export type AtomicWrite =
   | { readonly kind: "update"; readonly write: RecordWrite }
   | { readonly kind: "insertEvent"; readonly entry: EventLogEntry };

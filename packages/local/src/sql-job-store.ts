@@ -162,11 +162,25 @@ export class SqlJobStore extends JobStoreBase {
   }
 
   /**
-   * All of `writes` in one batch, or none: after each conditional part a guard row
-   * insists that the part changed exactly one row (`atomic_guard`'s CHECK), so a part
-   * whose condition did not hold fails the batch, and the driver rolls every part back.
+   * All of `writes` in one batch, or none. With one record write among them (what
+   * `settlePublished` asks: a log line and the settle), the record write goes first and
+   * each line is inserted only where the row carries that write's token, so a condition
+   * that did not hold leaves the whole batch unwritten, with no statement more (a line
+   * already in the log stays as it is: inserting a line is inserting it once). Otherwise a
+   * guard row after each part insists that the part changed exactly one row
+   * (`atomic_guard`'s CHECK), so a part whose condition did not hold fails the batch,
+   * and the driver rolls every part back.
    */
   protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+    const updates = writes.filter((w) => w.kind === "update");
+    const [only] = updates;
+    if (updates.length === 1 && only !== undefined) {
+      const token = this.#token();
+      const [update, ...feed] = this.#updateStatements(only.write, token);
+      const lines = writes.flatMap((w) => (w.kind === "insertEvent" ? [insertEventAfter(w.entry, only.write.jobId, token)] : []));
+      const [result] = await this.#batch([update as SqlStatement, ...lines, ...feed]);
+      return result?.rows.length === 1;
+    }
     const statements: SqlStatement[] = [];
     for (const w of writes) {
       if (w.kind === "insertEvent") {
@@ -463,6 +477,20 @@ function feedClassOf(write: RecordWrite): FeedWriteClass {
   if (write.bump.includes("transition_seq")) return "transition";
   if (write.bump.includes("evidence_seq")) return "evidence";
   return "intent";
+}
+
+/** A log line inserted once, only if the row of `jobId` carries `token` (the batch's record write committed). */
+function insertEventAfter(entry: EventLogEntry, jobId: string, token: string): SqlStatement {
+  return sql(
+    `INSERT INTO events (job_id, id, at, doc) SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ? AND write_token = ?)
+     ON CONFLICT (job_id, id) DO NOTHING`,
+    entry.job_id,
+    entry.id,
+    sortableTime(entry.at),
+    JSON.stringify(entry),
+    jobId,
+    token,
+  );
 }
 
 function insertEventStatement(entry: EventLogEntry): SqlStatement {
