@@ -85,6 +85,13 @@ export const SQL_LIMITS = {
   statementBytes: 100_000,
   /** Bytes of one bound string value, UTF-8 (D1: "Maximum string, BLOB or table row size 2,000,000 bytes"). */
   valueBytes: 2_000_000,
+  /**
+   * SELECTs joined in one compound SELECT (`UNION ALL`): D1 refuses a sixth ("too
+   * many terms in compound SELECT", measured under Miniflare; SQLite's default is 500).
+   * Not checked by `checkStatement` (it would have to parse the SQL): a store that
+   * builds compound SELECTs keeps to it (sql-feed-rules.ts), and tests/d1 runs them.
+   */
+  compoundSelectTerms: 5,
 } as const;
 
 /**

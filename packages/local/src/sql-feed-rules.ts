@@ -191,7 +191,7 @@ const CLASS_KINDS: Readonly<Record<FeedWriteClass, readonly string[]>> = {
  * rule order, under one `INSERT … SELECT … FROM (… UNION ALL …) ORDER BY n`, so a
  * write's rows cost one statement however many rules its class has (a statement
  * stepped is most of a rule's cost), split only where the seam's parameter limit
- * would be passed. The order of the rows is the rules' order (`ORDER BY n`), which the
+ * or D1's compound-SELECT limit (`SQL_LIMITS.compoundSelectTerms`) would be passed. The order of the rows is the rules' order (`ORDER BY n`), which the
  * cursor's AUTOINCREMENT keeps.
  */
 function mergeRules(rules: readonly CompiledRule[]): CompiledRule[] {
@@ -210,7 +210,7 @@ function mergeRules(rules: readonly CompiledRule[]): CompiledRule[] {
     params = 0;
   };
   for (const rule of rules) {
-    if (params + rule.params.length > SQL_LIMITS.paramsPerStatement) flush();
+    if (params + rule.params.length > SQL_LIMITS.paramsPerStatement || group.length === SQL_LIMITS.compoundSelectTerms) flush();
     group.push(rule);
     params += rule.params.length;
   }
