@@ -289,7 +289,7 @@ export const EVENT_PAGE_MAX_BYTES = 1024 * 1024;
 /**
  * A page of job records (`list`, `listQuarantined`) holds at most this many bytes of
  * records (their JSON, UTF-8), and always at least one record: kept by
- * `guardJobStore`, in front of every adapter. A record is itself bounded (its prompt
+ * `JobStoreBase`, under every adapter. A record is itself bounded (its prompt
  * 64 KiB of text, its progress 8 KiB of JSON, every other field by its schema), at
  * most JOB_RECORD_MAX_JSON_BYTES of JSON, so a page is never more than the larger of
  * the two: far under what one answer may carry anywhere (a Lambda's 6 MB).
