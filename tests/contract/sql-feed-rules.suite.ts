@@ -9,7 +9,7 @@
  * Run on every driver of the seam: better-sqlite3 (tests/contract/sql-feed-rules.test.ts)
  * and D1 under Miniflare (tests/d1/sql-feed-rules.test.ts).
  */
-import { CHANGE_KINDS, type ChangeDraft, FEED_RULES } from "@mam/core";
+import { CHANGE_KINDS, type ChangeDraft } from "@mam/core";
 import { FEED_BEFORE_CAPTURE, feedRowStatements, SQL_LIMITS, type SqlDriver, type SqlStatement, sql } from "@mam/local";
 import { describe, expect, it } from "vitest";
 import { type FeedWrite, feedWrites, kindCounts } from "../support/feed-cases.ts";
