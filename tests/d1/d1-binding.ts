@@ -1,5 +1,6 @@
-import type { D1DatabaseLike, D1PreparedStatementLike, D1ResultLike } from "@mam/local";
+import { type D1DatabaseLike, D1Driver, type D1PreparedStatementLike, type D1ResultLike, sql } from "@mam/local";
 import { Miniflare } from "miniflare";
+import { afterAll } from "vitest";
 
 /**
  * D1 as a Worker sees it, reached from Node. The Worker below runs inside workerd
@@ -66,4 +67,36 @@ export async function startD1(): Promise<D1Peer> {
     batch: (statements) => send("batch", statements as unknown as Statement[]),
   };
   return { db, dispose: () => miniflare.dispose() };
+}
+
+/** Emptied of every table a test made (D1's own `_cf_` tables and SQLite's stay). */
+export async function dropTables(driver: D1Driver): Promise<void> {
+  const tables = await driver.query(
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'",
+  );
+  if (tables.length > 0) await driver.batch(tables.map((t) => sql(`DROP TABLE "${String(t.name)}"`)));
+}
+
+/**
+ * One Miniflare (one workerd process) for a test file, started on first use and
+ * disposed after the file: `database()` its D1 binding, `emptied()` a driver on it with
+ * the last test's tables dropped.
+ */
+export function d1ForFile(): { database(): Promise<D1DatabaseLike>; emptied(): Promise<D1Driver> } {
+  let peer: Promise<D1Peer> | undefined;
+  afterAll(async () => {
+    await (await peer)?.dispose();
+  });
+  const database = async () => {
+    peer ??= startD1();
+    return (await peer).db;
+  };
+  return {
+    database,
+    async emptied() {
+      const driver = new D1Driver(await database());
+      await dropTables(driver);
+      return driver;
+    },
+  };
 }

@@ -6,34 +6,22 @@
  * imitates D1.
  */
 import { JobRecordSchema, type MamError, TransitionConflict } from "@mam/core";
-import { D1Driver, SqlJobStore, sql } from "@mam/local";
-import { afterAll, describe, expect, it } from "vitest";
+import { D1Driver, SqlJobStore } from "@mam/local";
+import { describe, expect, it } from "vitest";
 import { jobStoreContract } from "../contract/job-store.suite.ts";
 import { jobRecord } from "../support/records.ts";
 import { sqlLayoutStatements } from "../support/sql-layout.ts";
-import { type D1Peer, startD1 } from "./d1-binding.ts";
+import { d1ForFile } from "./d1-binding.ts";
 
-let peer: Promise<D1Peer> | undefined;
-
-async function database() {
-  peer ??= startD1();
-  return (await peer).db;
-}
+const d1 = d1ForFile();
+const database = d1.database;
 
 /** The database emptied of the last test's tables, and the store's layout made afresh. */
 async function freshLayout(): Promise<D1Driver> {
-  const driver = new D1Driver(await database());
-  const tables = await driver.query(
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'",
-  );
-  if (tables.length > 0) await driver.batch(tables.map((t) => sql(`DROP TABLE "${String(t.name)}"`)));
+  const driver = await d1.emptied();
   await driver.batch(sqlLayoutStatements());
   return driver;
 }
-
-afterAll(async () => {
-  await (await peer)?.dispose();
-});
 
 jobStoreContract("SQL store on D1 (Miniflare, workerd)", async () => {
   const driver = await freshLayout();

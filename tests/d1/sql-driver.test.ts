@@ -7,46 +7,31 @@
  * so the seam's limits are checked against D1's own (docs/adapters.md, "The SQL
  * driver seam").
  */
-import { D1Driver, SQL_LIMITS, sql } from "@mam/local";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { D1Driver, SQL_LIMITS } from "@mam/local";
+import { beforeAll, describe, expect, it } from "vitest";
 import { sqlDriverContract } from "../contract/sql-driver.suite.ts";
-import { type D1Peer, startD1 } from "./d1-binding.ts";
-
-let peer: Promise<D1Peer> | undefined;
+import { d1ForFile } from "./d1-binding.ts";
 
 /** One Miniflare (one workerd process) per file; each test gets the database emptied of the last one's tables. */
-async function database() {
-  peer ??= startD1();
-  return (await peer).db;
-}
-
-async function dropTables(): Promise<void> {
-  const driver = new D1Driver(await database());
-  const tables = await driver.query(
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'",
-  );
-  if (tables.length > 0) await driver.batch(tables.map((t) => sql(`DROP TABLE "${String(t.name)}"`)));
-}
-
-afterAll(async () => {
-  await (await peer)?.dispose();
-});
+const d1 = d1ForFile();
+const database = d1.database;
+const emptyDatabase = async (): Promise<void> => void (await d1.emptied());
 
 sqlDriverContract("D1 (Miniflare, workerd)", async () => {
-  await dropTables();
+  await emptyDatabase();
   const db = await database();
   return {
     driver: new D1Driver(db),
     // Every racer is a driver of its own on the binding; their batches are concurrent
     // requests into workerd, which D1's Durable Object serialises.
     racer: async () => new D1Driver(await database()),
-    close: dropTables,
+    close: emptyDatabase,
   };
 });
 
 describe("D1 itself (Miniflare), without the driver's checks in front", () => {
   beforeAll(async () => {
-    await dropTables();
+    await emptyDatabase();
   });
 
   async function refusal(promise: Promise<unknown>): Promise<string> {

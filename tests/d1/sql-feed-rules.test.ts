@@ -4,30 +4,15 @@
  * tests/contract/sql-feed-rules.suite.ts, 1,000 generated writes, batched as D1 runs a
  * store's batch (`D1Driver`).
  */
-import { D1Driver, sql } from "@mam/local";
-import { afterAll } from "vitest";
 import { sqlFeedRulesContract } from "../contract/sql-feed-rules.suite.ts";
-import { type D1Peer, startD1 } from "./d1-binding.ts";
+import { d1ForFile, dropTables } from "./d1-binding.ts";
 
-let peer: Promise<D1Peer> | undefined;
-
-afterAll(async () => {
-  await (await peer)?.dispose();
-});
-
-async function dropTables(driver: D1Driver): Promise<void> {
-  const tables = await driver.query(
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'",
-  );
-  if (tables.length > 0) await driver.batch(tables.map((t) => sql(`DROP TABLE "${String(t.name)}"`)));
-}
+const d1 = d1ForFile();
 
 sqlFeedRulesContract(
   "D1 (Miniflare, workerd)",
   async () => {
-    peer ??= startD1();
-    const driver = new D1Driver((await peer).db);
-    await dropTables(driver);
+    const driver = await d1.emptied();
     return { driver, close: () => dropTables(driver) };
   },
   { cases: 1000, casesPerBatch: 25 },
