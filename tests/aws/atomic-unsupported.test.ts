@@ -7,14 +7,14 @@
  * transaction itself on DynamoDB Local.)
  */
 import { countRequests, createJobTable, DynamoJobStore, type RequestCounter } from "@mam/aws";
-import { type AtomicWrite, type EventLogEntry, type JobRecord, MamError } from "@mam/core";
+import { type AtomicOutcome, type AtomicWrite, type EventLogEntry, type JobRecord, MamError } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type DynamoPeer, startDynalite } from "../support/aws-peers.ts";
 import { jobRecord } from "../support/records.ts";
 import { rejection } from "../support/rejection.ts";
 
 class AtomicDynamoJobStore extends DynamoJobStore {
-  atomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+  atomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
     return this.writeAtomically(writes);
   }
 }

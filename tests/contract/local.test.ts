@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { readdir, stat, symlink, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
-import { EVENT_PAGE_MAX_BYTES, type JobRecord, type JobStore, JobStoreBase, MamError } from "@mam/core";
+import { type AtomicWrite, EVENT_PAGE_MAX_BYTES, type JobRecord, type JobStore, JobStoreBase, MamError } from "@mam/core";
 import {
   type EmbeddedBroker,
   FileReportStore,
@@ -20,6 +20,7 @@ import { jobRecord as job } from "../support/records.ts";
 import { countingConnection } from "../support/sqlite-rows-read.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
+import { atomicWriteContract } from "./atomic-write.suite.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { publisherContract } from "./publisher.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
@@ -33,6 +34,26 @@ jobStoreContract("SQLite (temp file, WAL)", async () => {
     store: sqlite,
     async close() {
       await sqlite.close();
+      await tmp.remove();
+    },
+  };
+});
+
+/** The SQLite store with its protected atomic write in reach of the suite. */
+class AtomicSqliteJobStore extends SqliteJobStore {
+  atomically(writes: readonly AtomicWrite[]) {
+    return this.writeAtomically(writes);
+  }
+}
+
+atomicWriteContract("SQLite (temp file, WAL)", async () => {
+  const tmp = await tempDir("sqlite-atomic");
+  const store = new AtomicSqliteJobStore(path.join(tmp.dir, "mam.db"));
+  return {
+    store,
+    atomically: (w) => store.atomically(w),
+    async close() {
+      await store.close();
       await tmp.remove();
     },
   };

@@ -1,4 +1,5 @@
-import { MemoryJobStore, MemoryReportStore } from "@mam/core";
+import { type AtomicWrite, MemoryJobStore, MemoryReportStore } from "@mam/core";
+import { atomicWriteContract } from "./atomic-write.suite.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
 
@@ -8,6 +9,18 @@ jobStoreContract("in memory (core's reference adapter)", async () => ({
   store: new MemoryJobStore(),
   close: async () => undefined,
 }));
+
+/** The memory store with its protected atomic write in reach of the suite. */
+class AtomicMemoryJobStore extends MemoryJobStore {
+  atomically(writes: readonly AtomicWrite[]) {
+    return this.writeAtomically(writes);
+  }
+}
+
+atomicWriteContract("in memory (core's reference adapter)", async () => {
+  const store = new AtomicMemoryJobStore();
+  return { store, atomically: (w) => store.atomically(w), close: async () => undefined };
+});
 
 reportStoreContract("in memory (core's reference adapter)", async () => ({
   store: new MemoryReportStore(),

@@ -3,16 +3,17 @@
  * rows the imperative `changeRowsOf` made before the rules (tests/support/feed-oracle.ts),
  * for generated writes run as the SQL store's batch runs them: the record before in
  * `jobs`, then, in one batch, the UPDATE that writes the record after and captures
- * `feed_before` (`FEED_BEFORE_CAPTURE`, or for a bookkeeping write the owed intent
- * alone) and stamps a token, and the feed statements. The rows read back, in cursor
+ * `feed_before` (`feedBeforeCapture` of a shape the write could be declared with:
+ * its class and some of the fields it leaves alone or removes, `declaredShape`) and
+ * stamps a token, and that shape's feed statements. The rows read back, in cursor
  * order, are the oracle's drafts; statements carrying another token insert nothing.
  * Run on every driver of the seam: better-sqlite3 (tests/contract/sql-feed-rules.test.ts)
  * and D1 under Miniflare (tests/d1/sql-feed-rules.test.ts).
  */
-import { CHANGE_KINDS, type ChangeDraft } from "@mam/core";
-import { FEED_BEFORE_CAPTURE, feedRowStatements, SQL_LIMITS, type SqlDriver, type SqlStatement, sql } from "@mam/local";
+import { CHANGE_KINDS, type ChangeDraft, CREATE_SHAPE } from "@mam/core";
+import { feedBeforeCapture, feedRowStatements, SQL_LIMITS, type SqlDriver, type SqlStatement, sql } from "@mam/local";
 import { describe, expect, it } from "vitest";
-import { type FeedWrite, feedWrites, kindCounts } from "../support/feed-cases.ts";
+import { declaredShape, type FeedWrite, feedWrites, kindCounts } from "../support/feed-cases.ts";
 import { oracleChangeRowsOf } from "../support/feed-oracle.ts";
 
 export interface SqlFeedRulesSubject {
@@ -20,19 +21,13 @@ export interface SqlFeedRulesSubject {
   close(): Promise<void>;
 }
 
-/** What a bookkeeping write captures: the owed intent alone (the other feed fields read as the record after's). */
-const OWED_CAPTURE = "json_object('pending_notification', json_extract(doc, '$.pending_notification'))";
-
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
-/** Neither transition_seq nor evidence_seq moved: a bookkeeping write, which may capture the owed intent alone. */
-function bookkeeping(w: FeedWrite): boolean {
-  return (
-    w.before !== undefined &&
-    w.before.transition_seq === w.after.transition_seq &&
-    (w.before.evidence_seq ?? 0) === (w.after.evidence_seq ?? 0)
-  );
-}
+/** The layout the rules read: `jobs` with the columns the store mirrors (status, transition_seq), and `changes`. */
+const LAYOUT = [
+  sql("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, status TEXT, transition_seq INTEGER, doc TEXT, feed_before TEXT, write_token TEXT)"),
+  sql("CREATE TABLE changes (cursor INTEGER PRIMARY KEY AUTOINCREMENT, job_id, at, row)"),
+];
 
 /** The write of case `i` as its own job, and the statements of its batch: the write, other tokens' feed statements, its own. */
 function writeOf(
@@ -49,26 +44,37 @@ function writeOf(
   const after = { ...w.after, job_id: jobId };
   const before = w.before === undefined ? undefined : { ...w.before, job_id: jobId };
   const token = `write-${i}`;
-  const capture = bookkeeping(w) && i % 2 === 1 ? OWED_CAPTURE : FEED_BEFORE_CAPTURE;
+  const shape = declaredShape(w, i);
+  const insert = (record: typeof after, stamp: string) =>
+    sql(
+      "INSERT INTO jobs (job_id, status, transition_seq, doc, feed_before, write_token) VALUES (?, ?, ?, ?, NULL, ?)",
+      jobId,
+      record.status,
+      record.transition_seq,
+      JSON.stringify(record),
+      stamp,
+    );
   const setup =
     before === undefined
-      ? [sql("INSERT INTO jobs (job_id, doc, feed_before, write_token) VALUES (?, ?, NULL, ?)", jobId, JSON.stringify(after), token)]
+      ? [insert(after, token)]
       : [
+          insert(before, `earlier-${i}`),
           sql(
-            "INSERT INTO jobs (job_id, doc, feed_before, write_token) VALUES (?, ?, NULL, ?)",
+            `UPDATE jobs SET feed_before = ${feedBeforeCapture(shape)}, status = ?, transition_seq = ?, doc = ?, write_token = ? WHERE job_id = ?`,
+            after.status,
+            after.transition_seq,
+            JSON.stringify(after),
+            token,
             jobId,
-            JSON.stringify(before),
-            `earlier-${i}`,
           ),
-          sql(`UPDATE jobs SET feed_before = ${capture}, doc = ?, write_token = ? WHERE job_id = ?`, JSON.stringify(after), token, jobId),
         ];
   return {
     jobId,
     write: { before, after, note: w.note },
     setup,
-    feed: feedRowStatements(jobId, token, w.note),
+    feed: feedRowStatements(jobId, token, w.note, shape),
     // The token of the row as it stood before this write, and one no write stamped.
-    stray: [...feedRowStatements(jobId, `earlier-${i}`, w.note), ...feedRowStatements(jobId, "never-stamped", w.note)],
+    stray: [...feedRowStatements(jobId, `earlier-${i}`, w.note, shape), ...feedRowStatements(jobId, "never-stamped", w.note, shape)],
   };
 }
 
@@ -82,10 +88,7 @@ export function sqlFeedRulesContract(
       const subject = await open();
       try {
         const { driver } = subject;
-        await driver.batch([
-          sql("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, doc TEXT, feed_before TEXT, write_token TEXT)"),
-          sql("CREATE TABLE changes (cursor INTEGER PRIMARY KEY AUTOINCREMENT, job_id, at, row)"),
-        ]);
+        await driver.batch(LAYOUT);
         const writes = feedWrites(options.cases).map(writeOf);
         for (let start = 0; start < writes.length; start += options.casesPerBatch) {
           const group = writes.slice(start, start + options.casesPerBatch);
@@ -133,33 +136,37 @@ export function sqlFeedRulesContract(
       try {
         const { driver } = subject;
         await driver.batch([
-          sql("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, doc TEXT, feed_before TEXT, write_token TEXT)"),
-          sql("CREATE TABLE changes (cursor INTEGER PRIMARY KEY AUTOINCREMENT, job_id, at, row)"),
+          ...LAYOUT,
           sql(
-            "INSERT INTO jobs (job_id, doc, feed_before, write_token) VALUES ('j-1', ?, NULL, 't-0')",
+            "INSERT INTO jobs (job_id, status, transition_seq, doc, feed_before, write_token) VALUES ('j-1', 'pending', 0, ?, NULL, 't-0')",
             JSON.stringify({ job_id: "j-1", status: "pending", transition_seq: 0 }),
           ),
         ]);
         // A conditional UPDATE that lost (its condition failed): the token is not stamped.
+        const transition = { writeClass: "transition", untouched: [], removed: [] } as const;
         const lost = await driver.batch([
           sql(
-            `UPDATE jobs SET feed_before = ${FEED_BEFORE_CAPTURE}, doc = json_set(doc, '$.transition_seq', 1), write_token = 't-1' WHERE job_id = 'j-1' AND json_extract(doc, '$.transition_seq') = 7`,
+            `UPDATE jobs SET feed_before = ${feedBeforeCapture(transition)}, transition_seq = 1, doc = json_set(doc, '$.transition_seq', 1), write_token = 't-1' WHERE job_id = 'j-1' AND transition_seq = 7`,
           ),
-          ...feedRowStatements("j-1", "t-1", undefined),
+          ...feedRowStatements("j-1", "t-1", undefined, transition),
         ]);
         expect(lost.map((r) => r.changes)).toEqual(lost.map(() => 0));
-        // One statement per rule, in rule order, each well inside the seam's limits (D1's).
-        const statements = feedRowStatements("j-1", "t-0", {
-          staged: { sha256: "a".repeat(64), bytes: 1 },
-          declared: { sha256: "b".repeat(64), bytes: 2 },
-        });
-        expect(statements.length).toBeGreaterThanOrEqual(1); // the rules merged into as few statements as the parameter limit allows
-        for (const s of statements) {
-          expect(s.params.length).toBeLessThanOrEqual(SQL_LIMITS.paramsPerStatement);
-          expect(new TextEncoder().encode(s.sql).length).toBeLessThanOrEqual(SQL_LIMITS.statementBytes);
+        // Each class's rules merged into as few statements as the parameter limit allows, each well inside the seam's limits (D1's).
+        for (const writeClass of ["create", "transition", "evidence", "intent"] as const) {
+          const statements = feedRowStatements(
+            "j-1",
+            "t-0",
+            { staged: { sha256: "a".repeat(64), bytes: 1 }, declared: { sha256: "b".repeat(64), bytes: 2 } },
+            { writeClass, untouched: [], removed: [] },
+          );
+          expect(statements.length, writeClass).toBe(1);
+          for (const s of statements) {
+            expect(s.params.length).toBeLessThanOrEqual(SQL_LIMITS.paramsPerStatement);
+            expect(new TextEncoder().encode(s.sql).length).toBeLessThanOrEqual(SQL_LIMITS.statementBytes);
+          }
         }
         // The created record's own token: one job.registered row, the service's.
-        await driver.batch(feedRowStatements("j-1", "t-0", undefined));
+        await driver.batch(feedRowStatements("j-1", "t-0", undefined, CREATE_SHAPE));
         const rows = await driver.query("SELECT job_id, row FROM changes ORDER BY cursor");
         expect(rows.map((r) => ({ job_id: r.job_id, ...JSON.parse(String(r.row)) }))).toStrictEqual([
           { job_id: "j-1", kind: "job.registered", actor: { type: "service" }, data: { status: "pending" } },

@@ -5,9 +5,10 @@
  * one `mam serve` runs over better-sqlite3. Every write is one D1 batch; nothing here
  * imitates D1.
  */
-import { JobRecordSchema, type MamError, TransitionConflict } from "@mam/core";
+import { type AtomicWrite, JobRecordSchema, type MamError, TransitionConflict } from "@mam/core";
 import { D1Driver, SqlJobStore } from "@mam/local";
 import { describe, expect, it } from "vitest";
+import { atomicWriteContract } from "../contract/atomic-write.suite.ts";
 import { jobStoreContract } from "../contract/job-store.suite.ts";
 import { jobRecord } from "../support/records.ts";
 import { sqlLayoutStatements } from "../support/sql-layout.ts";
@@ -26,6 +27,18 @@ async function freshLayout(): Promise<D1Driver> {
 jobStoreContract("SQL store on D1 (Miniflare, workerd)", async () => {
   const driver = await freshLayout();
   return { store: new SqlJobStore(driver), close: async () => undefined };
+});
+
+/** The SQL store with its protected atomic write in reach of the suite. */
+class AtomicSqlJobStore extends SqlJobStore {
+  atomically(writes: readonly AtomicWrite[]) {
+    return this.writeAtomically(writes);
+  }
+}
+
+atomicWriteContract("SQL store on D1 (Miniflare, workerd)", async () => {
+  const store = new AtomicSqlJobStore(await freshLayout());
+  return { store, atomically: (w) => store.atomically(w), close: async () => undefined };
 });
 
 const RACERS = 32;

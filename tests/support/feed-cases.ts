@@ -8,7 +8,17 @@
  * (dispatch, finalize, declared, staged, neither), and bookkeeping (settled,
  * quarantined, failed, released, superseded, nothing).
  */
-import type { ChangeKind, ChangeNote, FinalizedReport, JobRecord, NotificationIntent, Status } from "@mam/core";
+import {
+  type ChangeKind,
+  type ChangeNote,
+  CREATE_SHAPE,
+  FEED_BEFORE_FIELDS,
+  type FeedWriteShape,
+  type FinalizedReport,
+  type JobRecord,
+  type NotificationIntent,
+  type Status,
+} from "@mam/core";
 import fc from "fast-check";
 import { jobRecord } from "./records.ts";
 
@@ -159,4 +169,27 @@ export function kindCounts(rows: readonly { kind: ChangeKind }[], kinds: readonl
   const counts = Object.fromEntries(kinds.map((k) => [k, 0])) as Record<ChangeKind, number>;
   for (const row of rows) counts[row.kind] += 1;
   return counts;
+}
+
+/**
+ * A shape (core's `FeedWriteShape`) the write could have been declared with, as a
+ * store declares it: its class from which counter moved, and of the fields a store
+ * could truthfully call left alone (equal before and after) or removed (absent after),
+ * a subset chosen by `i`, so that the folded rules are tried with each field both
+ * declared and not.
+ */
+export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
+  if (w.before === undefined) return CREATE_SHAPE;
+  const before = w.before as unknown as Record<string, unknown>;
+  const after = w.after as unknown as Record<string, unknown>;
+  const writeClass =
+    before.transition_seq !== after.transition_seq
+      ? "transition"
+      : (before.evidence_seq ?? 0) !== (after.evidence_seq ?? 0)
+        ? "evidence"
+        : "intent";
+  const chosen = (n: number) => ((i >> n) & 1) === 1 || i % 7 === 0;
+  const untouched = FEED_BEFORE_FIELDS.filter((f, n) => JSON.stringify(before[f]) === JSON.stringify(after[f]) && chosen(n));
+  const removed = FEED_BEFORE_FIELDS.filter((f, n) => after[f] === undefined && !untouched.includes(f) && chosen(n + 1));
+  return { writeClass, untouched, removed };
 }

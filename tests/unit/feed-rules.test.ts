@@ -7,20 +7,22 @@
  * write only what an adapter captures (`FEED_BEFORE_FIELDS`).
  */
 import {
+  beforeFieldsOf,
   CHANGE_KINDS,
   type ChangeDraft,
+  CREATE_SHAPE,
   changeRowsOf,
   evaluateFeedPredicate,
   FEED_BEFORE_FIELDS,
   FEED_RULES,
-  type FeedPredicate,
-  type FeedValue,
+  feedRulesOf,
+  feedShapeKey,
   type JobRecord,
   rowsOfRules,
 } from "@mam/core";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { FEED_CASES_SEED, feedWrite, kindCounts } from "../support/feed-cases.ts";
+import { declaredShape, FEED_CASES_SEED, feedWrite, kindCounts } from "../support/feed-cases.ts";
 import { oracleChangeRowsOf } from "../support/feed-oracle.ts";
 
 const RUNS = 5000;
@@ -65,34 +67,51 @@ describe("FEED_RULES evaluated in JavaScript", () => {
   });
 
   it("every rule reads of the record before only FEED_BEFORE_FIELDS", () => {
-    const read = new Set<string>();
-    const value = (v: FeedValue): void => {
-      if (v.op === "ref" && v.side === "before") read.add(v.path[0]);
-      if (v.op === "coalesce") v.values.forEach(value);
-      if (v.op === "case") {
-        for (const c of v.cases) {
-          predicate(c.when);
-          value(c.value);
-        }
-        value(v.else);
-      }
-    };
-    const predicate = (p: FeedPredicate): void => {
-      if (p.op === "all" || p.op === "any") p.of.forEach(predicate);
-      if (p.op === "not") predicate(p.of);
-      if (p.op === "present" || p.op === "absent") value(p.value);
-      if (p.op === "eq" || p.op === "ne" || p.op === "gt") {
-        value(p.left);
-        value(p.right);
-      }
-    };
-    for (const rule of FEED_RULES) {
-      predicate(rule.when);
-      if (rule.intent_id !== undefined) value(rule.intent_id);
-      for (const v of Object.values(rule.data ?? {})) value(v);
-    }
+    const read = new Set<string>(beforeFieldsOf(FEED_RULES));
     expect([...read].every((field) => (FEED_BEFORE_FIELDS as readonly string[]).includes(field))).toBe(true);
     expect([...read].sort()).toEqual([...FEED_BEFORE_FIELDS].sort());
+  });
+
+  it("a write's shape folds the rules (feedRulesOf): the same rows as all of FEED_RULES, reading of before nothing the write left alone", () => {
+    let i = 0;
+    const shapes = new Set<string>();
+    fc.assert(
+      fc.property(feedWrite, (w) => {
+        const shape = declaredShape(w, i++);
+        shapes.add(feedShapeKey(shape));
+        const folded = feedRulesOf(shape);
+        const { before, after, note } = w;
+        expect(rowsOfRules(before, after, note, folded), JSON.stringify(shape)).toStrictEqual(rowsOfRules(before, after, note));
+        const read = beforeFieldsOf(folded);
+        expect(read.filter((f) => shape.untouched.includes(f))).toEqual([]);
+        if (shape.writeClass === "create") expect(read).toEqual([]);
+      }),
+      { numRuns: RUNS, seed: FEED_CASES_SEED },
+    );
+    expect(shapes.size).toBeGreaterThan(50);
+  });
+
+  it("folding keeps what a shape leaves open: a progress transition is one rule reading the status before; a settle is intent.published", () => {
+    const progress = feedRulesOf({
+      writeClass: "transition",
+      untouched: ["evidence_seq", "latest_attempt", "finalized_report", "pending_notification"],
+      removed: [],
+    });
+    expect(progress.map((r) => r.kind)).toEqual(["job.transitioned"]);
+    expect(beforeFieldsOf(progress)).toEqual(["status"]);
+    const settle = feedRulesOf({
+      writeClass: "intent",
+      untouched: ["status", "transition_seq", "evidence_seq", "latest_attempt", "finalized_report"],
+      removed: ["pending_notification"],
+    });
+    expect(settle.map((r) => r.kind)).toEqual(["intent.published"]);
+    expect(feedRulesOf(CREATE_SHAPE).map((r) => r.kind)).toEqual(["job.registered"]);
+    // Nothing declared but the class: every rule the class can set off, unfolded beyond it.
+    expect(feedRulesOf({ writeClass: "transition", untouched: [], removed: [] }).map((r) => r.kind)).toEqual([
+      "report.finalized",
+      "job.transitioned",
+      "intent.superseded",
+    ]);
   });
 
   it("the rows do not change when every other field of the record before is something else", () => {

@@ -7,6 +7,7 @@
  * shows that a refused call never reaches a primitive, and what the primitives receive.
  */
 import {
+  type AtomicOutcome,
   type AtomicWrite,
   type Commit,
   type DerivedKeys,
@@ -58,7 +59,7 @@ class RecordingStore extends MemoryJobStore {
     this.#log("updateRecord", [write]);
     return super.updateRecord(write);
   }
-  protected override writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+  protected override writeAtomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
     this.#log("writeAtomically", [writes]);
     return super.writeAtomically(writes);
   }
@@ -262,16 +263,21 @@ describe("JobStoreBase: conditional writes as data", () => {
     expect(refused).toMatchObject({ code: "job.transitionRefused" });
   });
 
-  it("settlePublished asks the adapter's atomic multi-write for the line and the settle together, then the line alone when it does not commit", async () => {
+  it("settlePublished asks the adapter's atomic multi-write for the line and the settle (optional) together, once, settled or not", async () => {
     await store.create(job("j", { pending_notification: intent }));
     const line = (id: string) => ({ job_id: "j", id, at: AT, event: "published" }) as EventLogEntry;
     store.calls.length = 0;
     expect(await store.settlePublished(line("p-1"), "i-1")).toBe(true);
     expect(store.calls.map((c) => c.method)).toEqual(["writeAtomically"]);
+    const [parts] = store.calls[0]!.args as [AtomicWrite[]];
+    expect(parts.map((p) => [p.kind, p.kind === "update" && p.optional === true])).toEqual([
+      ["insertEvent", false],
+      ["update", true],
+    ]);
     store.calls.length = 0;
-    // Settled already: the atomic write does not commit, the line is appended alone, the settle answers false.
+    // Settled already: the same one write keeps the line and settles nothing, and says so.
     expect(await store.settlePublished(line("p-2"), "i-1")).toBe(false);
-    expect(store.calls.map((c) => c.method)).toEqual(["writeAtomically", "insertEvent", "updateRecord"]);
+    expect(store.calls.map((c) => c.method)).toEqual(["writeAtomically"]);
     expect((await store.listEvents("j", { limit: 10 })).items.map((e) => e.id)).toEqual(["p-1", "p-2"]);
   });
 

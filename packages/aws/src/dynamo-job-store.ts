@@ -11,6 +11,7 @@ import {
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
 import {
+  type AtomicOutcome,
   type AtomicWrite,
   type ChangeNote,
   type ChangeRow,
@@ -105,10 +106,16 @@ const isConditionalFailure = (err: unknown): boolean => (err as { name?: string 
  *   feed does not tell (`chargeUsage`, `holdLease`) leaves both as they were, and its
  *   stream record yields no row.
  * - `writeAtomically` is one `TransactWriteItems` (when `transactions`): all of its
- *   parts or none. An engine without it answers `store.unsupported`, nothing written.
+ *   parts or none; where only a part that may fail alone failed (a line already
+ *   there, an optional update whose condition did not hold) it is sent again without
+ *   that part (at most `ATOMIC_ROUNDS` requests). An engine without transactions
+ *   answers `store.unsupported`, nothing written.
  * - Every SDK failure that is not a lost condition is `storeFailure`'s:
  *   `store.unavailable` when it may pass, `internal` otherwise.
  */
+/** Requests an atomic write may take: the first, and one more per part that failed alone (a line, an optional update). */
+const ATOMIC_ROUNDS = 3;
+
 export class DynamoJobStore extends JobStoreBase {
   readonly tableName: string;
   readonly #doc: DynamoDBDocumentClient;
@@ -392,31 +399,52 @@ export class DynamoJobStore extends JobStoreBase {
    * engine that does not know the operation (dynalite): `store.unsupported`, nothing
    * written.
    */
-  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
     if (!this.#transactions) throw unsupported("the store was built with transactions: false (an engine without them, such as dynalite)");
-    const items: NonNullable<TransactWriteCommandInput["TransactItems"]> = writes.map((w) =>
-      w.kind === "insertEvent"
-        ? { Put: { TableName: this.tableName, Item: eventItem(w.entry), ConditionExpression: "attribute_not_exists(pk)" } }
-        : { Update: this.#update(w.write) },
-    );
-    try {
-      await this.#doc.send(new TransactWriteCommand({ TransactItems: items }));
-      return true;
-    } catch (err) {
-      const f = readSdkFailure(err);
-      if (f.name === "UnknownOperationException") {
-        throw unsupported(
-          `this DynamoDB engine answers ${f.name}: it has no transactions (dynalite has none); build the store with transactions: false`,
-          err,
-        );
+    // A failed condition cancels the whole transaction, so the parts that may fail
+    // alone (a line already there, an optional update that does not hold) are found
+    // from the cancellation reasons and the rest is sent again without them.
+    let parts = writes.map((write, index) => ({ write, index }));
+    const held = new Map<number, boolean>();
+    for (let round = 0; round < ATOMIC_ROUNDS && parts.length > 0; round++) {
+      const items: NonNullable<TransactWriteCommandInput["TransactItems"]> = parts.map(({ write: w }) =>
+        w.kind === "insertEvent"
+          ? { Put: { TableName: this.tableName, Item: eventItem(w.entry), ConditionExpression: "attribute_not_exists(pk)" } }
+          : { Update: this.#update(w.write) },
+      );
+      try {
+        await this.#doc.send(new TransactWriteCommand({ TransactItems: items }));
+        for (const { write, index } of parts) if (write.kind === "update" && write.optional === true) held.set(index, true);
+        parts = [];
+        break;
+      } catch (err) {
+        const f = readSdkFailure(err);
+        if (f.name === "UnknownOperationException") {
+          throw unsupported(
+            `this DynamoDB engine answers ${f.name}: it has no transactions (dynalite has none); build the store with transactions: false`,
+            err,
+          );
+        }
+        const reasons = (err as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
+        if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "ConditionalCheckFailed")) {
+          const failed = parts.filter((_, i) => reasons[i]?.Code === "ConditionalCheckFailed");
+          if (failed.some(({ write }) => write.kind === "update" && write.optional !== true)) return { committed: false };
+          // A line that is there is written; an optional update that does not hold is left out.
+          for (const { write, index } of failed) if (write.kind === "update") held.set(index, false);
+          parts = parts.filter((p) => !failed.includes(p));
+          continue;
+        }
+        if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "TransactionConflict")) {
+          throw new MamError("store.unavailable", "an atomic write lost to a concurrent transaction on the same items", { cause: err });
+        }
+        throw storeFailure(err, `write ${items.length} items atomically`);
       }
-      const reasons = (err as { CancellationReasons?: { Code?: string }[] }).CancellationReasons ?? [];
-      if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "ConditionalCheckFailed")) return false;
-      if (f.name === "TransactionCanceledException" && reasons.some((r) => r.Code === "TransactionConflict")) {
-        throw new MamError("store.unavailable", "an atomic write lost to a concurrent transaction on the same items", { cause: err });
-      }
-      throw storeFailure(err, `write ${writes.length} items atomically`);
     }
+    if (parts.length > 0) {
+      throw new MamError("store.unavailable", `an atomic write of ${writes.length} parts kept losing conditions to other writers; retry`);
+    }
+    const optional = writes.flatMap((w, index) => (w.kind === "update" && w.optional === true ? [index] : []));
+    return { committed: true, held: optional.map((index) => held.get(index) === true) };
   }
 
   // ---- requests

@@ -1,4 +1,5 @@
-import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, type FEED_BEFORE_FIELDS, SERVICE_ACTOR } from "./feed.ts";
+import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, FEED_BEFORE_FIELDS, SERVICE_ACTOR } from "./feed.ts";
+import type { RecordWrite } from "./record-write.ts";
 import type { JobRecord } from "./schemas.ts";
 
 /**
@@ -232,6 +233,267 @@ export const FEED_RULES: readonly FeedRule[] = [
   { kind: "intent.released", when: all(BOOKKEEPING, RELEASED), intent_id: after("pending_notification", "id") },
 ];
 
+// ---- a write's shape, and the rules folded by it
+
+/**
+ * What a write can be, from what it bumps: a create (no record before), a transition
+ * (`transition_seq` bumped), an evidence write (`evidence_seq` bumped alone) or
+ * bookkeeping on the owed intent (neither; the base lets no write set either counter).
+ */
+export type FeedWriteClass = "create" | "transition" | "evidence" | "intent";
+
+/**
+ * What a store knows of a write before it runs: its class, and the fields of the
+ * record before it (`FEED_BEFORE_FIELDS`) that the write leaves as they were (it
+ * neither sets, unsets nor bumps them) and those it removes. The class decides the
+ * three kind-of-write predicates the rules are built on (`CREATED`, `TRANSITION`,
+ * `EVIDENCE`); a field left alone reads the same before and after; a removed one is
+ * absent after. So the rules a write can set off, and what
+ * they read, follow from its shape alone (`feedRulesOf`).
+ */
+export interface FeedWriteShape {
+  readonly writeClass: FeedWriteClass;
+  /** Fields the write leaves alone; for a create, none. */
+  readonly untouched: readonly FeedBeforeField[];
+  /** Fields the write removes (absent after it); for a create, none. */
+  readonly removed: readonly FeedBeforeField[];
+}
+
+/** Each class's facts: the kind-of-write predicates it decides (by identity: the rules share these objects). */
+const CLASS_FACTS: Readonly<Record<FeedWriteClass, ReadonlyMap<FeedPredicate, boolean>>> = {
+  create: new Map([[CREATED, true]]),
+  transition: new Map([
+    [CREATED, false],
+    [TRANSITION, true],
+  ]),
+  evidence: new Map([
+    [CREATED, false],
+    [TRANSITION, false],
+    [EVIDENCE, true],
+  ]),
+  intent: new Map([
+    [CREATED, false],
+    [TRANSITION, false],
+    [EVIDENCE, false],
+  ]),
+};
+
+/** A create's shape: no record before it, so nothing left alone or removed. */
+export const CREATE_SHAPE: FeedWriteShape = { writeClass: "create", untouched: [], removed: [] };
+
+/** The shape of a record write (an update; a create's is `CREATE_SHAPE`). */
+export function feedShapeOf(write: RecordWrite): FeedWriteShape {
+  const writeClass = write.bump.includes("transition_seq") ? "transition" : write.bump.includes("evidence_seq") ? "evidence" : "intent";
+  const touched = (field: string) => field in write.set || write.unset.includes(field) || (write.bump as readonly string[]).includes(field);
+  return {
+    writeClass,
+    untouched: FEED_BEFORE_FIELDS.filter((field) => !touched(field)),
+    removed: FEED_BEFORE_FIELDS.filter((field) => write.unset.includes(field)),
+  };
+}
+
+interface Folding {
+  readonly facts: ReadonlyMap<FeedPredicate, boolean>;
+  readonly untouched: ReadonlySet<string>;
+  readonly removed: ReadonlySet<string>;
+}
+
+/** Whether two values are the same reading of the same write (a field read on the same side, equal literals, or both absent). */
+function sameValue(a: FeedValue, b: FeedValue): boolean {
+  if (a.op === "ref" && b.op === "ref")
+    return a.side === b.side && a.path.length === b.path.length && a.path.every((k, i) => k === b.path[i]);
+  if (a.op === "literal" && b.op === "literal") return a.value === b.value;
+  return a.op === "nothing" && b.op === "nothing";
+}
+
+/** `predicate` with the shape put in and simplified: `true`/`false` when that decides it. */
+function foldPredicate(predicate: FeedPredicate, folding: Folding): FeedPredicate | boolean {
+  const fact = folding.facts.get(predicate);
+  if (fact !== undefined) return fact;
+  switch (predicate.op) {
+    case "created":
+      return folding.facts.get(CREATED) ?? predicate;
+    case "all":
+    case "any": {
+      const decisive = predicate.op === "any";
+      const left: FeedPredicate[] = [];
+      for (const p of predicate.of) {
+        const folded = foldPredicate(p, folding);
+        if (folded === decisive) return decisive;
+        if (folded !== !decisive) left.push(folded as FeedPredicate);
+      }
+      if (left.length === 0) return !decisive;
+      return left.length === 1 ? (left[0] as FeedPredicate) : { op: predicate.op, of: left };
+    }
+    case "not": {
+      const folded = foldPredicate(predicate.of, folding);
+      return typeof folded === "boolean" ? !folded : { op: "not", of: folded };
+    }
+    case "present":
+    case "absent": {
+      const value = foldValue(predicate.value, folding);
+      if (value.op === "nothing") return predicate.op === "absent";
+      if (value.op === "literal") return predicate.op === "present";
+      return { op: predicate.op, value };
+    }
+    case "eq":
+    case "ne":
+    case "gt": {
+      const left = foldValue(predicate.left, folding);
+      const right = foldValue(predicate.right, folding);
+      // A reading equals itself (absent equals absent), and is never greater than itself
+      // (nor is anything greater than absent, or absent than anything).
+      if (sameValue(left, right)) return predicate.op === "eq";
+      if (predicate.op === "gt" && (left.op === "nothing" || right.op === "nothing")) return false;
+      return { op: predicate.op, left, right };
+    }
+    default:
+      return predicate satisfies never;
+  }
+}
+
+/** `value` with the shape put in: a field left alone read after the write; a case decided false dropped, the first decided true ending them. */
+function foldValue(value: FeedValue, folding: Folding): FeedValue {
+  switch (value.op) {
+    case "ref":
+      if (value.side === "before" && folding.untouched.has(value.path[0])) return { op: "ref", side: "after", path: value.path };
+      if (value.side === "after" && folding.removed.has(value.path[0])) return NOTHING;
+      return value;
+    case "literal":
+    case "nothing":
+      return value;
+    case "coalesce": {
+      const first = foldValue(value.values[0], folding);
+      const second = foldValue(value.values[1], folding);
+      if (first.op === "nothing") return second;
+      if (first.op === "literal") return first;
+      return { op: "coalesce", values: [first, second] };
+    }
+    case "case": {
+      const cases: { when: FeedPredicate; value: FeedValue }[] = [];
+      for (const c of value.cases) {
+        const when = foldPredicate(c.when, folding);
+        if (when === false) continue;
+        if (when === true) {
+          const chosen = foldValue(c.value, folding);
+          return cases.length === 0 ? chosen : { op: "case", cases, else: chosen };
+        }
+        cases.push({ when, value: foldValue(c.value, folding) });
+      }
+      const otherwise = foldValue(value.else, folding);
+      return cases.length === 0 ? otherwise : { op: "case", cases, else: otherwise };
+    }
+    default:
+      return value satisfies never;
+  }
+}
+
+/** An always-true predicate, for a folded rule that nothing more decides. */
+const ALWAYS: FeedPredicate = { op: "all", of: [] };
+
+function foldRule(rule: FeedRule, folding: Folding): FeedRule | undefined {
+  const when = foldPredicate(rule.when, folding);
+  if (when === false) return undefined;
+  return {
+    kind: rule.kind,
+    when: when === true ? ALWAYS : when,
+    ...(rule.intent_id === undefined ? {} : { intent_id: foldValue(rule.intent_id, folding) }),
+    ...(rule.data === undefined
+      ? {}
+      : { data: Object.fromEntries(Object.entries(rule.data).map(([key, v]) => [key, foldValue(v, folding)])) }),
+  };
+}
+
+/** The key of a shape: its class, its untouched and its removed fields, in `FEED_BEFORE_FIELDS`' order. */
+export function feedShapeKey(shape: FeedWriteShape): string {
+  const listed = (fields: readonly FeedBeforeField[]) => FEED_BEFORE_FIELDS.filter((f) => fields.includes(f)).join(",");
+  return `${shape.writeClass}:${listed(shape.untouched)}:${listed(shape.removed)}`;
+}
+
+const FOLDED = new Map<string, readonly FeedRule[]>();
+
+/**
+ * The rules a write of `shape` can set off, in `FEED_RULES`' order, each folded by what
+ * the shape decides (a rule it rules out is left out; a field left alone is read after
+ * the write, so nothing need capture it). For a write of that shape they make the same
+ * rows as `FEED_RULES` (tests/unit/feed-rules.test.ts). An SQL store compiles these, so
+ * its statements compute only what the write leaves open. Kept per shape (a store's
+ * writes have a few dozen shapes).
+ */
+export function feedRulesOf(shape: FeedWriteShape): readonly FeedRule[] {
+  const key = feedShapeKey(shape);
+  let rules = FOLDED.get(key);
+  if (rules === undefined) {
+    const folding: Folding = {
+      facts: CLASS_FACTS[shape.writeClass],
+      untouched: new Set(shape.writeClass === "create" ? [] : shape.untouched),
+      removed: new Set(shape.writeClass === "create" ? [] : shape.removed),
+    };
+    rules = FEED_RULES.flatMap((rule) => foldRule(rule, folding) ?? []);
+    if (FOLDED.size >= 1024) FOLDED.clear();
+    FOLDED.set(key, rules);
+  }
+  return rules;
+}
+
+/** The fields of the record before the write that `rules` read (what a store must capture for them). */
+export function beforeFieldsOf(rules: readonly FeedRule[]): FeedBeforeField[] {
+  const fields = new Set<FeedBeforeField>();
+  const value = (v: FeedValue): void => {
+    switch (v.op) {
+      case "ref":
+        if (v.side === "before") fields.add(v.path[0]);
+        return;
+      case "coalesce":
+        v.values.forEach(value);
+        return;
+      case "case":
+        for (const c of v.cases) {
+          predicate(c.when);
+          value(c.value);
+        }
+        value(v.else);
+        return;
+      case "literal":
+      case "nothing":
+        return;
+      default:
+        v satisfies never;
+    }
+  };
+  const predicate = (p: FeedPredicate): void => {
+    switch (p.op) {
+      case "created":
+        return;
+      case "all":
+      case "any":
+        p.of.forEach(predicate);
+        return;
+      case "not":
+        predicate(p.of);
+        return;
+      case "present":
+      case "absent":
+        value(p.value);
+        return;
+      case "eq":
+      case "ne":
+      case "gt":
+        value(p.left);
+        value(p.right);
+        return;
+      default:
+        p satisfies never;
+    }
+  };
+  for (const rule of rules) {
+    predicate(rule.when);
+    if (rule.intent_id !== undefined) value(rule.intent_id);
+    for (const v of Object.values(rule.data ?? {})) value(v);
+  }
+  return [...fields];
+}
+
 /** A value as the JS evaluator reads it: absent is `undefined` (an object only where a rule asks whether it is present). */
 export type FeedReading = string | number | boolean | object | undefined;
 
@@ -308,15 +570,21 @@ export function feedActorOf(note: ChangeNote | undefined): ChangeActor {
 /**
  * The rows one committed write of a job record produces (`FEED_RULES`, evaluated in
  * JavaScript), from the record before it (`undefined`: the write created it), the
- * record after it, and the write's note. Pure. Of `before` it reads only
- * `FEED_BEFORE_FIELDS`. Throws only on a rule that builds a `data` value that is not
+ * record after it, and the write's note: of all of `FEED_RULES`, or of the rules
+ * given (`feedRulesOf` a write's shape, for a write of that shape). Pure. Of `before`
+ * it reads only `FEED_BEFORE_FIELDS`. Throws only on a rule that builds a `data` value that is not
  * a scalar (a fault in the rules, never in the records).
  */
-export function rowsOfRules(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
+export function rowsOfRules(
+  before: JobRecord | undefined,
+  after: JobRecord,
+  note: ChangeNote = {},
+  rules: readonly FeedRule[] = FEED_RULES,
+): ChangeDraft[] {
   const input: FeedInput = { before, after, note };
   const actor = feedActorOf(note);
   const rows: ChangeDraft[] = [];
-  for (const rule of FEED_RULES) {
+  for (const rule of rules) {
     if (!evaluateFeedPredicate(rule.when, input)) continue;
     const intentId = rule.intent_id === undefined ? undefined : evaluateFeedValue(rule.intent_id, input);
     if (intentId !== undefined && typeof intentId !== "string") throw new Error(`feed rule ${rule.kind}: intent_id is not a string`);

@@ -3,6 +3,7 @@ import { invalidCursor } from "./bounds.ts";
 import { MamError } from "./errors.ts";
 import { type ChangeNote, type ChangeRow, changeRowsOf } from "./feed.ts";
 import {
+  type AtomicOutcome,
   type AtomicWrite,
   type FeedQuery,
   type JobListing,
@@ -83,17 +84,26 @@ export class MemoryJobStore extends JobStoreBase {
   }
 
   /** Every record write's condition first, then every write (a line already logged left as it is): all or nothing, in one synchronous step. */
-  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
+  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
+    const holds = (write: RecordWrite) => {
+      const current = this.#jobs.get(write.jobId);
+      return current !== undefined && writeHolds(current, write);
+    };
+    for (const w of writes) if (w.kind === "update" && w.optional !== true && !holds(w.write)) return { committed: false };
+    const held: boolean[] = [];
     for (const w of writes) {
-      if (w.kind !== "update") continue;
-      const current = this.#jobs.get(w.write.jobId);
-      if (current === undefined || !writeHolds(current, w.write)) return false;
+      if (w.kind === "insertEvent") {
+        this.#append(w.entry);
+      } else if (w.optional !== true) {
+        this.#update(w.write);
+      } else {
+        // Decided in order, as one commit would: an earlier part may have changed what it reads.
+        const holdsNow = holds(w.write);
+        if (holdsNow) this.#update(w.write);
+        held.push(holdsNow);
+      }
     }
-    for (const w of writes) {
-      if (w.kind === "insertEvent") this.#append(w.entry);
-      else this.#update(w.write);
-    }
-    return true;
+    return { committed: true, held };
   }
 
   protected async queryFeed(query: FeedQuery): Promise<FeedPage> {

@@ -137,11 +137,12 @@ export abstract class JobStoreBase implements JobStore {
    */
   protected abstract queryFeed(query: FeedQuery): Promise<FeedPage>;
   /**
-   * Optional: all of `writes` in one atomic write, or none of them (false: a condition
-   * did not hold, nothing written). An adapter that offers it says so in
+   * Optional: `writes` in one atomic write (`AtomicWrite`, `AtomicOutcome`): every
+   * required part and the optional updates whose conditions hold, or nothing at all
+   * (a required update's condition did not hold). An adapter that offers it says so in
    * `capabilities.atomicMultiWrite`.
    */
-  protected writeAtomically?(writes: readonly AtomicWrite[]): Promise<boolean>;
+  protected writeAtomically?(writes: readonly AtomicWrite[]): Promise<AtomicOutcome>;
   /**
    * Optional: a value that changes whenever a writer other than this store (another
    * process, another connection) may have changed a record, cheap to ask (SQLite's
@@ -398,26 +399,29 @@ export abstract class JobStoreBase implements JobStore {
 
   /**
    * The line and the settle in one atomic write where the adapter has one
-   * (`writeAtomically`); when that does not commit (the line was already there, or the
-   * intent is no longer owed) or there is none, the line (a no-op if it is there) and
-   * then the settle alone: never a settle without its line.
+   * (`writeAtomically`, the settle an optional part: the line is written whether or
+   * not the intent is still owed, the settle only if it is); where there is none, the
+   * line (a no-op if it is there) and then the settle alone. Never a settle without
+   * its line.
    */
   async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
     assertJobId(entry.job_id);
     const settle = settleWriteOf(entry.job_id, intentId, checkNote(note));
     if (this.capabilities.atomicMultiWrite && this.writeAtomically !== undefined) {
       const atomic = this.writeAtomically.bind(this);
-      const both = await this.#write(
+      const outcome = await this.#write(
         "settlePublished",
         entry.job_id,
         () =>
           atomic([
             { kind: "insertEvent", entry },
-            { kind: "update", write: settle },
+            { kind: "update", write: settle, optional: true },
           ]),
-        (ok) => ({ committed: ok }),
+        (o) => ({ committed: o.committed }),
       );
-      if (both) return true;
+      // With no required update, the write always commits (an adapter's own bug otherwise).
+      if (!outcome.committed) throw new MamError("internal", `the atomic write of job ${entry.job_id}'s published line did not commit`);
+      return outcome.held[0] === true;
     }
     await this.#write(
       "settlePublished",
@@ -495,14 +499,22 @@ export type UpdateOutcome =
 
 /**
  * One part of an atomic multi-write: a conditional record write, or a log entry
- * inserted once. The record writes' conditions decide: all of them hold and every part
- * is written, or nothing is. A line already in the log is left as it is; an adapter may
- * count that as a condition that failed (DynamoDB's Put is conditional on its absence)
- * or not (SQL, memory) — the base's `settlePublished` ends the same either way.
+ * inserted once (a line already in the log is left as it is, and counts as written).
+ * The required record writes' conditions decide: all of them hold and every part is
+ * written, or nothing is. An `optional` record write is written, in the same commit,
+ * only if its own conditions hold, and its failing fails nothing else (what
+ * `settlePublished` asks: the line always, the settle only while the intent is owed).
  */
 export type AtomicWrite =
-  | { readonly kind: "update"; readonly write: RecordWrite }
+  | { readonly kind: "update"; readonly write: RecordWrite; readonly optional?: boolean }
   | { readonly kind: "insertEvent"; readonly entry: EventLogEntry };
+
+/**
+ * What an atomic multi-write did: nothing (`committed: false`, a required update's
+ * condition did not hold), or every required part, and of the optional updates, in
+ * order, whether each was written (`held`).
+ */
+export type AtomicOutcome = { readonly committed: false } | { readonly committed: true; readonly held: readonly boolean[] };
 
 export interface StoreCapabilities {
   /** `writeAtomically` is there and commits several items as one (SQLite, memory, DynamoDB's TransactWriteItems). */

@@ -38,7 +38,7 @@ export {
   type SqlValue,
   sql,
 } from "./sql-driver.ts";
-export { FEED_BEFORE_CAPTURE, type FeedWriteClass, feedRowStatements } from "./sql-feed-rules.ts";
+export { feedBeforeCapture, feedRowStatements } from "./sql-feed-rules.ts";
 export { SqlJobStore, sqlStoreError } from "./sql-job-store.ts";
 export { BetterSqliteDriver } from "./sqlite-driver.ts";
 export { SqliteJobStore } from "./sqlite-job-store.ts";

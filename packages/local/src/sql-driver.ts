@@ -89,7 +89,8 @@ export const SQL_LIMITS = {
    * SELECTs joined in one compound SELECT (`UNION ALL`): D1 refuses a sixth ("too
    * many terms in compound SELECT", measured under Miniflare; SQLite's default is 500).
    * Not checked by `checkStatement` (it would have to parse the SQL): a store that
-   * builds compound SELECTs keeps to it (sql-feed-rules.ts), and tests/d1 runs them.
+   * builds compound SELECTs keeps to it. The feed rules build none (their rules are
+   * rows of `json_each`, sql-feed-rules.ts), and tests/d1 runs them.
    */
   compoundSelectTerms: 5,
 } as const;
@@ -127,30 +128,40 @@ const CHECKED_TEXTS = new Set<string>();
  * controls the transaction: `MamError` `store.unsupported`, naming the limit.
  */
 export function checkStatement(engine: string, statement: SqlStatement, index = 0): void {
-  const refuse = (why: string) => {
-    throw new MamError("store.unsupported", `${engine}: statement ${index} of the batch ${why}; nothing was run`, {
-      details: { engine, statement: index },
-    });
-  };
-  if (statement.params.length > SQL_LIMITS.paramsPerStatement) {
-    refuse(`binds ${statement.params.length} parameters, more than the ${SQL_LIMITS.paramsPerStatement} a statement may`);
+  const params = statement.params;
+  if (params.length > SQL_LIMITS.paramsPerStatement) {
+    refuseStatement(engine, index, `binds ${params.length} parameters, more than the ${SQL_LIMITS.paramsPerStatement} a statement may`);
   }
   // A store's SQL is a few dozen texts, checked once each (encoding a text to count its
   // bytes was a tenth of a transition's time on better-sqlite3).
   if (!CHECKED_TEXTS.has(statement.sql)) {
-    if (TRANSACTION_CONTROL.test(statement.sql)) refuse("controls the transaction, which belongs to the driver");
+    if (TRANSACTION_CONTROL.test(statement.sql)) refuseStatement(engine, index, "controls the transaction, which belongs to the driver");
     const bytes = utf8.encode(statement.sql).length;
-    if (bytes > SQL_LIMITS.statementBytes) refuse(`is ${bytes} bytes of SQL, more than the ${SQL_LIMITS.statementBytes} a statement may`);
+    if (bytes > SQL_LIMITS.statementBytes) {
+      refuseStatement(engine, index, `is ${bytes} bytes of SQL, more than the ${SQL_LIMITS.statementBytes} a statement may`);
+    }
     if (CHECKED_TEXTS.size >= 1024) CHECKED_TEXTS.clear();
     CHECKED_TEXTS.add(statement.sql);
   }
-  statement.params.forEach((value, at) => {
+  for (let at = 0; at < params.length; at++) {
+    const value = params[at];
+    // A string of n UTF-16 units is at most 3n bytes of UTF-8: only a long one is encoded to count.
     if (typeof value === "string" && value.length * 3 > SQL_LIMITS.valueBytes) {
       const valueBytes = utf8.encode(value).length;
       if (valueBytes > SQL_LIMITS.valueBytes) {
-        refuse(`binds ${valueBytes} bytes at parameter ${at + 1}, more than the ${SQL_LIMITS.valueBytes} a value may`);
+        refuseStatement(
+          engine,
+          index,
+          `binds ${valueBytes} bytes at parameter ${at + 1}, more than the ${SQL_LIMITS.valueBytes} a value may`,
+        );
       }
     }
+  }
+}
+
+function refuseStatement(engine: string, index: number, why: string): never {
+  throw new MamError("store.unsupported", `${engine}: statement ${index} of the batch ${why}; nothing was run`, {
+    details: { engine, statement: index },
   });
 }
 

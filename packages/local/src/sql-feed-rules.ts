@@ -1,12 +1,14 @@
 import {
+  beforeFieldsOf,
   type ChangeNote,
-  FEED_BEFORE_FIELDS,
-  FEED_RULES,
   type FeedPredicate,
   type FeedRef,
   type FeedRule,
   type FeedValue,
+  type FeedWriteShape,
   feedActorOf,
+  feedRulesOf,
+  feedShapeKey,
 } from "@mam/core";
 import { checkStatement, SQL_LIMITS, type SqlStatement, type SqlValue } from "./sql-driver.ts";
 
@@ -14,31 +16,48 @@ import { checkStatement, SQL_LIMITS, type SqlStatement, type SqlValue } from "./
  * Core's `FEED_RULES` compiled to SQLite-dialect SQL, for a store on the SQL driver
  * seam whose engine runs no JavaScript between the statements of a batch (D1): the
  * write's batch is its conditional `UPDATE jobs … SET feed_before = <capture>,
- * write_token = ?` and then these statements, one per rule, each inserting its row
- * only if the write that stamped the token committed and the rule's predicate holds
- * of the row it left. The tables they read and write:
+ * write_token = ?` and then these statements, each inserting its rows only if the
+ * write that stamped the token committed and the rule's predicate holds of the row it
+ * left. The tables they read and write:
  *
- *   jobs    (job_id TEXT PRIMARY KEY, doc TEXT, feed_before TEXT, write_token TEXT, …)
+ *   jobs    (job_id TEXT PRIMARY KEY, status TEXT, transition_seq INTEGER, doc TEXT, feed_before TEXT, write_token TEXT, …)
  *   changes (cursor INTEGER PRIMARY KEY AUTOINCREMENT, job_id, at, row)
  *
- * `jobs.doc` is the record after the write (JSON); `jobs.feed_before` the record
- * before it as the feed reads it: a JSON object of `FEED_BEFORE_FIELDS`, `null` for a
- * field the record did not have (`FEED_BEFORE_CAPTURE` computes it in the UPDATE); a
- * key the capture left out reads as the record after the write's (so a bookkeeping
- * write may capture `pending_notification` alone); and `feed_before IS NULL` says the
+ * What is compiled is the rules of the write's shape (core's `feedRulesOf`: a create,
+ * a transition, an evidence write or bookkeeping, known from what the write bumps,
+ * and the fields it leaves alone), folded by what the shape decides, so a
+ * transition's statement neither re-derives in SQL that `transition_seq` moved nor
+ * compares an owed intent the write did not touch. Compiled once per shape. `jobs.doc`
+ * is the record after the write (JSON); `jobs.feed_before` what those rules read of
+ * the record before it: a JSON object of the shape's before-fields
+ * (`feedBeforeCapture`, computed in the UPDATE), `null` for a field the record did not have; `feed_before IS NULL` when the
  * write created the record. The rows are the ones `changeRowsOf` makes of the same
  * write, in the same order (the cursor's AUTOINCREMENT is insert order, and the
  * statements run in rule order), and `changes.row` parses to the draft without its
  * `job_id`: absent keys left out, numbers numbers, strings strings. The property tests
- * hold both to it (tests/contract/sql-feed-rules.test.ts, tests/d1/).
+ * hold both to it, each generated write compiled by its class
+ * (tests/contract/sql-feed-rules.test.ts, tests/d1/).
  */
 
 /**
- * The `feed_before` a write captures, as the right side of its UPDATE's assignment
- * (which reads the old row): `FEED_BEFORE_FIELDS` of the old `doc`, `null` where
- * absent.
+ * The `feed_before` a write of `shape` captures, as the right side of its UPDATE's
+ * assignment (which reads the old row): the fields of the old `doc` that the shape's
+ * rules read (`beforeFieldsOf(feedRulesOf(shape))`), `null` where absent.
  */
-export const FEED_BEFORE_CAPTURE = `json_object(${FEED_BEFORE_FIELDS.map((field) => `'${field}', json_extract(doc, '$.${field}')`).join(", ")})`;
+export function feedBeforeCapture(shape: FeedWriteShape): string {
+  return compiledFor(shape).capture;
+}
+
+function captureOf(fields: readonly string[]): string {
+  return `json_object(${fields.map((field) => `${sqlLiteral(field)}, json_extract(doc, ${jsonPath([field])})`).join(", ")})`;
+}
+
+/**
+ * Top-level fields of the record after the write that `jobs` mirrors in columns of
+ * the same type (the store writes both in one statement), read there rather than out
+ * of the doc's JSON.
+ */
+const MIRRORED: Readonly<Record<string, string>> = { status: "jobs.status", transition_seq: "jobs.transition_seq" };
 
 /** Where a bound parameter's value comes from, so a rule's SQL is compiled once and bound per write. */
 type ParamSource =
@@ -47,8 +66,20 @@ type ParamSource =
   | { readonly from: "actor" }
   | { readonly from: "note"; readonly path: readonly string[] };
 
+/** One rule compiled: the row it inserts and when, each an SQL expression over `jobs` with the parameters it binds. */
 interface CompiledRule {
   readonly kind: FeedRule["kind"];
+  readonly row: CompiledPart;
+  readonly when: CompiledPart;
+}
+
+interface CompiledPart {
+  readonly sql: string;
+  readonly params: readonly ParamSource[];
+}
+
+/** A class's rules as one statement: its SQL and where each parameter comes from. */
+interface CompiledStatement {
   readonly sql: string;
   readonly params: readonly ParamSource[];
 }
@@ -76,12 +107,10 @@ class RuleCompiler {
   ref(ref: FeedRef): string {
     switch (ref.side) {
       case "after":
-        return `json_extract(jobs.doc, ${jsonPath(ref.path)})`;
-      case "before": {
-        // Captured (its key in feed_before, null meaning absent), else left alone by the write.
-        const [field] = ref.path;
-        return `(CASE WHEN json_type(jobs.feed_before, ${jsonPath([field])}) IS NULL THEN json_extract(jobs.doc, ${jsonPath(ref.path)}) ELSE json_extract(jobs.feed_before, ${jsonPath(ref.path)}) END)`;
-      }
+        return (ref.path.length === 1 ? MIRRORED[ref.path[0]] : undefined) ?? `json_extract(jobs.doc, ${jsonPath(ref.path)})`;
+      case "before":
+        // The class's capture holds every field its rules read (null meaning absent).
+        return `json_extract(jobs.feed_before, ${jsonPath(ref.path)})`;
       case "note":
         this.params.push({ from: "note", path: ref.path });
         return "?";
@@ -145,83 +174,92 @@ class RuleCompiler {
  * dropped, and `data` with no key present stays `{}`.
  */
 function compileRule(rule: FeedRule): CompiledRule {
-  const compiler = new RuleCompiler();
+  const rowCompiler = new RuleCompiler();
   const members = [`'kind', ${sqlLiteral(rule.kind)}`, "'actor', json(?)"];
-  compiler.params.push({ from: "actor" });
-  if (rule.intent_id !== undefined) members.push(`'intent_id', ${compiler.value(rule.intent_id)}`);
+  rowCompiler.params.push({ from: "actor" });
+  if (rule.intent_id !== undefined) members.push(`'intent_id', ${rowCompiler.value(rule.intent_id)}`);
   if (rule.data !== undefined) {
-    const data = Object.entries(rule.data).map(([key, value]) => `${sqlLiteral(key)}, ${compiler.value(value)}`);
+    const data = Object.entries(rule.data).map(([key, value]) => `${sqlLiteral(key)}, ${rowCompiler.value(value)}`);
     members.push(`'data', json_object(${data.join(", ")})`);
   }
-  const row = `json_patch('{}', json_object(${members.join(", ")}))`;
-  compiler.params.push({ from: "job" }, { from: "token" });
-  const where = compiler.predicate(rule.when);
+  const whenCompiler = new RuleCompiler();
+  const when = whenCompiler.predicate(rule.when);
   return {
     kind: rule.kind,
-    sql:
-      `SELECT jobs.job_id AS job_id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS at, ${row} AS row ` +
-      // CASE, not AND: the rule's JSON is read only of the row this write stamped (SQLite
-      // may evaluate AND's terms in any order, and another row's doc may be one its JSON
-      // functions refuse, a legacy record past their depth).
-      `FROM jobs WHERE jobs.job_id = ? AND CASE WHEN jobs.write_token = ? THEN ${where} ELSE 0 END`,
-    params: compiler.params,
+    row: { sql: `json_patch('{}', json_object(${members.join(", ")}))`, params: rowCompiler.params },
+    when: { sql: when, params: whenCompiler.params },
   };
 }
 
-const COMPILED: readonly CompiledRule[] = FEED_RULES.map(compileRule);
-
 /**
- * What a write can be, by what it bumps (known before it runs): a create, a transition
- * (`transition_seq`), an evidence write (`evidence_seq` alone) or bookkeeping on the
- * intent (neither). The rules are exclusive by class (each names `created`,
- * `transition_seq` moved, or `evidence_seq` moved alone, or neither), so a write's
- * batch needs only its class's statements: the others' predicates cannot hold.
+ * A class's rules as the statements a batch runs: as few as the seam's parameter
+ * limit allows (one, for every class today), each reading the job's row once. Rules
+ * of one statement are numbered by `json_each` of an array (not a compound SELECT,
+ * which D1 bounds at five terms: `SQL_LIMITS.compoundSelectTerms`), each joined row
+ * taking its rule's branch of a `CASE`:
+ *
+ *   INSERT INTO changes (job_id, at, row)
+ *   SELECT jobs.job_id, <now>, CASE rule.key WHEN 0 THEN <row 0> WHEN 1 THEN <row 1> … END
+ *   FROM jobs JOIN json_each('[0,1,…]') AS rule
+ *   WHERE jobs.job_id = ? AND CASE WHEN jobs.write_token = ? THEN CASE rule.key WHEN 0 THEN <when 0> … END ELSE 0 END
+ *   ORDER BY rule.key
+ *
+ * The rows are inserted in the rules' order (`ORDER BY rule.key`), which the
+ * cursor's AUTOINCREMENT keeps. `CASE`, not `AND`, guards the token: the rules' JSON is
+ * read only of the row this write stamped (SQLite may evaluate AND's terms in any
+ * order, and another row's doc may be one its JSON functions refuse, a legacy record
+ * past their depth).
  */
-export type FeedWriteClass = "create" | "transition" | "evidence" | "intent";
-
-const CLASS_KINDS: Readonly<Record<FeedWriteClass, readonly string[]>> = {
-  create: ["job.registered"],
-  transition: ["report.finalized", "job.transitioned", "intent.superseded"],
-  evidence: ["report.finalized", "dispatch.recorded", "report.upload_declared", "report.staged"],
-  intent: ["intent.published", "intent.superseded", "intent.quarantined", "intent.failed", "intent.released"],
-};
-
-/**
- * Rules as the statements a batch runs: each rule's SELECT (`rule.sql`), numbered in
- * rule order, under one `INSERT … SELECT … FROM (… UNION ALL …) ORDER BY n`, so a
- * write's rows cost one statement however many rules its class has (a statement
- * stepped is most of a rule's cost), split only where the seam's parameter limit
- * or D1's compound-SELECT limit (`SQL_LIMITS.compoundSelectTerms`) would be passed. The order of the rows is the rules' order (`ORDER BY n`), which the
- * cursor's AUTOINCREMENT keeps.
- */
-function mergeRules(rules: readonly CompiledRule[]): CompiledRule[] {
-  const merged: CompiledRule[] = [];
+function mergeRules(rules: readonly CompiledRule[]): CompiledStatement[] {
+  const merged: CompiledStatement[] = [];
   let group: CompiledRule[] = [];
   let params = 0;
+  const paramsOf = (rule: CompiledRule) => rule.row.params.length + rule.when.params.length;
   const flush = () => {
     if (group.length === 0) return;
-    const selects = group.map((rule, n) => rule.sql.replace(/^SELECT /, `SELECT ${n} AS n, `));
+    const only = group.length === 1 ? group[0] : undefined;
+    const row = only?.row.sql ?? `CASE rule.key ${group.map((r, n) => `WHEN ${n} THEN ${r.row.sql}`).join(" ")} END`;
+    const when = only?.when.sql ?? `CASE rule.key ${group.map((r, n) => `WHEN ${n} THEN ${r.when.sql}`).join(" ")} ELSE 0 END`;
+    const from = only === undefined ? `jobs JOIN json_each('[${group.map((_, n) => n).join(",")}]') AS rule` : "jobs";
     merged.push({
-      kind: group[0]!.kind,
-      sql: `INSERT INTO changes (job_id, at, row) SELECT job_id, at, row FROM (${selects.join(" UNION ALL ")}) ORDER BY n`,
-      params: group.flatMap((rule) => rule.params),
+      sql:
+        `INSERT INTO changes (job_id, at, row) SELECT jobs.job_id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ${row} ` +
+        `FROM ${from} WHERE jobs.job_id = ? AND CASE WHEN jobs.write_token = ? THEN ${when} ELSE 0 END` +
+        (only === undefined ? " ORDER BY rule.key" : ""),
+      params: [...group.flatMap((r) => r.row.params), { from: "job" }, { from: "token" }, ...group.flatMap((r) => r.when.params)],
     });
     group = [];
-    params = 0;
+    params = 2;
   };
+  params = 2;
   for (const rule of rules) {
-    if (params + rule.params.length > SQL_LIMITS.paramsPerStatement || group.length === SQL_LIMITS.compoundSelectTerms) flush();
+    if (group.length > 0 && params + paramsOf(rule) > SQL_LIMITS.paramsPerStatement) flush();
     group.push(rule);
-    params += rule.params.length;
+    params += paramsOf(rule);
   }
   flush();
   return merged;
 }
 
-const MERGED_ALL = mergeRules(COMPILED);
-const COMPILED_BY_CLASS = Object.fromEntries(
-  Object.entries(CLASS_KINDS).map(([writeClass, kinds]) => [writeClass, mergeRules(COMPILED.filter((rule) => kinds.includes(rule.kind)))]),
-) as unknown as Record<FeedWriteClass, readonly CompiledRule[]>;
+/** A shape's rules (core's `feedRulesOf`) compiled and merged, and the capture they read. */
+interface CompiledShape {
+  readonly statements: readonly CompiledStatement[];
+  readonly capture: string;
+}
+
+const COMPILED_SHAPES = new Map<string, CompiledShape>();
+
+function compiledFor(shape: FeedWriteShape): CompiledShape {
+  const key = feedShapeKey(shape);
+  let compiled = COMPILED_SHAPES.get(key);
+  if (compiled === undefined) {
+    const rules = feedRulesOf(shape);
+    compiled = { statements: mergeRules(rules.map(compileRule)), capture: captureOf(beforeFieldsOf(rules)) };
+    if (COMPILED_SHAPES.size >= 1024) COMPILED_SHAPES.clear();
+    COMPILED_SHAPES.set(key, compiled);
+  }
+  return compiled;
+}
 
 function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
   let at: unknown = note;
@@ -237,23 +275,19 @@ function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
 
 /**
  * The statements, in rule order, that insert the feed rows of the write that stamped
- * `writeToken` on job `jobId`'s row: one `INSERT INTO changes … SELECT … FROM jobs
- * WHERE jobs.job_id = ? AND jobs.write_token = ? AND <the rule>` per rule of
- * `FEED_RULES`, to run in the write's own batch after its UPDATE. A statement whose
+ * `writeToken` on job `jobId`'s row, a write of `shape` that captured
+ * `feedBeforeCapture(shape)`: `INSERT INTO changes … SELECT … FROM jobs WHERE
+ * jobs.job_id = ? AND jobs.write_token = ? AND <the rule>` for the shape's rules (a
+ * few merged into one statement), to run in the write's own batch after its UPDATE. A statement whose
  * token does not match (the write did not commit, or another write stamped the row
  * since) inserts nothing. The note's facts and actor are bound parameters; each
  * statement is within the seam's limits (`checkStatement`, which throws `MamError`
  * `store.unsupported` otherwise). Pure: no statement is run here.
  */
-export function feedRowStatements(
-  jobId: string,
-  writeToken: string,
-  note: ChangeNote | undefined,
-  writeClass?: FeedWriteClass,
-): SqlStatement[] {
+export function feedRowStatements(jobId: string, writeToken: string, note: ChangeNote | undefined, shape: FeedWriteShape): SqlStatement[] {
   const actor = JSON.stringify(feedActorOf(note));
   const facts = note ?? {};
-  const rules = writeClass === undefined ? MERGED_ALL : COMPILED_BY_CLASS[writeClass];
+  const rules = compiledFor(shape).statements;
   return rules.map((rule, index) => {
     const params = rule.params.map((source): SqlValue => {
       switch (source.from) {

@@ -1,12 +1,16 @@
 import {
+  type AtomicOutcome,
   type AtomicWrite,
   type ChangeNote,
+  CREATE_SHAPE,
   changeRowsOf,
   type DerivedKeys,
   type DispatchRecord,
   type EventLogEntry,
   type FeedPage,
   type FeedQuery,
+  type FeedWriteShape,
+  feedShapeOf,
   invalidCursor,
   type JobListing,
   type JobRecord,
@@ -25,7 +29,7 @@ import {
   type UpdateOutcome,
 } from "@mam/core";
 import { SqlBatchError, type SqlDriver, type SqlStatement, type SqlValue, sql } from "./sql-driver.ts";
-import { FEED_BEFORE_CAPTURE, type FeedWriteClass, feedRowStatements } from "./sql-feed-rules.ts";
+import { feedBeforeCapture, feedRowStatements } from "./sql-feed-rules.ts";
 import { OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
 
 /**
@@ -55,12 +59,19 @@ import { OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
  */
 export class SqlJobStore extends JobStoreBase {
   protected readonly driver: SqlDriver;
-  readonly #token: () => string;
+  /** This store's tokens: a random prefix of its own and a count, so no other store or process stamps the same one. */
+  readonly #tokenPrefix = `${globalThis.crypto.randomUUID()}.`;
+  #tokens = 0;
 
   constructor(driver: SqlDriver, options: JobStoreOptions = {}) {
     super(options);
     this.driver = driver;
-    this.#token = () => globalThis.crypto.randomUUID();
+  }
+
+  /** A token no other write stamps (see `write_token`). */
+  #token(): string {
+    this.#tokens += 1;
+    return this.#tokenPrefix + this.#tokens;
   }
 
   override get capabilities(): StoreCapabilities {
@@ -91,7 +102,7 @@ export class SqlJobStore extends JobStoreBase {
         token,
         JSON.stringify(record),
       ),
-      ...feedRowStatements(record.job_id, token, note, "create"),
+      ...feedRowStatements(record.job_id, token, note, CREATE_SHAPE),
     ]);
     return (insert?.changes ?? 0) === 1;
   }
@@ -108,9 +119,9 @@ export class SqlJobStore extends JobStoreBase {
 
   /** The write's UPDATE and its feed rows' statements, in batch order. */
   #updateStatements(write: RecordWrite, token: string): SqlStatement[] {
-    const update = compileUpdate(write, write.feed === undefined ? undefined : token);
-    if (write.feed === undefined) return [update];
-    return [update, ...feedRowStatements(write.jobId, token, write.feed, feedClassOf(write))];
+    if (write.feed === undefined) return [compileUpdate(write, undefined)];
+    const shape = feedShapeOf(write);
+    return [compileUpdate(write, { token, shape }), ...feedRowStatements(write.jobId, token, write.feed, shape)];
   }
 
   /**
@@ -162,41 +173,44 @@ export class SqlJobStore extends JobStoreBase {
   }
 
   /**
-   * All of `writes` in one batch, or none. With one record write among them (what
-   * `settlePublished` asks: a log line and the settle), the record write goes first and
-   * each line is inserted only where the row carries that write's token, so a condition
-   * that did not hold leaves the whole batch unwritten, with no statement more (a line
-   * already in the log stays as it is: inserting a line is inserting it once). Otherwise a
-   * guard row after each part insists that the part changed exactly one row
-   * (`atomic_guard`'s CHECK), so a part whose condition did not hold fails the batch,
-   * and the driver rolls every part back.
+   * `writes` in one batch. With one record write among them, required, it goes first
+   * and each line is inserted only where the row carries that write's token, so a
+   * condition that did not hold leaves the whole batch unwritten with no statement
+   * more. Otherwise a guard row after each required record write insists that it
+   * changed exactly one row (`atomic_guard`'s CHECK), so one whose condition did not
+   * hold fails the batch and the driver rolls every part back; an optional one has no
+   * guard: its UPDATE writes if its conditions hold, and its RETURNING says whether it
+   * did (what `settlePublished` asks: the line, and the settle only while the intent
+   * is owed, one batch either way). A line already in the log stays as it is
+   * (inserting a line is inserting it once).
    */
-  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<boolean> {
-    const updates = writes.filter((w) => w.kind === "update");
-    const [only] = updates;
-    if (updates.length === 1 && only !== undefined) {
+  protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
+    const required = writes.filter((w) => w.kind === "update" && w.optional !== true);
+    const [only] = required;
+    if (required.length === 1 && required.length === writes.filter((w) => w.kind === "update").length && only?.kind === "update") {
       const token = this.#token();
       const [update, ...feed] = this.#updateStatements(only.write, token);
       const lines = writes.flatMap((w) => (w.kind === "insertEvent" ? [insertEventAfter(w.entry, only.write.jobId, token)] : []));
       const [result] = await this.#batch([update as SqlStatement, ...lines, ...feed]);
-      return result?.rows.length === 1;
+      return result?.rows.length === 1 ? { committed: true, held: [] } : { committed: false };
     }
     const statements: SqlStatement[] = [];
+    const optional: number[] = [];
     for (const w of writes) {
       if (w.kind === "insertEvent") {
-        statements.push(insertEventStatement(w.entry), GUARD);
-      } else {
-        const token = this.#token();
-        const [update, ...feed] = this.#updateStatements(w.write, token);
-        statements.push(update as SqlStatement, GUARD, ...feed);
+        statements.push(insertEventStatement(w.entry));
+        continue;
       }
+      const [update, ...feed] = this.#updateStatements(w.write, this.#token());
+      if (w.optional === true) optional.push(statements.length);
+      statements.push(update as SqlStatement, ...(w.optional === true ? [] : [GUARD]), ...feed);
     }
-    statements.push(sql("DELETE FROM atomic_guard"));
+    if (required.length > 0) statements.push(sql("DELETE FROM atomic_guard"));
     try {
-      await this.#batch(statements);
-      return true;
+      const results = await this.#batch(statements);
+      return { committed: true, held: optional.map((at) => results[at]?.rows.length === 1) };
     } catch (e) {
-      if (e instanceof SqlBatchError && e.constraint && /atomic_guard|held = 1/.test(e.message)) return false;
+      if (e instanceof SqlBatchError && e.constraint && /atomic_guard|held = 1/.test(e.message)) return { committed: false };
       throw e;
     }
   }
@@ -411,8 +425,8 @@ function fieldPath(field: string): string {
   return `$.${field}`;
 }
 
-/** The write as one `UPDATE … RETURNING doc`; with `token`, capturing what the feed compares and stamping the token. */
-function compileUpdate(write: RecordWrite, token: string | undefined): SqlStatement {
+/** The write as one `UPDATE … RETURNING doc`; with `feed`, capturing what its class's feed rules compare and stamping the token. */
+function compileUpdate(write: RecordWrite, feed: { token: string; shape: FeedWriteShape } | undefined): SqlStatement {
   const params: SqlValue[] = [];
   let doc = "doc";
   if (write.unset.length > 0) {
@@ -445,9 +459,9 @@ function compileUpdate(write: RecordWrite, token: string | undefined): SqlStatem
     assignments.push("owed_intent_id = ?", "owed_at = ?", "owed_quarantined_id = ?", "owed_revision = NULL");
     params.push(owed.intentId, owed.at, owed.quarantinedId);
   }
-  if (token !== undefined) {
-    assignments.push(`feed_before = ${FEED_BEFORE_CAPTURE}`, "write_token = ?");
-    params.push(token);
+  if (feed !== undefined) {
+    assignments.push(`feed_before = ${feedBeforeCapture(feed.shape)}`, "write_token = ?");
+    params.push(feed.token);
   }
   let where = "job_id = ?";
   params.push(write.jobId);
@@ -470,13 +484,6 @@ function isOwedRevision(write: RecordWrite): boolean {
     write.conditions[0]?.kind === "intentIs" &&
     write.bump.length === 0
   );
-}
-
-/** Which feed rules a write can set off, from what it bumps (a transition, an evidence write, or bookkeeping on the intent). */
-function feedClassOf(write: RecordWrite): FeedWriteClass {
-  if (write.bump.includes("transition_seq")) return "transition";
-  if (write.bump.includes("evidence_seq")) return "evidence";
-  return "intent";
 }
 
 /** A log line inserted once, only if the row of `jobId` carries `token` (the batch's record write committed). */
