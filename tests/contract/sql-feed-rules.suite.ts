@@ -23,6 +23,12 @@ export interface SqlFeedRulesSubject {
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
+/** The capture of `shape` as the store assigns it (none when its rules read nothing of the record before). */
+function captureOf(shape: Parameters<typeof feedBeforeCapture>[0]): string {
+  const capture = feedBeforeCapture(shape);
+  return capture === undefined ? "" : `feed_before = ${capture}, `;
+}
+
 /** The layout the rules read: `jobs` with the columns the store mirrors (status, transition_seq), and `changes`. */
 const LAYOUT = [
   sql("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, status TEXT, transition_seq INTEGER, doc TEXT, feed_before TEXT, write_token TEXT)"),
@@ -60,7 +66,7 @@ function writeOf(
       : [
           insert(before, `earlier-${i}`),
           sql(
-            `UPDATE jobs SET feed_before = ${feedBeforeCapture(shape)}, status = ?, transition_seq = ?, doc = ?, write_token = ? WHERE job_id = ?`,
+            `UPDATE jobs SET ${captureOf(shape)}status = ?, transition_seq = ?, doc = ?, write_token = ? WHERE job_id = ?`,
             after.status,
             after.transition_seq,
             JSON.stringify(after),
@@ -146,7 +152,7 @@ export function sqlFeedRulesContract(
         const transition = { writeClass: "transition", untouched: [], removed: [] } as const;
         const lost = await driver.batch([
           sql(
-            `UPDATE jobs SET feed_before = ${feedBeforeCapture(transition)}, transition_seq = 1, doc = json_set(doc, '$.transition_seq', 1), write_token = 't-1' WHERE job_id = 'j-1' AND transition_seq = 7`,
+            `UPDATE jobs SET ${captureOf(transition)}transition_seq = 1, doc = json_set(doc, '$.transition_seq', 1), write_token = 't-1' WHERE job_id = 'j-1' AND transition_seq = 7`,
           ),
           ...feedRowStatements("j-1", "t-1", undefined, transition),
         ]);

@@ -175,7 +175,7 @@ export function kindCounts(rows: readonly { kind: ChangeKind }[], kinds: readonl
  * A shape (core's `FeedWriteShape`) the write could have been declared with, as a
  * store declares it: its class from which counter moved, and of the fields a store
  * could truthfully call left alone (equal before and after) or removed (absent after),
- * a subset chosen by `i`, so that the folded rules are tried with each field both
+ * and the statuses before and after it could name, a subset chosen by `i`, so that the folded rules are tried with each field both
  * declared and not.
  */
 export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
@@ -191,5 +191,11 @@ export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
   const chosen = (n: number) => ((i >> n) & 1) === 1 || i % 7 === 0;
   const untouched = FEED_BEFORE_FIELDS.filter((f, n) => JSON.stringify(before[f]) === JSON.stringify(after[f]) && chosen(n));
   const removed = FEED_BEFORE_FIELDS.filter((f, n) => after[f] === undefined && !untouched.includes(f) && chosen(n + 1));
-  return { writeClass, untouched, removed };
+  return {
+    writeClass,
+    untouched,
+    removed,
+    ...(chosen(7) ? { statusBefore: String(before.status) } : {}),
+    ...(chosen(8) ? { statusAfter: String(after.status) } : {}),
+  };
 }

@@ -91,14 +91,22 @@ describe("FEED_RULES evaluated in JavaScript", () => {
     expect(shapes.size).toBeGreaterThan(50);
   });
 
-  it("folding keeps what a shape leaves open: a progress transition is one rule reading the status before; a settle is intent.published", () => {
-    const progress = feedRulesOf({
-      writeClass: "transition",
-      untouched: ["evidence_seq", "latest_attempt", "finalized_report", "pending_notification"],
-      removed: [],
-    });
-    expect(progress.map((r) => r.kind)).toEqual(["job.transitioned"]);
-    expect(beforeFieldsOf(progress)).toEqual(["status"]);
+  it("folding keeps what a shape leaves open: a progress transition is one rule reading nothing before; a settle is intent.published", () => {
+    const progressOf = (statusBefore?: string) =>
+      feedRulesOf({
+        writeClass: "transition",
+        untouched: ["evidence_seq", "latest_attempt", "finalized_report", "pending_notification"],
+        removed: [],
+        ...(statusBefore === undefined ? {} : { statusBefore }),
+        statusAfter: "running",
+      });
+    expect(progressOf().map((r) => r.kind)).toEqual(["job.transitioned"]);
+    // Without the status before, claim and progress are told apart by it.
+    expect(beforeFieldsOf(progressOf())).toEqual(["status"]);
+    const progress = progressOf("running");
+    expect(beforeFieldsOf(progress)).toEqual([]);
+    expect(progress[0]?.data?.action).toEqual({ op: "literal", value: "progress" });
+    expect(progressOf("pending")[0]?.data?.action).toEqual({ op: "literal", value: "claim" });
     const settle = feedRulesOf({
       writeClass: "intent",
       untouched: ["status", "transition_seq", "evidence_seq", "latest_attempt", "finalized_report"],

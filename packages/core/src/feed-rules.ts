@@ -248,7 +248,8 @@ export type FeedWriteClass = "create" | "transition" | "evidence" | "intent";
  * neither sets, unsets nor bumps them) and those it removes. The class decides the
  * three kind-of-write predicates the rules are built on (`CREATED`, `TRANSITION`,
  * `EVIDENCE`); a field left alone reads the same before and after; a removed one is
- * absent after. So the rules a write can set off, and what
+ * absent after; a status the write's conditions pin (before) or that it sets (after)
+ * is that status. So the rules a write can set off, and what
  * they read, follow from its shape alone (`feedRulesOf`).
  */
 export interface FeedWriteShape {
@@ -257,6 +258,10 @@ export interface FeedWriteShape {
   readonly untouched: readonly FeedBeforeField[];
   /** Fields the write removes (absent after it); for a create, none. */
   readonly removed: readonly FeedBeforeField[];
+  /** The status before the write, where its conditions allow one alone (`statusIn` of one). */
+  readonly statusBefore?: string;
+  /** The status the write sets, where it sets one. */
+  readonly statusAfter?: string;
 }
 
 /** Each class's facts: the kind-of-write predicates it decides (by identity: the rules share these objects). */
@@ -281,21 +286,62 @@ const CLASS_FACTS: Readonly<Record<FeedWriteClass, ReadonlyMap<FeedPredicate, bo
 /** A create's shape: no record before it, so nothing left alone or removed. */
 export const CREATE_SHAPE: FeedWriteShape = { writeClass: "create", untouched: [], removed: [] };
 
-/** The shape of a record write (an update; a create's is `CREATE_SHAPE`). */
+/**
+ * The shape of a record write (an update; a create's is `CREATE_SHAPE`). Asked on
+ * every write, so built in one pass and kept: the same shape object for every write
+ * of that shape.
+ */
 export function feedShapeOf(write: RecordWrite): FeedWriteShape {
-  const writeClass = write.bump.includes("transition_seq") ? "transition" : write.bump.includes("evidence_seq") ? "evidence" : "intent";
-  const touched = (field: string) => field in write.set || write.unset.includes(field) || (write.bump as readonly string[]).includes(field);
-  return {
-    writeClass,
-    untouched: FEED_BEFORE_FIELDS.filter((field) => !touched(field)),
-    removed: FEED_BEFORE_FIELDS.filter((field) => write.unset.includes(field)),
-  };
+  const bump = write.bump as readonly string[];
+  const writeClass: FeedWriteClass = bump.includes("transition_seq") ? "transition" : bump.includes("evidence_seq") ? "evidence" : "intent";
+  let fields = "";
+  for (const field of FEED_BEFORE_FIELDS) {
+    if (write.unset.includes(field)) fields += "r";
+    else fields += field in write.set || bump.includes(field) ? "t" : "u";
+  }
+  let statusBefore: string | undefined;
+  let pinned = 0;
+  for (const c of write.conditions) {
+    if (c.kind === "statusIn" && c.statuses.length === 1) {
+      statusBefore = c.statuses[0];
+      pinned++;
+    }
+  }
+  if (pinned !== 1) statusBefore = undefined;
+  const setStatus = write.set.status;
+  const statusAfter = typeof setStatus === "string" ? setStatus : undefined;
+  const key = shapeKey(writeClass, fields, statusBefore, statusAfter);
+  let shape = SHAPES.get(key);
+  if (shape === undefined) {
+    shape = {
+      writeClass,
+      untouched: FEED_BEFORE_FIELDS.filter((_, i) => fields[i] === "u"),
+      removed: FEED_BEFORE_FIELDS.filter((_, i) => fields[i] === "r"),
+      ...(statusBefore === undefined ? {} : { statusBefore }),
+      ...(statusAfter === undefined ? {} : { statusAfter }),
+    };
+    if (SHAPES.size >= 1024) SHAPES.clear();
+    SHAPES.set(key, shape);
+    KEYS.set(shape, key);
+  }
+  return shape;
+}
+
+/** Shapes by key, so a write of a shape seen before costs its key alone. */
+const SHAPES = new Map<string, FeedWriteShape>();
+/** Keys of shapes already keyed (every shape `feedShapeOf` hands out). */
+const KEYS = new WeakMap<FeedWriteShape, string>();
+
+/** A shape's key: its class, a letter per feed field (`u` left alone, `r` removed, `t` touched), the statuses it knows. */
+function shapeKey(writeClass: FeedWriteClass, fields: string, statusBefore: string | undefined, statusAfter: string | undefined): string {
+  return `${writeClass}:${fields}:${statusBefore ?? ""}:${statusAfter ?? ""}`;
 }
 
 interface Folding {
   readonly facts: ReadonlyMap<FeedPredicate, boolean>;
   readonly untouched: ReadonlySet<string>;
   readonly removed: ReadonlySet<string>;
+  readonly status: { readonly before?: string; readonly after?: string };
 }
 
 /** Whether two values are the same reading of the same write (a field read on the same side, equal literals, or both absent). */
@@ -345,6 +391,9 @@ function foldPredicate(predicate: FeedPredicate, folding: Folding): FeedPredicat
       // (nor is anything greater than absent, or absent than anything).
       if (sameValue(left, right)) return predicate.op === "eq";
       if (predicate.op === "gt" && (left.op === "nothing" || right.op === "nothing")) return false;
+      if (left.op === "literal" && right.op === "literal") {
+        return predicate.op === "gt" ? left.value > right.value : (left.value === right.value) === (predicate.op === "eq");
+      }
       return { op: predicate.op, left, right };
     }
     default:
@@ -355,10 +404,17 @@ function foldPredicate(predicate: FeedPredicate, folding: Folding): FeedPredicat
 /** `value` with the shape put in: a field left alone read after the write; a case decided false dropped, the first decided true ending them. */
 function foldValue(value: FeedValue, folding: Folding): FeedValue {
   switch (value.op) {
-    case "ref":
-      if (value.side === "before" && folding.untouched.has(value.path[0])) return { op: "ref", side: "after", path: value.path };
-      if (value.side === "after" && folding.removed.has(value.path[0])) return NOTHING;
-      return value;
+    case "ref": {
+      const ref: FeedRef =
+        value.side === "before" && folding.untouched.has(value.path[0]) ? { op: "ref", side: "after", path: value.path } : value;
+      if (ref.side === "after" && folding.removed.has(ref.path[0])) return NOTHING;
+      // A status the shape knows is that status (read before or after the write).
+      if (ref.side !== "note" && ref.path.length === 1 && ref.path[0] === "status") {
+        const known = folding.status[ref.side];
+        if (known !== undefined) return literal(known);
+      }
+      return ref;
+    }
     case "literal":
     case "nothing":
       return value;
@@ -404,10 +460,16 @@ function foldRule(rule: FeedRule, folding: Folding): FeedRule | undefined {
   };
 }
 
-/** The key of a shape: its class, its untouched and its removed fields, in `FEED_BEFORE_FIELDS`' order. */
+/** The key of a shape: equal for shapes that decide the same (`feedRulesOf` and its compilers keep their work by it). */
 export function feedShapeKey(shape: FeedWriteShape): string {
-  const listed = (fields: readonly FeedBeforeField[]) => FEED_BEFORE_FIELDS.filter((f) => fields.includes(f)).join(",");
-  return `${shape.writeClass}:${listed(shape.untouched)}:${listed(shape.removed)}`;
+  let key = KEYS.get(shape);
+  if (key === undefined) {
+    let fields = "";
+    for (const field of FEED_BEFORE_FIELDS) fields += shape.removed.includes(field) ? "r" : shape.untouched.includes(field) ? "u" : "t";
+    key = shapeKey(shape.writeClass, fields, shape.statusBefore, shape.statusAfter);
+    KEYS.set(shape, key);
+  }
+  return key;
 }
 
 const FOLDED = new Map<string, readonly FeedRule[]>();
@@ -428,6 +490,10 @@ export function feedRulesOf(shape: FeedWriteShape): readonly FeedRule[] {
       facts: CLASS_FACTS[shape.writeClass],
       untouched: new Set(shape.writeClass === "create" ? [] : shape.untouched),
       removed: new Set(shape.writeClass === "create" ? [] : shape.removed),
+      status: {
+        ...(shape.writeClass === "create" || shape.statusBefore === undefined ? {} : { before: shape.statusBefore }),
+        ...(shape.statusAfter === undefined ? {} : { after: shape.statusAfter }),
+      },
     };
     rules = FEED_RULES.flatMap((rule) => foldRule(rule, folding) ?? []);
     if (FOLDED.size >= 1024) FOLDED.clear();

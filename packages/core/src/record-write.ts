@@ -95,9 +95,16 @@ export interface RecordWrite {
 
 /** A time as it compares as a string: UTC, fixed width (`toISOString`), so string order is time order. */
 export function sortableTime(iso: string): string {
+  // Asked several times a write of the same clock reading (the record's updated_at, its
+  // log line's at): the last answer is kept.
+  if (iso === lastTime.iso) return lastTime.sortable;
   const t = Date.parse(iso);
-  return Number.isNaN(t) ? iso : new Date(t).toISOString();
+  const sortable = Number.isNaN(t) ? iso : new Date(t).toISOString();
+  lastTime = { iso, sortable };
+  return sortable;
 }
+
+let lastTime = { iso: "", sortable: "" };
 
 /** Where `intent` sits in the owed index. */
 export function owedPlaceOf(intent: NotificationIntent): OwedPlace {

@@ -42,20 +42,22 @@ import { checkStatement, SQL_LIMITS, type SqlStatement, type SqlValue } from "./
 /**
  * The `feed_before` a write of `shape` captures, as the right side of its UPDATE's
  * assignment (which reads the old row): the fields of the old `doc` that the shape's
- * rules read (`beforeFieldsOf(feedRulesOf(shape))`), `null` where absent.
+ * rules read (`beforeFieldsOf(feedRulesOf(shape))`), `null` where absent; `undefined`
+ * when they read nothing of it (the write need not capture anything).
  */
-export function feedBeforeCapture(shape: FeedWriteShape): string {
+export function feedBeforeCapture(shape: FeedWriteShape): string | undefined {
   return compiledFor(shape).capture;
 }
 
-function captureOf(fields: readonly string[]): string {
+function captureOf(fields: readonly string[]): string | undefined {
+  if (fields.length === 0) return undefined;
   return `json_object(${fields.map((field) => `${sqlLiteral(field)}, json_extract(doc, ${jsonPath([field])})`).join(", ")})`;
 }
 
 /**
  * Top-level fields of the record after the write that `jobs` mirrors in columns of
- * the same type (the store writes both in one statement), read there rather than out
- * of the doc's JSON.
+ * the same type, NOT NULL (the store writes both in one statement), read there rather
+ * than out of the doc's JSON.
  */
 const MIRRORED: Readonly<Record<string, string>> = { status: "jobs.status", transition_seq: "jobs.transition_seq" };
 
@@ -177,18 +179,45 @@ function compileRule(rule: FeedRule): CompiledRule {
   const rowCompiler = new RuleCompiler();
   const members = [`'kind', ${sqlLiteral(rule.kind)}`, "'actor', json(?)"];
   rowCompiler.params.push({ from: "actor" });
-  if (rule.intent_id !== undefined) members.push(`'intent_id', ${rowCompiler.value(rule.intent_id)}`);
+  // A key whose value is absent whatever the write (folded to `nothing`) is left out here.
+  const present = (value: FeedValue | undefined): value is FeedValue => value !== undefined && value.op !== "nothing";
+  let absentable = false;
+  if (present(rule.intent_id)) {
+    members.push(`'intent_id', ${rowCompiler.value(rule.intent_id)}`);
+    absentable ||= mayBeAbsent(rule.intent_id);
+  }
   if (rule.data !== undefined) {
-    const data = Object.entries(rule.data).map(([key, value]) => `${sqlLiteral(key)}, ${rowCompiler.value(value)}`);
-    members.push(`'data', json_object(${data.join(", ")})`);
+    const data = Object.entries(rule.data).filter((entry): entry is [string, FeedValue] => present(entry[1]));
+    members.push(`'data', json_object(${data.map(([key, value]) => `${sqlLiteral(key)}, ${rowCompiler.value(value)}`).join(", ")})`);
+    absentable ||= data.some(([, value]) => mayBeAbsent(value));
   }
   const whenCompiler = new RuleCompiler();
   const when = whenCompiler.predicate(rule.when);
+  const row = `json_object(${members.join(", ")})`;
   return {
     kind: rule.kind,
-    row: { sql: `json_patch('{}', json_object(${members.join(", ")}))`, params: rowCompiler.params },
+    // Merge-patched onto {} only where a key may be NULL, which the patch drops.
+    row: { sql: absentable ? `json_patch('{}', ${row})` : row, params: rowCompiler.params },
     when: { sql: when, params: whenCompiler.params },
   };
+}
+
+/** Whether a value may read absent (SQL NULL): a literal or a mirrored column (NOT NULL in the layout) never does. */
+function mayBeAbsent(value: FeedValue): boolean {
+  switch (value.op) {
+    case "literal":
+      return false;
+    case "nothing":
+      return true;
+    case "ref":
+      return !(value.side === "after" && value.path.length === 1 && MIRRORED[value.path[0]] !== undefined);
+    case "coalesce":
+      return mayBeAbsent(value.values[0]) && mayBeAbsent(value.values[1]);
+    case "case":
+      return value.cases.some((c) => mayBeAbsent(c.value)) || mayBeAbsent(value.else);
+    default:
+      return value satisfies never;
+  }
 }
 
 /**
@@ -244,7 +273,7 @@ function mergeRules(rules: readonly CompiledRule[]): CompiledStatement[] {
 /** A shape's rules (core's `feedRulesOf`) compiled and merged, and the capture they read. */
 interface CompiledShape {
   readonly statements: readonly CompiledStatement[];
-  readonly capture: string;
+  readonly capture: string | undefined;
 }
 
 const COMPILED_SHAPES = new Map<string, CompiledShape>();

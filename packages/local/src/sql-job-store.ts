@@ -10,6 +10,7 @@ import {
   type FeedPage,
   type FeedQuery,
   type FeedWriteShape,
+  feedShapeKey,
   feedShapeOf,
   invalidCursor,
   type JobListing,
@@ -427,53 +428,65 @@ function fieldPath(field: string): string {
 
 /** The write as one `UPDATE … RETURNING doc`; with `feed`, capturing what its class's feed rules compare and stamping the token. */
 function compileUpdate(write: RecordWrite, feed: { token: string; shape: FeedWriteShape } | undefined): SqlStatement {
-  const params: SqlValue[] = [];
-  let doc = "doc";
-  if (write.unset.length > 0) {
-    doc = `json_remove(doc${", ?".repeat(write.unset.length)})`;
-    params.push(...write.unset.map(fieldPath));
+  // The text depends only on the write's form (its fields, counters, keys, conditions,
+  // feed shape), a few dozen forms in all: kept by form; the values are bound each time.
+  const setFields = Object.keys(write.set);
+  const keys = write.keys;
+  let form = `${write.unset.join(",")}|${setFields.join(",")}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}|${feed === undefined ? "-" : feedShapeKey(feed.shape)}|`;
+  for (const c of write.conditions)
+    form += `${c.kind}${c.kind === "statusIn" ? c.statuses.length : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
+  let text = UPDATE_TEXTS.get(form);
+  if (text === undefined) {
+    text = updateText(write, setFields, feed?.shape);
+    if (UPDATE_TEXTS.size >= 1024) UPDATE_TEXTS.clear();
+    UPDATE_TEXTS.set(form, text);
   }
-  const sets = Object.entries(write.set);
+  const params: SqlValue[] = [];
+  for (const field of write.unset) params.push(fieldPath(field));
+  for (const field of setFields) params.push(fieldPath(field), JSON.stringify(write.set[field]));
+  if (keys.status !== undefined) params.push(keys.status);
+  if (keys.recency !== undefined) params.push(keys.recency);
+  if (keys.owed !== undefined) {
+    const owed = owedColumns(keys.owed);
+    params.push(owed.intentId, owed.at, owed.quarantinedId);
+  }
+  if (feed !== undefined) params.push(feed.token);
+  params.push(write.jobId);
+  for (const condition of write.conditions) params.push(...conditionSql(condition).params);
+  return { sql: text, params };
+}
+
+/** An UPDATE's text, by form (`compileUpdate`); its parameters in the order `compileUpdate` binds them. */
+const UPDATE_TEXTS = new Map<string, string>();
+
+function updateText(write: RecordWrite, setFields: readonly string[], shape: FeedWriteShape | undefined): string {
+  let doc = "doc";
+  if (write.unset.length > 0) doc = `json_remove(doc${", ?".repeat(write.unset.length)})`;
   const counters = write.bump.map((counter) =>
     counter === "transition_seq"
       ? "'$.transition_seq', transition_seq + 1"
       : "'$.evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0) + 1",
   );
-  if (sets.length > 0 || counters.length > 0) {
-    doc = `json_set(${doc}${", ?, json(?)".repeat(sets.length)}${counters.map((c) => `, ${c}`).join("")})`;
-    for (const [field, value] of sets) params.push(fieldPath(field), JSON.stringify(value));
+  if (setFields.length > 0 || counters.length > 0) {
+    doc = `json_set(${doc}${", ?, json(?)".repeat(setFields.length)}${counters.map((c) => `, ${c}`).join("")})`;
   }
   const assignments = [`doc = ${doc}`];
   if (write.bump.includes("transition_seq")) assignments.push("transition_seq = transition_seq + 1");
-  const keys = write.keys;
-  if (keys.status !== undefined) {
-    assignments.push("status = ?");
-    params.push(keys.status);
-  }
-  if (keys.recency !== undefined) {
-    assignments.push("updated_at = ?");
-    params.push(keys.recency);
-  }
-  if (keys.owed !== undefined) {
-    const owed = owedColumns(keys.owed);
+  if (write.keys.status !== undefined) assignments.push("status = ?");
+  if (write.keys.recency !== undefined) assignments.push("updated_at = ?");
+  if (write.keys.owed !== undefined)
     assignments.push("owed_intent_id = ?", "owed_at = ?", "owed_quarantined_id = ?", "owed_revision = NULL");
-    params.push(owed.intentId, owed.at, owed.quarantinedId);
-  }
-  if (feed !== undefined) {
-    assignments.push(`feed_before = ${feedBeforeCapture(feed.shape)}`, "write_token = ?");
-    params.push(feed.token);
+  if (shape !== undefined) {
+    const capture = feedBeforeCapture(shape);
+    if (capture !== undefined) assignments.push(`feed_before = ${capture}`);
+    assignments.push("write_token = ?");
   }
   let where = "job_id = ?";
-  params.push(write.jobId);
-  for (const condition of write.conditions) {
-    const term = conditionSql(condition);
-    where += ` AND ${term.sql}`;
-    params.push(...term.params);
-  }
+  for (const condition of write.conditions) where += ` AND ${conditionSql(condition).sql}`;
   // A revise also runs where the doc can be rewritten only: one past SQLite's JSON
   // depth takes its revision beside it (`#reviseBeside`).
   if (isOwedRevision(write)) where += " AND json_valid(doc)";
-  return sql(`UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`, ...params);
+  return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`;
 }
 
 /** A revise: the one write that may land beside a doc SQLite cannot rewrite. */
