@@ -10,7 +10,6 @@ import {
   type FeedPage,
   type FeedQuery,
   type FeedWriteShape,
-  feedShapeKey,
   feedShapeOf,
   invalidCursor,
   type JobListing,
@@ -120,9 +119,10 @@ export class SqlJobStore extends JobStoreBase {
 
   /** The write's UPDATE and its feed rows' statements, in batch order. */
   #updateStatements(write: RecordWrite, token: string): SqlStatement[] {
-    if (write.feed === undefined) return [compileUpdate(write, undefined)];
-    const shape = feedShapeOf(write);
-    return [compileUpdate(write, { token, shape }), ...feedRowStatements(write.jobId, token, write.feed, shape)];
+    const plan = planOf(write);
+    const update = { sql: plan.text, params: updateParams(write, plan.setFields, plan.shape === undefined ? undefined : token) };
+    if (plan.shape === undefined || write.feed === undefined) return [update];
+    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape)];
   }
 
   /**
@@ -186,9 +186,15 @@ export class SqlJobStore extends JobStoreBase {
    * (inserting a line is inserting it once).
    */
   protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
-    const required = writes.filter((w) => w.kind === "update" && w.optional !== true);
+    let updates = 0;
+    const required: AtomicWrite[] = [];
+    for (const w of writes) {
+      if (w.kind !== "update") continue;
+      updates++;
+      if (w.optional !== true) required.push(w);
+    }
     const [only] = required;
-    if (required.length === 1 && required.length === writes.filter((w) => w.kind === "update").length && only?.kind === "update") {
+    if (required.length === 1 && updates === 1 && only?.kind === "update") {
       const token = this.#token();
       const [update, ...feed] = this.#updateStatements(only.write, token);
       const lines = writes.flatMap((w) => (w.kind === "insertEvent" ? [insertEventAfter(w.entry, only.write.jobId, token)] : []));
@@ -427,37 +433,56 @@ function fieldPath(field: string): string {
 }
 
 /** The write as one `UPDATE … RETURNING doc`; with `feed`, capturing what its class's feed rules compare and stamping the token. */
-function compileUpdate(write: RecordWrite, feed: { token: string; shape: FeedWriteShape } | undefined): SqlStatement {
-  // The text depends only on the write's form (its fields, counters, keys, conditions,
-  // feed shape), a few dozen forms in all: kept by form; the values are bound each time.
+/**
+ * What a write's form decides, kept by form (a store's writes have a few dozen): its
+ * UPDATE's text and its feed shape. The form is what the text and the shape depend
+ * on: the fields it sets (and the status it sets), unsets and bumps, the keys it
+ * moves, whether the feed tells it, and its conditions (the status a `statusIn` of
+ * one pins). The values are bound each time (`updateParams`).
+ */
+interface WritePlan {
+  readonly text: string;
+  readonly setFields: readonly string[];
+  readonly shape: FeedWriteShape | undefined;
+}
+
+const PLANS = new Map<string, WritePlan>();
+
+function planOf(write: RecordWrite): WritePlan {
   const setFields = Object.keys(write.set);
   const keys = write.keys;
-  let form = `${write.unset.join(",")}|${setFields.join(",")}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}|${feed === undefined ? "-" : feedShapeKey(feed.shape)}|`;
-  for (const c of write.conditions)
-    form += `${c.kind}${c.kind === "statusIn" ? c.statuses.length : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
-  let text = UPDATE_TEXTS.get(form);
-  if (text === undefined) {
-    text = updateText(write, setFields, feed?.shape);
-    if (UPDATE_TEXTS.size >= 1024) UPDATE_TEXTS.clear();
-    UPDATE_TEXTS.set(form, text);
+  const status = write.set.status;
+  let form = `${write.unset.join(",")}|${setFields.join(",")}|${typeof status === "string" ? status : ""}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}|${write.feed === undefined ? "-" : "f"}|`;
+  for (const c of write.conditions) {
+    form += `${c.kind}${c.kind === "statusIn" ? (c.statuses.length === 1 ? `=${c.statuses[0]}` : c.statuses.length) : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
   }
+  let plan = PLANS.get(form);
+  if (plan === undefined) {
+    const shape = write.feed === undefined ? undefined : feedShapeOf(write);
+    plan = { text: updateText(write, setFields, shape), setFields, shape };
+    if (PLANS.size >= 1024) PLANS.clear();
+    PLANS.set(form, plan);
+  }
+  return plan;
+}
+
+/** The UPDATE's parameters, in the order `updateText` places them. */
+function updateParams(write: RecordWrite, setFields: readonly string[], token: string | undefined): SqlValue[] {
   const params: SqlValue[] = [];
   for (const field of write.unset) params.push(fieldPath(field));
   for (const field of setFields) params.push(fieldPath(field), JSON.stringify(write.set[field]));
+  const keys = write.keys;
   if (keys.status !== undefined) params.push(keys.status);
   if (keys.recency !== undefined) params.push(keys.recency);
   if (keys.owed !== undefined) {
     const owed = owedColumns(keys.owed);
     params.push(owed.intentId, owed.at, owed.quarantinedId);
   }
-  if (feed !== undefined) params.push(feed.token);
+  if (token !== undefined) params.push(token);
   params.push(write.jobId);
   for (const condition of write.conditions) params.push(...conditionSql(condition).params);
-  return { sql: text, params };
+  return params;
 }
-
-/** An UPDATE's text, by form (`compileUpdate`); its parameters in the order `compileUpdate` binds them. */
-const UPDATE_TEXTS = new Map<string, string>();
 
 function updateText(write: RecordWrite, setFields: readonly string[], shape: FeedWriteShape | undefined): string {
   let doc = "doc";
