@@ -6,10 +6,11 @@
  * intent as two writes, line first. (tests/engine/atomic-multi-write.test.ts shows the
  * transaction itself on DynamoDB Local.)
  */
-import { countRequests, createJobTable, DynamoJobStore, type RequestCounter } from "@mam/aws";
+import { createJobTable, DynamoJobStore } from "@mam/aws";
 import { type AtomicOutcome, type AtomicWrite, type EventLogEntry, type JobRecord, MamError } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type DynamoPeer, startDynalite } from "../support/aws-peers.ts";
+import { countRequests, type RequestCounter } from "../support/count-requests.ts";
 import { jobRecord } from "../support/records.ts";
 import { rejection } from "../support/rejection.ts";
 

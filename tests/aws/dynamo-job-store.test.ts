@@ -10,7 +10,6 @@ import {
 } from "@aws-sdk/client-dynamodb";
 import { marshall } from "@aws-sdk/util-dynamodb";
 import {
-  countRequests,
   createJobTable,
   DynamoJobStore,
   feedWriteOfStreamRecord,
@@ -19,7 +18,6 @@ import {
   jobItem,
   jobRecordOfNewImage,
   KEY_ATTRIBUTES,
-  type RequestCounter,
   recordFromConditionFailure,
   storeFailure,
 } from "@mam/aws";
@@ -35,6 +33,7 @@ import {
 } from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type DynamoPeer, startDynamoPeer } from "../support/aws-peers.ts";
+import { countRequests, type RequestCounter } from "../support/count-requests.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { jobRecord } from "../support/records.ts";
 import { rejection } from "../support/rejection.ts";

@@ -1,11 +1,12 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
-import { countRequests, IOT_MAX_PAYLOAD_BYTES, IotPublisher } from "@mam/aws";
+import { IOT_MAX_PAYLOAD_BYTES, IotPublisher } from "@mam/aws";
 import { MamError } from "@mam/core";
 import { type EmbeddedBroker, startEmbeddedBroker } from "@mam/local";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type IotStandIn, startIotStandIn } from "../support/aws-peers.ts";
+import { countRequests } from "../support/count-requests.ts";
 import { rejection } from "../support/rejection.ts";
 import { subscribe } from "../support/subscriber.ts";
 

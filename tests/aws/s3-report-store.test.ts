@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from "@aws-sdk/client-s3";
-import { countRequests, createS3Client, type RequestCounter, S3ReportStore } from "@mam/aws";
+import { createS3Client, S3ReportStore } from "@mam/aws";
 import { MamError } from "@mam/core";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type S3rverPeer, startS3rver } from "../support/aws-peers.ts";
+import { countRequests, type RequestCounter } from "../support/count-requests.ts";
 import { rejection } from "../support/rejection.ts";
 
 let peer: S3rverPeer;

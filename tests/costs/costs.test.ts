@@ -14,7 +14,6 @@
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import { type DynamoDBClient, ScanCommand } from "@aws-sdk/client-dynamodb";
-import { countRequests, type RequestCounter } from "@mam/aws";
 import {
   type Deps,
   evaluateJob,
@@ -36,6 +35,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readyJob } from "../seed/scenario.ts";
 import { type AwsPeers, type AwsPorts, startAwsPeers } from "../support/aws-backend.ts";
 import { DYNAMODB_PEER, type DynamoEngine } from "../support/aws-peers.ts";
+import { countRequests, type RequestCounter } from "../support/count-requests.ts";
 import { jobRecord } from "../support/records.ts";
 import { countingConnection } from "../support/sqlite-rows-read.ts";
 import { tempDir } from "../support/temp-dir.ts";

@@ -8,10 +8,11 @@
  * through the one peer factory.
  */
 import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
-import { countRequests, createJobTable, DynamoJobStore, type RequestCounter } from "@mam/aws";
+import { createJobTable, DynamoJobStore } from "@mam/aws";
 import type { AtomicOutcome, AtomicWrite, EventLogEntry, JobRecord, NotificationIntent, RecordWrite } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type DynamoPeer, startDynamoPeer } from "../support/aws-peers.ts";
+import { countRequests, type RequestCounter } from "../support/count-requests.ts";
 import { jobRecord } from "../support/records.ts";
 
 /** The store with its protected primitive in reach of the test. */

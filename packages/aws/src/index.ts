@@ -1,4 +1,3 @@
-export { countRequests, type MiddlewareHost, type RequestCounter } from "./count-requests.ts";
 export { DEFAULT_FEED_DELAY_MS, DynamoJobStore, type DynamoJobStoreOptions, recordFromConditionFailure } from "./dynamo-job-store.ts";
 export { IOT_MAX_PAYLOAD_BYTES, IotPublisher, type IotPublisherOptions } from "./iot-publisher.ts";
 export {
