@@ -39,7 +39,7 @@ import { type AttributeValue, ScanCommand } from "@aws-sdk/client-dynamodb";
 import { DescribeStreamCommand, GetRecordsCommand, GetShardIteratorCommand } from "@aws-sdk/client-dynamodb-streams";
 import { IoTDataPlaneClient } from "@aws-sdk/client-iot-data-plane";
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command } from "@aws-sdk/client-s3";
-import { createApp, createTokenService } from "@mam/api";
+import { createApp, createTokenService, SCOPES } from "@mam/api";
 import { createJobTable, DynamoJobStore, IotPublisher, S3ReportStore } from "@mam/aws";
 import { toLambdaRecord } from "@mam/aws/stream-records";
 import { type Deps, type Ids, type JobStore, type Publisher, parseFlags, type ReportStore } from "@mam/core";
@@ -88,7 +88,7 @@ async function runStory(s: Story, prefix: string): Promise<Expectations> {
   };
   const tokens = createTokenService({ signingKey: FIXTURE_SIGNING_KEY, clock });
   const app = createApp({ deps, tokens, log: () => {}, feed: { streaming: false }, sweepGraceSeconds: 0 });
-  const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);
+  const operator = tokens.mintOperator(SCOPES);
   const call = async (method: string, url: string, token: string, body?: unknown, headers: Record<string, string> = {}) => {
     const init: RequestInit = { method, headers: { authorization: `Bearer ${token}`, ...headers } };
     if (typeof body === "string") init.body = body;
@@ -279,7 +279,7 @@ async function captureDataDir(out: string): Promise<Expectations> {
     path.join(target, "credentials.json"),
     `${JSON.stringify(
       {
-        operator_token: tokens.mintOperator(["read", "write", "gate", "ops"]),
+        operator_token: tokens.mintOperator(SCOPES),
         signing_key: FIXTURE_SIGNING_KEY,
         mqtt: { username: "mam-service", password: "fixture-password" },
       },

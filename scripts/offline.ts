@@ -31,7 +31,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
-import { createTokenService, verifySubscriberLogin } from "@mam/api";
+import { createTokenService, SCOPES, verifySubscriberLogin } from "@mam/api";
 import { createJobTable, createS3Client } from "@mam/aws";
 import { systemClock } from "@mam/core";
 import { type Credentials, dataDirPaths, ensurePortsFree, readCredentials, secureDataDir, startEmbeddedBroker } from "@mam/local";
@@ -72,7 +72,7 @@ async function ensureCredentials(dir: string): Promise<{ credentials: Credential
   const signingKey = randomBytes(32).toString("base64url");
   const tokens = createTokenService({ signingKey, clock: systemClock });
   const credentials: Credentials = {
-    operator_token: tokens.mintOperator(["read", "write", "gate", "ops"]),
+    operator_token: tokens.mintOperator(SCOPES),
     signing_key: signingKey,
     mqtt: { username: "mam-service", password: randomBytes(24).toString("base64url") },
   };

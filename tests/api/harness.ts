@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { type AppOptions, createApp, createTokenService, type TokenService } from "@mam/api";
+import { type AppOptions, createApp, createTokenService, SCOPES, type TokenService } from "@mam/api";
 import {
   type Deps,
   type DiskSpace,
@@ -138,7 +138,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     feed: opts.feed ?? { streaming: false },
   };
   const app = createApp(appOpts) as unknown as Hono;
-  const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);
+  const operator = tokens.mintOperator(SCOPES);
   return {
     app,
     deps,

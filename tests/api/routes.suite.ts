@@ -685,7 +685,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         const good = h.operator;
         const [header, payload, sig] = good.split(".") as [string, string, string];
         const claims = JSON.parse(Buffer.from(payload, "base64url").toString());
-        const tampered = `${header}.${Buffer.from(JSON.stringify({ ...claims, scopes: ["read", "write", "gate", "ops"], jti: "x" })).toString("base64url")}.${sig}`;
+        const tampered = `${header}.${Buffer.from(JSON.stringify({ ...claims, scopes: SCOPES, jti: "x" })).toString("base64url")}.${sig}`;
         const none = `${Buffer.from(JSON.stringify({ alg: "none", typ: "JWT" })).toString("base64url")}.${payload}.`;
         const cases: [string, Record<string, string>][] = [
           ["garbage", { authorization: "Bearer not-a-token" }],

@@ -5,7 +5,7 @@
  */
 import { rm } from "node:fs/promises";
 import path from "node:path";
-import { createApp, createTokenService } from "@mam/api";
+import { createApp, createTokenService, SCOPES } from "@mam/api";
 import { createMamClient, ok } from "@mam/client";
 import { type Deps, isMamError, type MamError, parseFlags, randomIds, systemClock } from "@mam/core";
 import { FileReportStore, SqliteJobStore } from "@mam/local";
@@ -31,7 +31,7 @@ beforeAll(async () => {
     flags: parseFlags({}),
   };
   const tokens = createTokenService({ signingKey: "client-test-signing-key-0123456789abcdef", clock: systemClock });
-  operator = tokens.mintOperator(["read", "write", "gate", "ops"]);
+  operator = tokens.mintOperator(SCOPES);
   const app = createApp({ deps, tokens, log: () => undefined });
   appFetch = async (input, init) => app.fetch(new Request(input, init));
 });

@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { createApp, createTokenService } from "@mam/api";
+import { createApp, createTokenService, SCOPES } from "@mam/api";
 import { EXIT_CODES, runCli } from "@mam/cli";
 import { createMamClient, ok } from "@mam/client";
 import { ERROR_TABLE, parseFlags, randomIds, systemClock } from "@mam/core";
@@ -43,7 +43,7 @@ describe("e2e: the mam command", () => {
     const store = openDataDir(dataDir, { allowAbsolute: false });
     const publisher = new MqttPublisher({ url: `mqtt://127.0.0.1:${mqttPort}`, connectTimeoutMs: 500, publishTimeoutMs: 1000 });
     const tokens = createTokenService({ signingKey: "cli-usage-signing-key-0123456789abcdef", clock: systemClock });
-    const operator = tokens.mintOperator(["read", "write", "gate", "ops"]);
+    const operator = tokens.mintOperator(SCOPES);
     const app = createApp({
       deps: { jobs: store.jobs, reports: store.reports, publisher, clock: systemClock, ids: randomIds, flags: parseFlags({}) },
       tokens,

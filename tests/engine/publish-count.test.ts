@@ -22,7 +22,7 @@
  * on the same test clock that stamped them.
  */
 import { randomUUID } from "node:crypto";
-import { type AppEnv, createTokenService } from "@mam/api";
+import { type AppEnv, createTokenService, SCOPES } from "@mam/api";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
 import { bookkeeping, type JobRecord } from "@mam/core";
 import type { Hono } from "hono";
@@ -78,7 +78,7 @@ describe("publish count on AWS: the stream publisher is the one path (DynamoDB L
   it("the http function commits an agent event, a notifying transition and a cancel without publishing any of them (the stream publisher does)", async () => {
     const clock = new TestClock(new Date().toISOString(), { tickMs: 1 });
     const app = await composeHttpApp(await awsEnv(), { credentials: CREDENTIALS, clock, log: () => undefined });
-    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(["read", "write", "gate", "ops"]);
+    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(SCOPES);
     const before = peers.iot.accepted.length;
 
     const reg = await call(app, operator, "POST", "/v1/jobs", { prompt: "p", agent: "codex" });
@@ -112,7 +112,7 @@ describe("publish count on AWS: the stream publisher is the one path (DynamoDB L
     const clock = new TestClock(new Date().toISOString(), { tickMs: 1 });
     const app = await composeHttpApp(env, { credentials: CREDENTIALS, clock, log: () => undefined });
     const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, clock, log: () => undefined });
-    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(["read", "write", "gate", "ops"]);
+    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(SCOPES);
     const reg = await call(app, operator, "POST", "/v1/jobs", { prompt: "p", agent: "codex" });
     const jobId = reg.body.job_id as string;
     const claim = await call(app, operator, "POST", `/v1/jobs/${jobId}/transitions`, { action: "claim", expected_seq: 0, notify: true });
@@ -136,7 +136,7 @@ describe("publish count on AWS: the stream publisher is the one path (DynamoDB L
     const env = await awsEnv();
     const clock = new TestClock(new Date().toISOString(), { tickMs: 1 });
     const app = await composeHttpApp(env, { credentials: CREDENTIALS, clock, log: () => undefined });
-    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(["read", "write", "gate", "ops"]);
+    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(SCOPES);
     const reg = await call(app, operator, "POST", "/v1/jobs", { prompt: "p", agent: "codex" });
     const jobId = reg.body.job_id as string;
     const claim = await call(app, operator, "POST", `/v1/jobs/${jobId}/transitions`, { action: "claim", expected_seq: 0, notify: true });
@@ -164,7 +164,7 @@ describe("publish count on AWS: commit -> the table's stream -> the stream publi
     const store = new DynamoJobStore({ client: peers.dynamo.client, tableName });
     // The feed as the stream function wrote it, read with no delay on the clock that stamped its rows.
     const feed = new DynamoJobStore({ client: peers.dynamo.client, tableName, feedDelayMs: 0, clock });
-    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(["read", "write", "gate", "ops"]);
+    const operator = createTokenService({ signingKey: SIGNING_KEY, clock }).mintOperator(SCOPES);
     const sub = await subscribe(peers.broker.url, "mam/#");
     const committed: Committed[] = [];
     const lastIntentOf = new Map<string, string | undefined>();

@@ -5,7 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { SSMClient } from "@aws-sdk/client-ssm";
-import { createTokenService } from "@mam/api";
+import { createTokenService, SCOPES } from "@mam/api";
 import { systemClock } from "@mam/core";
 import type { LambdaEvent } from "hono/aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -23,7 +23,7 @@ import {
   TRANSACTIONS,
 } from "./support.ts";
 
-const operatorToken = createTokenService({ signingKey: SIGNING_KEY, clock: systemClock }).mintOperator(["read", "write", "gate", "ops"]);
+const operatorToken = createTokenService({ signingKey: SIGNING_KEY, clock: systemClock }).mintOperator(SCOPES);
 const context = lambdaContext("mam-dev-http");
 
 /** API Gateway HTTP API, payload format 2.0. */

@@ -14,7 +14,7 @@
  */
 import { rmSync } from "node:fs";
 import { type AttributeValue, PutItemCommand } from "@aws-sdk/client-dynamodb";
-import { createTokenService } from "@mam/api";
+import { createTokenService, SCOPES } from "@mam/api";
 import { createS3Client, S3ReportStore } from "@mam/aws/s3";
 import {
   type Deps,
@@ -248,7 +248,7 @@ const resource = (id: string): Resource => {
   return r;
 };
 
-const operatorToken = createTokenService({ signingKey: SIGNING_KEY, clock: systemClock }).mintOperator(["read", "write", "gate", "ops"]);
+const operatorToken = createTokenService({ signingKey: SIGNING_KEY, clock: systemClock }).mintOperator(SCOPES);
 
 function request(method: string, path: string, body?: unknown): Event {
   const base = lambdaFixture<Event>("http-api-v2-get-job.json");

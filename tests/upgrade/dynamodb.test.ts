@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { PutItemCommand } from "@aws-sdk/client-dynamodb";
-import { createTokenService } from "@mam/api";
+import { createTokenService, SCOPES } from "@mam/api";
 import { migrateJobTable, readTableVersion, TABLE_SCHEMA_VERSION, TABLE_STEPS, TABLE_VERSION_KEY, type TableTarget } from "@mam/aws";
 import { runCli } from "@mam/cli";
 import { type MigrationStep, systemClock } from "@mam/core";
@@ -27,7 +27,7 @@ import { subscribe } from "../support/subscriber.ts";
 import { completedJobs, expectations, FIXTURE_BUCKET, FIXTURE_SIGNING_KEY, fixtureDir, restoreBucket, restoreTable } from "./fixtures.ts";
 
 const V1 = expectations(1, "dynamodb");
-const operator = createTokenService({ signingKey: FIXTURE_SIGNING_KEY, clock: systemClock }).mintOperator(["read", "write", "gate", "ops"]);
+const operator = createTokenService({ signingKey: FIXTURE_SIGNING_KEY, clock: systemClock }).mintOperator(SCOPES);
 const v1FeedRows = (JSON.parse(readFileSync(path.join(fixtureDir(1), "dynamodb", "items.json"), "utf8")) as { pk: { S: string } }[]).filter(
   (i) => /^FEED#/.test(i.pk.S),
 ).length;

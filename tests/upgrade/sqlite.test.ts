@@ -11,7 +11,7 @@
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
-import { createTokenService } from "@mam/api";
+import { createTokenService, SCOPES } from "@mam/api";
 import { runCli, startService } from "@mam/cli";
 import { MamError, parseConfig, systemClock, verifyAttemptReport } from "@mam/core";
 import { migrateDataDir, migrateSqlite, SQLITE_SCHEMA_VERSION, SQLITE_STEPS, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
@@ -23,7 +23,7 @@ import { subscribe } from "../support/subscriber.ts";
 import { completedJobs, copyDataDir, expectations, FIXTURE_SIGNING_KEY } from "./fixtures.ts";
 
 const V1 = expectations(1, "data-dir");
-const operator = createTokenService({ signingKey: FIXTURE_SIGNING_KEY, clock: systemClock }).mintOperator(["read", "write", "gate", "ops"]);
+const operator = createTokenService({ signingKey: FIXTURE_SIGNING_KEY, clock: systemClock }).mintOperator(SCOPES);
 
 /** The database's layout: every table's and index's SQL, and its version. */
 function layoutOf(file: string): { version: number; schema: string[] } {

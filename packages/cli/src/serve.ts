@@ -2,7 +2,7 @@ import { randomBytes, timingSafeEqual } from "node:crypto";
 import { chmod, open } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
-import { createApp, createTokenService, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
+import { createApp, createTokenService, SCOPES, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
 import {
   type Clock,
   type Config,
@@ -47,7 +47,7 @@ async function ensureCredentials(dir: string): Promise<{ credentials: Credential
   const signingKey = randomBytes(32).toString("base64url");
   const tokens = createTokenService({ signingKey, clock: systemClock });
   const credentials: Credentials = {
-    operator_token: tokens.mintOperator(["read", "write", "gate", "ops"]),
+    operator_token: tokens.mintOperator(SCOPES),
     signing_key: signingKey,
     mqtt: { username: "mam-service", password: randomBytes(24).toString("base64url") },
   };
@@ -72,7 +72,7 @@ function withStaticOperator(tokens: TokenService, staticToken: string | undefine
     verify(token) {
       const given = Buffer.from(token);
       if (given.length === expected.length && timingSafeEqual(given, expected)) {
-        return { kind: "operator", tokenId: "MAM_OPERATOR_TOKEN", scopes: ["read", "write", "gate", "ops"] };
+        return { kind: "operator", tokenId: "MAM_OPERATOR_TOKEN", scopes: SCOPES };
       }
       return tokens.verify(token);
     },
