@@ -24,17 +24,18 @@
  * every piece; the exit code is 0 when every piece stopped cleanly.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { randomBytes, randomUUID } from "node:crypto";
-import { chmod, cp, mkdtemp, open, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { randomUUID } from "node:crypto";
+import { cp, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { SendMessageCommand, SQSClient } from "@aws-sdk/client-sqs";
-import { createTokenService, SCOPES, verifySubscriberLogin } from "@mam/api";
+import { createTokenService, verifySubscriberLogin } from "@mam/api";
 import { createJobTable, createS3Client } from "@mam/aws";
+import { ensureCredentials } from "@mam/cli";
 import { systemClock } from "@mam/core";
-import { type Credentials, dataDirPaths, ensurePortsFree, readCredentials, secureDataDir, startEmbeddedBroker } from "@mam/local";
+import { dataDirPaths, ensurePortsFree, secureDataDir, startEmbeddedBroker } from "@mam/local";
 import type { DynamoDBBatchResponse, DynamoDBStreamEvent } from "aws-lambda";
 import { build } from "esbuild";
 import { LAMBDA_ENTRIES, lambdaBuildOptions } from "./lambda-bundle.mjs";
@@ -61,29 +62,6 @@ function port(name: string, fallback: number): number {
   if (!Number.isInteger(n) || n < 0 || n > 65_535)
     throw new Error(`${name} must be a port number (0 to 65535), got ${JSON.stringify(raw)}`);
   return n;
-}
-
-/** `<data dir>/credentials.json` as `mam serve` writes it: kept if there, else made once (0600). */
-async function ensureCredentials(dir: string): Promise<{ credentials: Credentials; file: string }> {
-  secureDataDir(dir);
-  const file = dataDirPaths(dir).credentials;
-  const existing = await readCredentials(dir);
-  if (existing) return { credentials: existing, file };
-  const signingKey = randomBytes(32).toString("base64url");
-  const tokens = createTokenService({ signingKey, clock: systemClock });
-  const credentials: Credentials = {
-    operator_token: tokens.mintOperator(SCOPES),
-    signing_key: signingKey,
-    mqtt: { username: "mam-service", password: randomBytes(24).toString("base64url") },
-  };
-  const fh = await open(file, "wx", 0o600);
-  try {
-    await fh.writeFile(`${JSON.stringify(credentials, null, 2)}\n`);
-  } finally {
-    await fh.close();
-  }
-  await chmod(file, 0o600);
-  return { credentials, file };
 }
 
 /**
@@ -240,7 +218,9 @@ async function main(): Promise<void> {
   process.on("SIGTERM", onSignal);
 
   try {
-    const { credentials, file } = await ensureCredentials(dataDir);
+    secureDataDir(dataDir);
+    const file = dataDirPaths(dataDir).credentials;
+    const { credentials } = await ensureCredentials(dataDir);
     const subscriberTokens = createTokenService({ signingKey: credentials.signing_key, clock: systemClock });
     const [ddb, broker, bundled, s3dir] = await Promise.all([
       startDynamoDbLocal(),

@@ -1,4 +1,5 @@
 export type { Backend, FinalizeAnswer, PublishEventAnswer, VerificationAnswer } from "./backend.ts";
 export { type CliIo, runCli } from "./cli.ts";
+export { ensureCredentials } from "./credentials.ts";
 export { EXIT_CODES } from "./exit-codes.ts";
 export { type RunningService, type ServiceOverrides, startService } from "./serve.ts";

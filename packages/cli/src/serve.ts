@@ -1,5 +1,4 @@
-import { randomBytes, timingSafeEqual } from "node:crypto";
-import { chmod, open } from "node:fs/promises";
+import { timingSafeEqual } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
 import { createApp, createTokenService, SCOPES, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
@@ -18,7 +17,6 @@ import {
   systemClock,
 } from "@mam/core";
 import {
-  type Credentials,
   changeRelay,
   connectionCap,
   DEFAULT_DRAIN_TIMEOUT_MS,
@@ -29,39 +27,16 @@ import {
   MqttPublisher,
   migrateDataDir,
   openDataDir,
-  readCredentials,
   secureDataDir,
   softOpenFileLimit,
   startEmbeddedBroker,
 } from "@mam/local";
 import type { CliIo } from "./cli.ts";
+import { ensureCredentials } from "./credentials.ts";
 import { EXIT_CODES } from "./exit-codes.ts";
 
 /** The longest a request's log line waits in memory before it is written. */
 const LOG_FLUSH_MS = 10;
-
-/** Write `credentials.json` once (mode 0600, never over an existing file); return what is there. */
-async function ensureCredentials(dir: string): Promise<{ credentials: Credentials; created: boolean }> {
-  const existing = await readCredentials(dir);
-  if (existing) return { credentials: existing, created: false };
-  const signingKey = randomBytes(32).toString("base64url");
-  const tokens = createTokenService({ signingKey, clock: systemClock });
-  const credentials: Credentials = {
-    operator_token: tokens.mintOperator(SCOPES),
-    signing_key: signingKey,
-    mqtt: { username: "mam-service", password: randomBytes(24).toString("base64url") },
-  };
-  const path = dataDirPaths(dir).credentials;
-  const fh = await open(path, "wx", 0o600);
-  try {
-    await fh.writeFile(`${JSON.stringify(credentials, null, 2)}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await chmod(path, 0o600);
-  return { credentials, created: true };
-}
 
 /** MAM_OPERATOR_TOKEN, when set, is accepted as an operator token with every scope. */
 function withStaticOperator(tokens: TokenService, staticToken: string | undefined): TokenService {
