@@ -21,7 +21,7 @@ import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-p
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import type { SSMClient } from "@aws-sdk/client-ssm";
 import { fromEnv } from "@aws-sdk/credential-providers";
-import { type AppEnv, createApp, createTokenService, statusOf } from "@mam/api";
+import { type AppEnv, appOptionsOf, createApp, createTokenService, statusOf } from "@mam/api";
 import { DynamoJobStore } from "@mam/aws/dynamo";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import { s3Uri } from "@mam/aws/s3-keys";
@@ -300,14 +300,8 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}, metric
   return createApp({
     deps,
     tokens,
-    jsonBodyLimit: config.jsonBodyLimit,
-    reportBodyLimit: config.reportBodyLimit,
-    reportUploadLimit: config.reportUploadLimit,
-    reportUploadTtlSeconds: config.reportUploadTtlSeconds,
+    ...appOptionsOf(config),
     log: overrides.log ?? stdoutLines,
-    sweep: config.sweep,
-    sweepGraceSeconds: config.sweepGraceSeconds,
-    sweepBudgetSeconds: config.sweepBudgetSeconds,
     // One publish path per process: the stream publisher publishes every commit.
     publishInline: false,
     // API Gateway's HTTP API buffers a Lambda's whole answer: the feed's stream answers

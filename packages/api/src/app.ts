@@ -1,5 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { type Deps, MamError, type SweepPolicy } from "@mam/core";
+import { type Config, type Deps, MamError, type SweepPolicy } from "@mam/core";
 import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";
@@ -70,6 +70,30 @@ export interface AppOptions {
  * or a handler, becomes its problem in `app.onError`. The same app runs under
  * @hono/node-server (`mam serve`) and hono/aws-lambda.
  */
+/** What of the app's options the configuration decides, the same for every root (`createApp({ deps, tokens, ...appOptionsOf(config), … })`). */
+export function appOptionsOf(
+  config: Config,
+): Pick<
+  AppOptions,
+  | "jsonBodyLimit"
+  | "reportBodyLimit"
+  | "reportUploadLimit"
+  | "reportUploadTtlSeconds"
+  | "sweep"
+  | "sweepGraceSeconds"
+  | "sweepBudgetSeconds"
+> {
+  return {
+    jsonBodyLimit: config.jsonBodyLimit,
+    reportBodyLimit: config.reportBodyLimit,
+    reportUploadLimit: config.reportUploadLimit,
+    reportUploadTtlSeconds: config.reportUploadTtlSeconds,
+    sweep: config.sweep,
+    sweepGraceSeconds: config.sweepGraceSeconds,
+    sweepBudgetSeconds: config.sweepBudgetSeconds,
+  };
+}
+
 export function createApp(opts: AppOptions): Hono<AppEnv> {
   const services: Services = {
     deps: opts.deps,

@@ -1,5 +1,5 @@
 export { type Access, type AgentBinding, assertLatestAttempt, authorize, type PathParams } from "./access.ts";
-export { type AppEnv, type AppOptions, createApp, DEFAULT_JSON_BODY_LIMIT, DEFAULT_REPORT_BODY_LIMIT } from "./app.ts";
+export { type AppEnv, type AppOptions, appOptionsOf, createApp, DEFAULT_JSON_BODY_LIMIT, DEFAULT_REPORT_BODY_LIMIT } from "./app.ts";
 export { DOCS_ASSETS } from "./docs.ts";
 export {
   HTTP_STATUS,

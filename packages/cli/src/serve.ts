@@ -1,7 +1,7 @@
 import { timingSafeEqual } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
-import { createApp, createTokenService, SCOPES, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
+import { appOptionsOf, createApp, createTokenService, SCOPES, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
 import {
   type Clock,
   type Config,
@@ -230,14 +230,8 @@ export async function startService(
   const app = createApp({
     deps,
     tokens,
-    jsonBodyLimit: config.jsonBodyLimit,
-    reportBodyLimit: config.reportBodyLimit,
-    reportUploadLimit: config.reportUploadLimit,
-    reportUploadTtlSeconds: config.reportUploadTtlSeconds,
+    ...appOptionsOf(config),
     log,
-    sweep: config.sweep,
-    sweepGraceSeconds: config.sweepGraceSeconds,
-    sweepBudgetSeconds: config.sweepBudgetSeconds,
     // One publish path per process: the relay publishes every commit, so a request
     // that commits does not publish too (it answers without `published`).
     publishInline: false,
