@@ -122,6 +122,50 @@ export function atomicWriteContract(name: string, open: () => Promise<AtomicSubj
         expect(await events(s, "d")).toEqual([]);
       }));
 
+    it("a required update the feed does not tell (no note) and a line: both", () =>
+      withSubject(async (s) => {
+        await s.store.create(owing("j", "n-1"));
+        const { feed: _, ...quiet } = settle("j", "n-1");
+        expect(
+          await s.atomically([
+            { kind: "insertEvent", entry: line("j", "e-1") },
+            { kind: "update", write: quiet },
+          ]),
+        ).toEqual({ committed: true, held: [] });
+        expect((await s.store.get("j"))?.pending_notification).toBeUndefined();
+        expect(await events(s, "j")).toEqual([line("j", "e-1")]);
+      }));
+
+    it("parts are decided in order: a required update an earlier optional one made fail fails the whole write", () =>
+      withSubject(async (s) => {
+        const record = owing("j", "n-1");
+        await s.store.create(record);
+        expect(
+          await s.atomically([
+            { kind: "insertEvent", entry: line("j", "e-1") },
+            { kind: "update", write: settle("j", "n-1"), optional: true },
+            { kind: "update", write: settle("j", "n-1") },
+          ]),
+        ).toEqual({ committed: false });
+        expect(await s.store.get("j")).toEqual(record);
+        expect(await events(s, "j")).toEqual([]);
+      }));
+
+    it("parts are decided in order: two required updates of which the first makes the second fail: nothing", () =>
+      withSubject(async (s) => {
+        const record = owing("j", "n-1");
+        await s.store.create(record);
+        expect(
+          await s.atomically([
+            { kind: "update", write: settle("j", "n-1") },
+            { kind: "update", write: settle("j", "n-1") },
+            { kind: "insertEvent", entry: line("j", "e-1") },
+          ]),
+        ).toEqual({ committed: false });
+        expect(await s.store.get("j")).toEqual(record);
+        expect(await events(s, "j")).toEqual([]);
+      }));
+
     it("a line already in the log counts as written: it stays as it was, and the update commits", () =>
       withSubject(async (s) => {
         await s.store.create(owing("j", "n-1"));

@@ -83,25 +83,33 @@ export class MemoryJobStore extends JobStoreBase {
     return { written: true, record: structuredClone(next) };
   }
 
-  /** Every record write's condition first, then every write (a line already logged left as it is): all or nothing, in one synchronous step. */
+  /**
+   * The parts decided in order, as one commit would run them (an earlier part may
+   * change what a later one reads), on a scratch copy first: a required update that
+   * does not hold then leaves everything as it was; otherwise the same parts are
+   * written (a line already logged left as it is), in one synchronous step.
+   */
   protected override async writeAtomically(writes: readonly AtomicWrite[]): Promise<AtomicOutcome> {
-    const holds = (write: RecordWrite) => {
-      const current = this.#jobs.get(write.jobId);
-      return current !== undefined && writeHolds(current, write);
-    };
-    for (const w of writes) if (w.kind === "update" && w.optional !== true && !holds(w.write)) return { committed: false };
+    const scratch = new Map<string, JobRecord | undefined>();
+    const decided: boolean[] = [];
+    for (const w of writes) {
+      if (w.kind !== "update") continue;
+      const current = scratch.has(w.write.jobId) ? scratch.get(w.write.jobId) : this.#jobs.get(w.write.jobId);
+      const holds = current !== undefined && writeHolds(current, w.write);
+      if (!holds && w.optional !== true) return { committed: false };
+      if (holds && current !== undefined) scratch.set(w.write.jobId, applyRecordWrite(current, w.write));
+      decided.push(holds);
+    }
     const held: boolean[] = [];
+    let at = 0;
     for (const w of writes) {
       if (w.kind === "insertEvent") {
         this.#append(w.entry);
-      } else if (w.optional !== true) {
-        this.#update(w.write);
-      } else {
-        // Decided in order, as one commit would: an earlier part may have changed what it reads.
-        const holdsNow = holds(w.write);
-        if (holdsNow) this.#update(w.write);
-        held.push(holdsNow);
+        continue;
       }
+      const holds = decided[at++] === true;
+      if (holds) this.#update(w.write);
+      if (w.optional === true) held.push(holds);
     }
     return { committed: true, held };
   }

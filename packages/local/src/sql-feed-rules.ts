@@ -140,7 +140,7 @@ class RuleCompiler {
     }
   }
 
-  /** Always 0 or 1, never NULL: `IS`/`IS NOT` for (in)equality, presence checked before `>`. */
+  /** Always 0 or 1, never NULL: `IS`/`IS NOT` for (in)equality, `>` coalesced to 0 where a side is NULL. */
   predicate(predicate: FeedPredicate): string {
     switch (predicate.op) {
       case "created":
@@ -160,9 +160,9 @@ class RuleCompiler {
       case "ne":
         return `(${this.value(predicate.left)} IS NOT ${this.value(predicate.right)})`;
       case "gt": {
-        const left = this.value(predicate.left);
-        const right = this.value(predicate.right);
-        return `(${left} IS NOT NULL AND ${right} IS NOT NULL AND ${left} > ${right})`;
+        // Each side written once, so a side that binds a parameter binds it once: NULL
+        // (a side absent) is false.
+        return `coalesce(${this.value(predicate.left)} > ${this.value(predicate.right)}, 0)`;
       }
       default:
         return predicate satisfies never;

@@ -194,7 +194,8 @@ export class SqlJobStore extends JobStoreBase {
       if (w.optional !== true) required.push(w);
     }
     const [only] = required;
-    if (required.length === 1 && updates === 1 && only?.kind === "update") {
+    // Only a write the feed tells stamps its token (`#updateStatements`): the lines ask for it.
+    if (required.length === 1 && updates === 1 && only?.kind === "update" && only.write.feed !== undefined) {
       const token = this.#token();
       const [update, ...feed] = this.#updateStatements(only.write, token);
       const lines = writes.flatMap((w) => (w.kind === "insertEvent" ? [insertEventAfter(w.entry, only.write.jobId, token)] : []));
