@@ -48,7 +48,7 @@ import type { AwsCredentialIdentityProvider } from "@smithy/types";
 import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
-import { flushStreamRecord, writeFeedRecord } from "./job-stream.ts";
+import { flushStreamRecord, type StreamDeps, writeFeedRecord } from "./job-stream.ts";
 import { type LogSink, logJson, stdoutLines } from "./log.ts";
 import { createMetrics } from "./metrics.ts";
 
@@ -71,11 +71,6 @@ export interface Overrides {
 }
 
 /** What the stream publisher and the sweep need: no report store, no tokens. */
-export type NotifierDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics"> & {
-  /** Where the feed writer writes the change feed's rows (functions/job-stream.ts), and the sweep redrives them. */
-  readonly feed?: Pick<DynamoJobStore, "writeStreamChanges">;
-};
-
 /** A build that runs once; a failure is not remembered, so the next call retries. */
 export function once<T>(build: () => Promise<T>): () => Promise<T> {
   let pending: Promise<T> | undefined;
@@ -130,7 +125,7 @@ function credentialsOf(overrides: Overrides): { credentials: NonNullable<Overrid
  * --table <name>` (or both versions), until it is migrated (a refusal is not
  * remembered: `once`). Composing contacts nothing.
  */
-function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): NotifierDeps {
+function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): StreamDeps {
   const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
   const dynamodb = new DynamoDBClient({
     region,
@@ -310,7 +305,7 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}, metric
   });
 }
 
-export async function composeNotifier(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<NotifierDeps> {
+export async function composeNotifier(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<StreamDeps> {
   return notifierDeps(parseConfig(env), overrides, metrics);
 }
 
@@ -377,7 +372,7 @@ export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Cont
 function streamBatchHandler(
   env: Env,
   overrides: Overrides,
-  handle: (deps: NotifierDeps, record: DynamoDBRecord, log: LogSink) => Promise<void>,
+  handle: (deps: StreamDeps, record: DynamoDBRecord, log: LogSink) => Promise<void>,
 ): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
@@ -426,7 +421,7 @@ export function createFeedWriterHandler(env: Env, overrides: Overrides = {}): St
 async function feedRedriver(
   config: Config,
   overrides: Overrides,
-  deps: NotifierDeps,
+  deps: StreamDeps,
 ): Promise<((log: (entry: Record<string, unknown>) => void) => Promise<FeedRedriveCounts>) | undefined> {
   const queueUrl = config.aws.feedFailureQueueUrl;
   const feed = deps.feed;

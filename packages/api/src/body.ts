@@ -1,7 +1,6 @@
 import { JSON_BODY_MAX_DEPTH, jsonTextDeeperThan, MamError } from "@mam/core";
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import type { AppEnv } from "./context.ts";
 
 /**
  * Request bodies, bounded before they are buffered: a declared Content-Length over
@@ -41,7 +40,7 @@ const JSON_MEDIA_TYPE = /^application\/([a-z-.]+\+)?json/i;
  */
 const UTF8 = new TextDecoder("utf-8", { fatal: true });
 
-export function jsonBody(limit: number): MiddlewareHandler<AppEnv>[] {
+export function jsonBody(limit: number): MiddlewareHandler[] {
   return [
     bodyLimit({
       maxSize: limit,
@@ -86,7 +85,12 @@ function malformed(message: string): MamError {
  * refused (413) before a byte is read; otherwise the route gets the body as an
  * `Upload`, counted chunk by chunk against `limit` unless the route allows more.
  */
-export function reportBody(limit: number, ceiling = limit): MiddlewareHandler<AppEnv> {
+/** The context variable `reportBody` sets (part of the app's `AppEnv`). */
+export interface UploadVariables {
+  upload?: Upload;
+}
+
+export function reportBody<E extends { Variables: UploadVariables }>(limit: number, ceiling = limit): MiddlewareHandler<E> {
   return async (c, next) => {
     const header = c.req.header("content-length");
     let declared: number | undefined;
@@ -99,7 +103,11 @@ export function reportBody(limit: number, ceiling = limit): MiddlewareHandler<Ap
       declared = Number(header.trim());
       if (declared > Math.max(limit, ceiling)) throw tooLarge(limit, "report", `${c.req.path}/upload`);
     }
-    c.set("upload", new Upload(c.req.raw.body, limit, { declaredLength: declared, uploadPath: `${c.req.path}/upload` }));
+    // E's variables include UploadVariables (the bound says so); Hono's `set` is typed on E alone.
+    (c as unknown as Context<{ Variables: UploadVariables }>).set(
+      "upload",
+      new Upload(c.req.raw.body, limit, { declaredLength: declared, uploadPath: `${c.req.path}/upload` }),
+    );
     await next();
   };
 }

@@ -20,16 +20,7 @@ import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
 import { embeddedBackend, namedDataDir } from "./embedded-backend.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
 import { httpBackend } from "./http-backend.ts";
-
-export interface CliIo {
-  readonly env: Readonly<Record<string, string | undefined>>;
-  readonly stdout: (s: string) => void;
-  readonly stderr: (s: string) => void;
-  /** API mode's fetch; the global one by default (tests pass an app's `request`). */
-  readonly fetch?: typeof fetch;
-  /** Ends a long-running command (`mam events --follow`); SIGINT and SIGTERM when absent. */
-  readonly signal?: AbortSignal;
-}
+import type { CliIo } from "./io.ts";
 
 type Options = NonNullable<Parameters<typeof parseArgs>[0]>["options"];
 

@@ -1,5 +1,6 @@
 export type { Backend, FinalizeAnswer, PublishEventAnswer, VerificationAnswer } from "./backend.ts";
-export { type CliIo, runCli } from "./cli.ts";
+export { runCli } from "./cli.ts";
 export { ensureCredentials } from "./credentials.ts";
 export { EXIT_CODES } from "./exit-codes.ts";
+export type { CliIo } from "./io.ts";
 export { type RunningService, type ServiceOverrides, startService } from "./serve.ts";

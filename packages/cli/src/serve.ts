@@ -31,9 +31,9 @@ import {
   softOpenFileLimit,
   startEmbeddedBroker,
 } from "@mam/local";
-import type { CliIo } from "./cli.ts";
 import { ensureCredentials } from "./credentials.ts";
 import { EXIT_CODES } from "./exit-codes.ts";
+import type { CliIo } from "./io.ts";
 
 /** The longest a request's log line waits in memory before it is written. */
 const LOG_FLUSH_MS = 10;

@@ -1,7 +1,6 @@
 import * as z from "zod";
 import { allowedBackends } from "./allowlist.ts";
 import { MamError } from "./errors.ts";
-import type { SweepPolicy } from "./notifier.ts";
 
 const bit = (name: string, dflt: "0" | "1") =>
   z
@@ -137,6 +136,18 @@ const EnvRules = EnvSchema.superRefine((e, ctx) => {
     }
   }
 });
+
+/**
+ * When the recovery sweep retries an owed intent that keeps failing for a reason of
+ * its own (refused by the broker, too large, a record that cannot be flushed or
+ * settled), and when it gives up on it for now.
+ */
+export interface SweepPolicy {
+  /** The N-th failure of its own quarantines the intent (MAM_SWEEP_MAX_FAILURES). */
+  readonly maxFailures: number;
+  /** The wait after the first failure, doubled after each next one up to 64 times (MAM_SWEEP_BACKOFF_SECONDS). */
+  readonly backoffMs: number;
+}
 
 export interface Flags {
   readonly autoComplete: boolean;

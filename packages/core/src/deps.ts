@@ -23,12 +23,7 @@ export interface Deps {
   readonly metrics?: MetricsSink;
 }
 
-/** Who is asking. The engine's table says which actor may do what. */
-export type Actor =
-  | { readonly kind: "operator"; readonly id?: string }
-  | { readonly kind: "agent"; readonly jobId: string; readonly attemptId: number; readonly tokenId?: string };
-
-export const OPERATOR: Actor = { kind: "operator" };
+export { type Actor, OPERATOR } from "./actor.ts";
 
 /**
  * The deps of a use case that needs only some roles of the job store (`jobs`) and

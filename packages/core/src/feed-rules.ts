@@ -1,4 +1,4 @@
-import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, FEED_BEFORE_FIELDS, SERVICE_ACTOR } from "./feed.ts";
+import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, SERVICE_ACTOR } from "./feed.ts";
 import type { RecordWrite } from "./record-write.ts";
 import type { JobRecord } from "./schemas.ts";
 
@@ -17,6 +17,32 @@ import type { JobRecord } from "./schemas.ts";
  * a value is absent (`undefined` in JS, `NULL` in SQL) or a scalar; no operator ever
  * yields "unknown" (SQL's three-valued logic is closed off in the compiler).
  */
+
+/**
+ * The rows one committed write of a job record produces, from the record before it
+ * (`undefined`: the write created it) and after it: core's `FEED_RULES` evaluated in
+ * JavaScript (`rowsOfRules`, feed-rules.ts, where the rows are listed). Pure, so every
+ * adapter and the DynamoDB stream function derive the same rows from the same write;
+ * an SQL store on a batch-only engine compiles the same rules into its batch
+ * (`feedRowStatements` in `@mam/local`). A write that changed nothing the feed tells
+ * (a revise that rewrote the same marks) produces no row. Of `before` it reads only
+ * `status`, `transition_seq`, `evidence_seq`, `latest_attempt`, `finalized_report`
+ * and `pending_notification` (what an adapter must capture of the record before its
+ * write; `FEED_BEFORE_FIELDS`).
+ */
+export function changeRowsOf(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
+  return rowsOfRules(before, after, note);
+}
+
+/** The fields of the record before a write that `changeRowsOf` compares. */
+export const FEED_BEFORE_FIELDS = [
+  "status",
+  "transition_seq",
+  "evidence_seq",
+  "latest_attempt",
+  "finalized_report",
+  "pending_notification",
+] as const;
 
 /** A field of the record before the write that a rule may read: only what an adapter captures (`FEED_BEFORE_FIELDS`). */
 export type FeedBeforeField = (typeof FEED_BEFORE_FIELDS)[number];

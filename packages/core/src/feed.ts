@@ -1,7 +1,6 @@
 import * as z from "zod";
-import type { Actor } from "./deps.ts";
-import { rowsOfRules } from "./feed-rules.ts";
-import { IsoTime, JobId, type JobRecord } from "./schemas.ts";
+import type { Actor } from "./actor.ts";
+import { IsoTime, JobId } from "./schemas.ts";
 
 /**
  * The change feed: one row per committed change of any kind, in commit order, each
@@ -89,34 +88,6 @@ export function changeActorOf(actor: Actor | undefined): ChangeActor {
 export function noteOf(actor: Actor | undefined, extra: Omit<ChangeNote, "actor"> = {}): ChangeNote {
   return { actor: changeActorOf(actor), ...extra };
 }
-
-/**
- * The rows one committed write of a job record produces, from the record before it
- * (`undefined`: the write created it) and after it: core's `FEED_RULES` evaluated in
- * JavaScript (`rowsOfRules`, feed-rules.ts, where the rows are listed). Pure, so every
- * adapter and the DynamoDB stream function derive the same rows from the same write;
- * an SQL store on a batch-only engine compiles the same rules into its batch
- * (`feedRowStatements` in `@mam/local`). A write that changed nothing the feed tells
- * (a revise that rewrote the same marks) produces no row. Of `before` it reads only
- * `status`, `transition_seq`, `evidence_seq`, `latest_attempt`, `finalized_report`
- * and `pending_notification` (what an adapter must capture of the record before its
- * write; `FEED_BEFORE_FIELDS`).
- */
-export function changeRowsOf(before: JobRecord | undefined, after: JobRecord, note: ChangeNote = {}): ChangeDraft[] {
-  // A call, not an alias: feed-rules.ts imports this module, and an alias would be
-  // read while the cycle is still loading.
-  return rowsOfRules(before, after, note);
-}
-
-/** The fields of the record before a write that `changeRowsOf` compares. */
-export const FEED_BEFORE_FIELDS = [
-  "status",
-  "transition_seq",
-  "evidence_seq",
-  "latest_attempt",
-  "finalized_report",
-  "pending_notification",
-] as const;
 
 /** What a feed read asks for. */
 export interface ChangeQuery {

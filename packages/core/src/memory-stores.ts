@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
 import { invalidCursor } from "./bounds.ts";
 import { MamError } from "./errors.ts";
-import { type ChangeNote, type ChangeRow, changeRowsOf } from "./feed.ts";
+import type { ChangeNote, ChangeRow } from "./feed.ts";
+import { changeRowsOf } from "./feed-rules.ts";
 import {
   type AtomicOutcome,
   type AtomicWrite,

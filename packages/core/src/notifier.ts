@@ -1,3 +1,4 @@
+import type { SweepPolicy } from "./config.ts";
 import type { Actor, Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { type ErrorCode, isMamError, MamError } from "./errors.ts";
@@ -124,18 +125,6 @@ export async function settleNotification(
   sent: NotificationIntent,
 ): Promise<boolean> {
   return deps.jobs.settleNotification(jobId, sent.id);
-}
-
-/**
- * When the recovery sweep retries an owed intent that keeps failing for a reason of
- * its own (refused by the broker, too large, a record that cannot be flushed or
- * settled), and when it gives up on it for now.
- */
-export interface SweepPolicy {
-  /** The N-th failure of its own quarantines the intent (MAM_SWEEP_MAX_FAILURES). */
-  readonly maxFailures: number;
-  /** The wait after the first failure, doubled after each next one up to 64 times (MAM_SWEEP_BACKOFF_SECONDS). */
-  readonly backoffMs: number;
 }
 
 export const DEFAULT_SWEEP_POLICY: SweepPolicy = { maxFailures: 5, backoffMs: 60_000 };

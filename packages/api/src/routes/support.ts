@@ -29,8 +29,8 @@ export function routeOpener(app: MamApp, services: Services): RouteOpener {
     // Where the store has no upload address of its own, declared uploads come through the report route.
     // (Asked per request: building the routes, and so the document, touches no store.)
     else if (body !== undefined) {
-      const uploadsHere = reportBody(services.reportLimit, services.reportUpload.maxBytes);
-      const bodiesOnly = reportBody(services.reportLimit);
+      const uploadsHere = reportBody<AppEnv>(services.reportLimit, services.reportUpload.maxBytes);
+      const bodiesOnly = reportBody<AppEnv>(services.reportLimit);
       middleware.push((c, next) => (services.deps.reports.uploadUrl === undefined ? uploadsHere : bodiesOnly)(c, next));
     }
     const own = route.middleware === undefined ? [] : [route.middleware].flat();

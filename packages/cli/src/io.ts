@@ -1,0 +1,10 @@
+/** What a command reads and writes: its environment, its output streams, and how a long one is ended. */
+export interface CliIo {
+  readonly env: Readonly<Record<string, string | undefined>>;
+  readonly stdout: (s: string) => void;
+  readonly stderr: (s: string) => void;
+  /** API mode's fetch; the global one by default (tests pass an app's `request`). */
+  readonly fetch?: typeof fetch;
+  /** Ends a long-running command (`mam events --follow`); SIGINT and SIGTERM when absent. */
+  readonly signal?: AbortSignal;
+}
