@@ -9,6 +9,7 @@ import {
   flushRecord,
   isMamError,
   type JobRecord,
+  jsonLogger,
   MamError,
   type Publisher,
   parseConfig,
@@ -92,17 +93,18 @@ export async function startService(
   log: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
   overrides: ServiceOverrides = {},
 ): Promise<RunningService> {
+  const logger = jsonLogger(log);
   const clock = overrides.clock ?? systemClock;
   const paths = dataDirPaths(config.dataDir);
   // 0700 before anything is kept in it (refused when it cannot be), and whatever an
   // older version left readable by others tightened: prompts and reports are private.
   const { tightened, walked } = secureDataDir(paths.root);
-  if (tightened > 0) log(JSON.stringify({ level: "info", msg: "data dir made private", tightened, walked }));
+  if (tightened > 0) logger.info("data dir made private", { tightened, walked });
   // The job database at this code's schema version before anything listens: a newer
   // one is refused here (store.version, exit 1), an older one upgraded step by step.
   const migrated = migrateDataDir(paths.root);
   if (migrated.applied.length > 0) {
-    log(JSON.stringify({ level: "info", msg: "job database upgraded", from: migrated.from, to: migrated.to, steps: migrated.applied }));
+    logger.info("job database upgraded", { from: migrated.from, to: migrated.to, steps: migrated.applied });
   }
   const { credentials } = await ensureCredentials(paths.root);
 
@@ -145,19 +147,15 @@ export async function startService(
       // Writes never wait for a subscriber to read; one that falls this far behind is dropped.
       maxOutgoingBytes: config.mqttSessions.maxOutgoingBytes,
       onConnectRefused: (clientId, code, reason) =>
-        log(JSON.stringify({ level: "info", msg: "mqtt connect refused", client_id: clientId, connack: code, detail: reason })),
+        logger.info("mqtt connect refused", { client_id: clientId, connack: code, detail: reason }),
       // A subscriber that stops reading is dropped well before a publish would time out.
       drainTimeoutMs: Math.min(DEFAULT_DRAIN_TIMEOUT_MS, Math.floor(config.publishTimeoutMs / 2)),
-      onError: (error) => log(JSON.stringify({ level: "warn", msg: "mqtt broker error", detail: error.message })),
+      onError: (error) => logger.warn("mqtt broker error", { detail: error.message }),
       onSessionQueueFull: (clientId) =>
-        log(
-          JSON.stringify({
-            level: "warn",
-            msg: "mqtt session queue full",
-            client_id: clientId,
-            detail: "new messages are not queued for it until it reconnects and drains; it can catch up from the feed",
-          }),
-        ),
+        logger.warn("mqtt session queue full", {
+          client_id: clientId,
+          detail: "new messages are not queued for it until it reconnects and drains; it can catch up from the feed",
+        }),
     });
     publisher = broker.publisher({ timeoutMs: config.publishTimeoutMs });
     mqttUrl = broker.url;
@@ -173,25 +171,13 @@ export async function startService(
       password: config.mqttPassword,
       publishTimeoutMs: config.publishTimeoutMs,
       onConnectionChange: (connected) =>
-        log(
-          JSON.stringify(
-            connected ? { level: "info", msg: "mqtt connected" } : { level: "warn", msg: "mqtt disconnected", detail: "reconnecting" },
-          ),
-        ),
+        connected ? logger.info("mqtt connected") : logger.warn("mqtt disconnected", { detail: "reconnecting" }),
     });
   }
   const store = openDataDir(paths.root, { allowAbsolute: false });
   const queue = new JobFlushQueue();
   const relayLog = (jobId: string, outcome: string, detail?: string) =>
-    log(
-      JSON.stringify({
-        level: outcome === "failed" ? "warn" : "info",
-        msg: "relay",
-        job_id: jobId,
-        outcome,
-        ...(detail ? { detail } : {}),
-      }),
-    );
+    logger.log(outcome === "failed" ? "warn" : "info", "relay", { job_id: jobId, outcome, ...(detail ? { detail } : {}) });
   // The relay's deps publish through the same stores; its own settles are bookkeeping and owe nothing.
   //
   // Each flush sends the newest record this process committed for its job, as the
@@ -244,14 +230,14 @@ export async function startService(
         policy: config.sweep,
         graceMs,
         budgetMs: config.sweepBudgetSeconds * 1000,
-        log: (entry) => log(JSON.stringify({ msg: entry.event, ...entry })),
+        log: (entry) => logger.info(String(entry.event), entry),
       });
       if (r.owed > 0) {
         const counts = { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried };
-        log(JSON.stringify({ level: "info", msg: "sweep", ...counts }));
+        logger.info("sweep", counts);
       }
     } catch (e) {
-      log(JSON.stringify({ level: "warn", msg: "sweep failed", detail: isMamError(e) ? e.message : String(e) }));
+      logger.warn("sweep failed", { detail: isMamError(e) ? e.message : String(e) });
     }
   };
   // The first sweep runs now: the embedded broker resolved above only once it had

@@ -10,6 +10,7 @@ export * from "./feed-rules.ts";
 export * from "./finalize.ts";
 export * from "./gate.ts";
 export * from "./leases.ts";
+export * from "./logger.ts";
 export * from "./memory-stores.ts";
 export * from "./metrics.ts";
 export * from "./notifier.ts";
