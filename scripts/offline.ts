@@ -42,6 +42,7 @@ import { LAMBDA_ENTRIES, lambdaBuildOptions } from "./lambda-bundle.mjs";
 import { REPO_ROOT, scheduleRateMsOf, streamMappingOf } from "./offline/serverless-yml.ts";
 import { startDynamoDbLocal } from "./peers/dynamodb-local.ts";
 import { startIotStandIn } from "./peers/iot-stand-in.ts";
+import { loadS3rver } from "./peers/s3rver.ts";
 import { startSqsStandIn } from "./peers/sqs-stand-in.ts";
 import { startStreamPoller } from "./peers/stream-poller.ts";
 
@@ -99,14 +100,6 @@ async function bundleFunctions(): Promise<string[]> {
 }
 
 /** s3rver's types are not shipped; this is the part we use. */
-type S3rverClass = new (options: {
-  port: number;
-  address: string;
-  silent: boolean;
-  directory: string;
-  configureBuckets: { name: string; configs: string[] }[];
-}) => { run(): Promise<{ port: number }>; close(): Promise<void> };
-
 /** serverless-offline under osls; resolves once it printed that its server is ready. */
 function startServerlessOffline(
   args: readonly string[],
@@ -237,7 +230,7 @@ async function main(): Promise<void> {
     stops.push(() => ddb.close());
     stops.push(() => broker.close());
     stops.push(() => rm(s3dir, { recursive: true, force: true }));
-    const S3rver = require("s3rver") as S3rverClass;
+    const S3rver = loadS3rver();
     const s3rver = new S3rver({ port: 0, address: "127.0.0.1", silent: true, directory: s3dir, configureBuckets: [] });
     const s3port = (await s3rver.run()).port;
     stops.push(() => s3rver.close());

@@ -17,7 +17,6 @@
 import { rm } from "node:fs/promises";
 import type http from "node:http";
 import { createRequire } from "node:module";
-import type { AddressInfo } from "node:net";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { DynamoDBStreamsClient } from "@aws-sdk/client-dynamodb-streams";
 import type { S3Client } from "@aws-sdk/client-s3";
@@ -29,22 +28,12 @@ import { TEST_ENV } from "./test-env.ts";
 
 export { type IotStandIn, type IotStandInOptions, startIotStandIn } from "../../scripts/peers/iot-stand-in.ts";
 
+import { loadS3rver } from "../../scripts/peers/s3rver.ts";
+
 const require = createRequire(import.meta.url);
 
-/** Neither dynalite nor s3rver ships types; this is the part of them we use. */
+/** dynalite ships no types; this is the part of it we use. */
 type DynaliteFactory = (options: { createTableMs: number; deleteTableMs: number; updateTableMs: number }) => http.Server;
-interface S3rverInstance {
-  run(): Promise<AddressInfo>;
-  close(): Promise<void>;
-}
-type S3rverClass = new (options: {
-  port: number;
-  address: string;
-  silent: boolean;
-  directory: string;
-  configureBuckets: { name: string; configs: string[] }[];
-}) => S3rverInstance;
-
 const REGION = "us-east-1";
 
 /** The DynamoDB engines a test can run on. */
@@ -189,7 +178,7 @@ export interface S3rverPeer {
 
 /** s3rver over a fresh temporary directory, silent, with one bucket created. */
 export async function startS3rver(bucket = "mam-reports"): Promise<S3rverPeer> {
-  const S3rver = require("s3rver") as S3rverClass;
+  const S3rver = loadS3rver();
   const directory = (await tempDir("s3rver")).dir;
   const server = new S3rver({
     port: 0,
