@@ -16,12 +16,16 @@ export interface AtomicSubject {
   close(): Promise<void>;
 }
 
+// The fixtures, shared with DynamoDB's atomic-write tests (tests/engine/atomic-multi-write.test.ts).
 const AT = "2030-01-01T00:00:00.000Z";
 const intent = (id: string): NotificationIntent => ({ id, event: "completed", seq: 1, created_at: AT });
-const owing = (id: string, intentId: string): JobRecord =>
+/** A completed job owing `intentId`. */
+export const owing = (id: string, intentId: string): JobRecord =>
   jobRecord(id, { status: "completed", created_at: AT, updated_at: AT, transition_seq: 3, pending_notification: intent(intentId) });
-const line = (jobId: string, id: string, event = "published"): EventLogEntry => ({ job_id: jobId, at: AT, id, event });
-const settle = (jobId: string, intentId: string): RecordWrite => ({
+/** A log line of `jobId`. */
+export const line = (jobId: string, id: string, event = "published"): EventLogEntry => ({ job_id: jobId, at: AT, id, event });
+/** The settle of `intentId`, as core builds it: only while that intent is owed. */
+export const settle = (jobId: string, intentId: string): RecordWrite => ({
   jobId,
   conditions: [{ kind: "intentIs", id: intentId }],
   set: {},

@@ -9,11 +9,11 @@
  */
 import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
-import type { AtomicOutcome, AtomicWrite, EventLogEntry, JobRecord, NotificationIntent, RecordWrite } from "@mam/core";
+import type { AtomicOutcome, AtomicWrite } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { line, owing, settle } from "../contract/atomic-write.suite.ts";
 import { type DynamoPeer, startDynamoPeer } from "../support/aws-peers.ts";
 import { countRequests, type RequestCounter } from "../support/count-requests.ts";
-import { jobRecord } from "../support/records.ts";
 
 /** The store with its protected primitive in reach of the test. */
 class AtomicDynamoJobStore extends DynamoJobStore {
@@ -42,22 +42,6 @@ async function freshStore(): Promise<AtomicDynamoJobStore> {
   drops.push(tableName);
   return new AtomicDynamoJobStore({ client: peer.client, tableName });
 }
-
-const AT = "2030-01-01T00:00:00.000Z";
-const intent = (id: string): NotificationIntent => ({ id, event: "completed", seq: 1, created_at: AT });
-const owing = (id: string, intentId: string): JobRecord =>
-  jobRecord(id, { status: "completed", created_at: AT, updated_at: AT, transition_seq: 3, pending_notification: intent(intentId) });
-const line = (jobId: string, id: string, event = "published"): EventLogEntry => ({ job_id: jobId, at: AT, id, event });
-/** The settle of `intentId`, as core builds it: only while that intent is owed. */
-const settle = (jobId: string, intentId: string): RecordWrite => ({
-  jobId,
-  conditions: [{ kind: "intentIs", id: intentId }],
-  set: {},
-  unset: ["pending_notification"],
-  bump: [],
-  keys: { owed: null },
-  feed: {},
-});
 
 describe("DynamoJobStore.writeAtomically on DynamoDB Local (TransactWriteItems)", () => {
   it("runs on an engine with transactions, and says so", async () => {
