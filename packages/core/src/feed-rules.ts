@@ -1,4 +1,5 @@
 import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, SERVICE_ACTOR } from "./feed.ts";
+import { KeptByKey } from "./kept-by-key.ts";
 import type { RecordWrite } from "./record-write.ts";
 import type { JobRecord } from "./schemas.ts";
 
@@ -337,24 +338,21 @@ export function feedShapeOf(write: RecordWrite): FeedWriteShape {
   const setStatus = write.set.status;
   const statusAfter = typeof setStatus === "string" ? setStatus : undefined;
   const key = shapeKey(writeClass, fields, statusBefore, statusAfter);
-  let shape = SHAPES.get(key);
-  if (shape === undefined) {
-    shape = {
+  return SHAPES.get(key, () => {
+    const shape: FeedWriteShape = {
       writeClass,
       untouched: FEED_BEFORE_FIELDS.filter((_, i) => fields[i] === "u"),
       removed: FEED_BEFORE_FIELDS.filter((_, i) => fields[i] === "r"),
       ...(statusBefore === undefined ? {} : { statusBefore }),
       ...(statusAfter === undefined ? {} : { statusAfter }),
     };
-    if (SHAPES.size >= 1024) SHAPES.clear();
-    SHAPES.set(key, shape);
     KEYS.set(shape, key);
-  }
-  return shape;
+    return shape;
+  });
 }
 
 /** Shapes by key, so a write of a shape seen before costs its key alone. */
-const SHAPES = new Map<string, FeedWriteShape>();
+const SHAPES = new KeptByKey<string, FeedWriteShape>();
 /** Keys of shapes already keyed (every shape `feedShapeOf` hands out). */
 const KEYS = new WeakMap<FeedWriteShape, string>();
 
@@ -498,7 +496,7 @@ export function feedShapeKey(shape: FeedWriteShape): string {
   return key;
 }
 
-const FOLDED = new Map<string, readonly FeedRule[]>();
+const FOLDED = new KeptByKey<string, readonly FeedRule[]>();
 
 /**
  * The rules a write of `shape` can set off, in `FEED_RULES`' order, each folded by what
@@ -509,9 +507,7 @@ const FOLDED = new Map<string, readonly FeedRule[]>();
  * writes have a few dozen shapes).
  */
 export function feedRulesOf(shape: FeedWriteShape): readonly FeedRule[] {
-  const key = feedShapeKey(shape);
-  let rules = FOLDED.get(key);
-  if (rules === undefined) {
+  return FOLDED.get(feedShapeKey(shape), () => {
     const folding: Folding = {
       facts: CLASS_FACTS[shape.writeClass],
       untouched: new Set(shape.writeClass === "create" ? [] : shape.untouched),
@@ -521,11 +517,8 @@ export function feedRulesOf(shape: FeedWriteShape): readonly FeedRule[] {
         ...(shape.statusAfter === undefined ? {} : { after: shape.statusAfter }),
       },
     };
-    rules = FEED_RULES.flatMap((rule) => foldRule(rule, folding) ?? []);
-    if (FOLDED.size >= 1024) FOLDED.clear();
-    FOLDED.set(key, rules);
-  }
-  return rules;
+    return FEED_RULES.flatMap((rule) => foldRule(rule, folding) ?? []);
+  });
 }
 
 /** The fields of the record before the write that `rules` read (what a store must capture for them). */

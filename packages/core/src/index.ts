@@ -9,6 +9,7 @@ export * from "./feed.ts";
 export * from "./feed-rules.ts";
 export * from "./finalize.ts";
 export * from "./gate.ts";
+export * from "./kept-by-key.ts";
 export * from "./leases.ts";
 export * from "./logger.ts";
 export * from "./memory-stores.ts";

@@ -1,4 +1,4 @@
-import { MamError } from "@mam/core";
+import { KeptByKey, MamError } from "@mam/core";
 
 /**
  * The SQL driver seam: what an SQLite-dialect store needs of an engine, asynchronous
@@ -121,7 +121,7 @@ const TRANSACTION_CONTROL = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b
 const utf8 = new TextEncoder();
 
 /** SQL texts already found within the limits and free of transaction control (the text alone decides both). */
-const CHECKED_TEXTS = new Set<string>();
+const CHECKED_TEXTS = new KeptByKey<string, true>();
 
 /**
  * Refuses, before anything runs, a statement outside `SQL_LIMITS` or one that
@@ -134,15 +134,14 @@ export function checkStatement(engine: string, statement: SqlStatement, index = 
   }
   // A store's SQL is a few dozen texts, checked once each (encoding a text to count its
   // bytes was a tenth of a transition's time on better-sqlite3).
-  if (!CHECKED_TEXTS.has(statement.sql)) {
+  CHECKED_TEXTS.get(statement.sql, () => {
     if (TRANSACTION_CONTROL.test(statement.sql)) refuseStatement(engine, index, "controls the transaction, which belongs to the driver");
     const bytes = utf8.encode(statement.sql).length;
     if (bytes > SQL_LIMITS.statementBytes) {
       refuseStatement(engine, index, `is ${bytes} bytes of SQL, more than the ${SQL_LIMITS.statementBytes} a statement may`);
     }
-    if (CHECKED_TEXTS.size >= 1024) CHECKED_TEXTS.clear();
-    CHECKED_TEXTS.add(statement.sql);
-  }
+    return true;
+  });
   for (let at = 0; at < params.length; at++) {
     const value = params[at];
     // A string of n UTF-16 units is at most 3n bytes of UTF-8: only a long one is encoded to count.

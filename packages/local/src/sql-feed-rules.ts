@@ -9,6 +9,7 @@ import {
   feedActorOf,
   feedRulesOf,
   feedShapeKey,
+  KeptByKey,
 } from "@mam/core";
 import { SQL_LIMITS, type SqlStatement, type SqlValue } from "./sql-driver.ts";
 
@@ -276,18 +277,13 @@ interface CompiledShape {
   readonly capture: string | undefined;
 }
 
-const COMPILED_SHAPES = new Map<string, CompiledShape>();
+const COMPILED_SHAPES = new KeptByKey<string, CompiledShape>();
 
 function compiledFor(shape: FeedWriteShape): CompiledShape {
-  const key = feedShapeKey(shape);
-  let compiled = COMPILED_SHAPES.get(key);
-  if (compiled === undefined) {
+  return COMPILED_SHAPES.get(feedShapeKey(shape), () => {
     const rules = feedRulesOf(shape);
-    compiled = { statements: mergeRules(rules.map(compileRule)), capture: captureOf(beforeFieldsOf(rules)) };
-    if (COMPILED_SHAPES.size >= 1024) COMPILED_SHAPES.clear();
-    COMPILED_SHAPES.set(key, compiled);
-  }
-  return compiled;
+    return { statements: mergeRules(rules.map(compileRule)), capture: captureOf(beforeFieldsOf(rules)) };
+  });
 }
 
 function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {

@@ -16,6 +16,7 @@ import {
   type JobRecord,
   JobStoreBase,
   type JobStoreOptions,
+  KeptByKey,
   MamError,
   type NotificationIntent,
   type Position,
@@ -433,7 +434,6 @@ function fieldPath(field: string): string {
   return `$.${field}`;
 }
 
-/** The write as one `UPDATE … RETURNING doc`; with `feed`, capturing what its class's feed rules compare and stamping the token. */
 /**
  * What a write's form decides, kept by form (a store's writes have a few dozen): its
  * UPDATE's text and its feed shape. The form is what the text and the shape depend
@@ -447,7 +447,7 @@ interface WritePlan {
   readonly shape: FeedWriteShape | undefined;
 }
 
-const PLANS = new Map<string, WritePlan>();
+const PLANS = new KeptByKey<string, WritePlan>();
 
 function planOf(write: RecordWrite): WritePlan {
   const setFields = Object.keys(write.set);
@@ -457,14 +457,10 @@ function planOf(write: RecordWrite): WritePlan {
   for (const c of write.conditions) {
     form += `${c.kind}${c.kind === "statusIn" ? (c.statuses.length === 1 ? `=${c.statuses[0]}` : c.statuses.length) : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
   }
-  let plan = PLANS.get(form);
-  if (plan === undefined) {
+  return PLANS.get(form, () => {
     const shape = write.feed === undefined ? undefined : feedShapeOf(write);
-    plan = { text: updateText(write, setFields, shape), setFields, shape };
-    if (PLANS.size >= 1024) PLANS.clear();
-    PLANS.set(form, plan);
-  }
-  return plan;
+    return { text: updateText(write, setFields, shape), setFields, shape };
+  });
 }
 
 /** The UPDATE's parameters, in the order `updateText` places them. */

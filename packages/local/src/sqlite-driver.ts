@@ -1,3 +1,4 @@
+import { KeptByKey } from "@mam/core";
 import type Database from "better-sqlite3";
 import {
   checkStatement,
@@ -38,7 +39,7 @@ const STATEMENT_CACHE_SIZE = 512;
 export class BetterSqliteDriver implements SqlDriver {
   readonly engine = ENGINE;
   readonly #db: Database.Database;
-  readonly #statements = new Map<string, Database.Statement>();
+  readonly #statements = new KeptByKey<string, Database.Statement>(STATEMENT_CACHE_SIZE);
   readonly #groupCommit: boolean;
   /** One batch: a transaction of its own, or a savepoint when nested in `#groupTransaction`. */
   readonly #batch: Database.Transaction<(statements: readonly SqlStatement[]) => SqlResult[]>;
@@ -131,13 +132,7 @@ export class BetterSqliteDriver implements SqlDriver {
   }
 
   #prepare(text: string): Database.Statement {
-    let prepared = this.#statements.get(text);
-    if (prepared === undefined) {
-      if (this.#statements.size >= STATEMENT_CACHE_SIZE) this.#statements.clear();
-      prepared = this.#db.prepare(text);
-      this.#statements.set(text, prepared);
-    }
-    return prepared;
+    return this.#statements.get(text, () => this.#db.prepare(text));
   }
 }
 
