@@ -36,7 +36,7 @@ import { SQL_LIMITS, type SqlStatement, type SqlValue } from "./sql-driver.ts";
  * write, in the same order (the cursor's AUTOINCREMENT is insert order, and the
  * statements run in rule order), and `changes.row` parses to the draft without its
  * `job_id`: absent keys left out, numbers numbers, strings strings. The property tests
- * hold both to it, each generated write compiled by its class
+ * hold both to it, each generated write compiled by its shape
  * (tests/contract/sql-feed-rules.test.ts, tests/d1/).
  */
 
@@ -81,7 +81,7 @@ interface CompiledPart {
   readonly params: readonly ParamSource[];
 }
 
-/** A class's rules as one statement: its SQL and where each parameter comes from. */
+/** A shape's rules as one statement: its SQL and where each parameter comes from. */
 interface CompiledStatement {
   readonly sql: string;
   readonly params: readonly ParamSource[];
@@ -222,7 +222,7 @@ function mayBeAbsent(value: FeedValue): boolean {
 }
 
 /**
- * A class's rules as the statements a batch runs: as few as the seam's parameter
+ * A shape's rules as the statements a batch runs: as few as the seam's parameter
  * limit allows (one, for every class today), each reading the job's row once. Rules
  * of one statement are numbered by `json_each` of an array (not a compound SELECT,
  * which D1 bounds at five terms: `SQL_LIMITS.compoundSelectTerms`), each joined row
