@@ -1,7 +1,9 @@
 /**
  * The one composition root of the Lambda functions: configuration parsed once from
- * the environment (core's `parseConfig`), the AWS adapters built from it, and one
- * handler factory per function. The entry points (`http.ts`, `stream-publisher.ts`,
+ * the environment (core's `parseConfig`), core's ports on AWS composed from it
+ * (@mam/aws/deps, with real defaults), and one handler factory per function: the
+ * Lambda shape of each (Hono's adapter, a stream batch's partial failures, the
+ * schedule's counts). The entry points (`http.ts`, `stream-publisher.ts`,
  * `recovery-sweep.ts`) are one line each: `createXHandler(process.env)`.
  *
  * Everything is built on the first invocation, not at import, and once per
@@ -18,275 +20,28 @@
  */
 
 import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
-import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import type { SSMClient } from "@aws-sdk/client-ssm";
-import { fromEnv } from "@aws-sdk/credential-providers";
 import { type AppEnv, appOptionsOf, createApp, createTokenService, statusOf } from "@mam/api";
-import { DynamoJobStore } from "@mam/aws/dynamo";
+import { AWS_LIMITS, type AwsNotifierDeps, type AwsOverrides, awsDeps, awsNotifierDeps, feedRedriver, readSigningKey } from "@mam/aws/deps";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
-import { s3Uri } from "@mam/aws/s3-keys";
-import { afterTableReady, prepareJobTable } from "@mam/aws/table-migrations";
-import {
-  type Clock,
-  type Config,
-  type ConfigProfile,
-  type Deps,
-  ERROR_TABLE,
-  type Ids,
-  MamError,
-  type MetricsSink,
-  NO_METRICS,
-  type Publisher,
-  parseConfig,
-  problemType,
-  type ReportStore,
-  randomIds,
-  recoverNotifications,
-  systemClock,
-} from "@mam/core";
-import type { AwsCredentialIdentityProvider } from "@smithy/types";
+import { ERROR_TABLE, MamError, type MetricsSink, NO_METRICS, once, parseConfig, problemType, recoverNotifications } from "@mam/core";
 import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
-import { flushStreamRecord, type StreamDeps, writeFeedRecord } from "./job-stream.ts";
+import { flushStreamRecord, writeFeedRecord } from "./job-stream.ts";
 import { type LogSink, logJson, stdoutLines } from "./log.ts";
 import { createMetrics } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
-/** What a test (or another runtime) may swap; every field has a real default. */
-export interface Overrides {
-  /** Credentials for every client; default: the environment's (the Lambda role's, `fromEnv()`). */
-  readonly credentials?: { readonly accessKeyId: string; readonly secretAccessKey: string; readonly sessionToken?: string };
-  /** Where the signing key is read from when only its parameter name is configured. */
-  readonly ssm?: Pick<SSMClient, "send">;
-  readonly clock?: Clock;
-  readonly ids?: Ids;
+/** What a test (or another runtime) may swap; every field has a real default (the ports' are @mam/aws/deps'). */
+export interface Overrides extends AwsOverrides {
   readonly log?: LogSink;
-  /**
-   * Whether the DynamoDB engine runs TransactWriteItems (`DynamoJobStoreOptions.transactions`);
-   * default true, as DynamoDB and DynamoDB Local do. A test on dynalite says false.
-   */
-  readonly transactions?: boolean;
-}
-
-/** What the stream publisher and the sweep need: no report store, no tokens. */
-/** A build that runs once; a failure is not remembered, so the next call retries. */
-export function once<T>(build: () => Promise<T>): () => Promise<T> {
-  let pending: Promise<T> | undefined;
-  return () => {
-    pending ??= build().catch((err: unknown) => {
-      pending = undefined;
-      throw err;
-    });
-    return pending;
-  };
-}
-
-/** The AWS settings a function needs, each named by its variable; one error names every one missing. */
-const AWS_VARIABLES = {
-  region: "AWS_REGION",
-  tableName: "MAM_TABLE_NAME",
-  bucketName: "MAM_BUCKET_NAME",
-  iotEndpoint: "MAM_IOT_ENDPOINT",
-} as const;
-type AwsSetting = keyof typeof AWS_VARIABLES;
-
-function awsSettings<K extends AwsSetting>(config: Config, wanted: readonly K[]): Record<K, string> {
-  const missing = wanted.filter((k) => config.aws[k] === undefined).map((k) => AWS_VARIABLES[k]);
-  if (missing.length > 0) {
-    throw new MamError("config.invalid", `invalid configuration: ${missing.join(", ")} required on AWS`, {
-      issues: missing.map((variable) => ({ path: variable, message: "required on AWS" })),
-    });
-  }
-  return Object.fromEntries(wanted.map((k) => [k, config.aws[k]])) as Record<K, string>;
-}
-
-/** The IoT data endpoint may be configured as a bare host name, as the console shows it. */
-function iotEndpointUrl(endpoint: string): string {
-  return /^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint) ? endpoint : `https://${endpoint}`;
-}
-
-/**
- * On Lambda the role's credentials are always in the environment (AWS_ACCESS_KEY_ID,
- * AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN): `fromEnv()` reads exactly those, so no
- * client resolves the SDK's default chain (profiles, SSO, IMDS, ...) at cold start.
- * `npm run offline` sets the same variables.
- */
-function credentialsOf(overrides: Overrides): { credentials: NonNullable<Overrides["credentials"]> | AwsCredentialIdentityProvider } {
-  return { credentials: overrides.credentials ?? fromEnv() };
-}
-
-/**
- * The notifier's ports, on a table at this code's schema version: the store's first
- * call in a container reads the version item (one GetItem); a table behind by cheap
- * steps only is brought up then, one behind a costlier step (or newer than this code)
- * answers that call, and every one after it, `store.version`, naming `mam migrate
- * --table <name>` (or both versions), until it is migrated (a refusal is not
- * remembered: `once`). Composing contacts nothing.
- */
-function notifierDeps(config: Config, overrides: Overrides, metrics: MetricsSink): StreamDeps {
-  const { region, tableName, iotEndpoint } = awsSettings(config, ["region", "tableName", "iotEndpoint"]);
-  const dynamodb = new DynamoDBClient({
-    region,
-    ...(config.aws.dynamodbEndpoint === undefined ? {} : { endpoint: config.aws.dynamodbEndpoint }),
-    ...credentialsOf(overrides),
-    // Bounds every call (a feed write among them) to about 10 s with its retries: the
-    // feed delay (30 s) is chosen above it (docs/notifications.md).
-    maxAttempts: 3,
-    requestHandler: { connectionTimeout: 1000, requestTimeout: 2000 },
-  });
-  // The IoT client and its SDK are loaded on the first publish, not at cold start:
-  // most requests of the http function (reads, refusals) never publish.
-  const publisher = lazyPublisher(async () => {
-    const [{ IoTDataPlaneClient }, { IotPublisher }] = await Promise.all([
-      import("@aws-sdk/client-iot-data-plane"),
-      import("@mam/aws/iot"),
-    ]);
-    const iot = new IoTDataPlaneClient({
-      endpoint: iotEndpointUrl(iotEndpoint),
-      region,
-      maxAttempts: 3,
-      ...credentialsOf(overrides),
-    });
-    return new IotPublisher({ client: iot, timeoutMs: config.publishTimeoutMs });
-  });
-  const ready = once(() => prepareJobTable({ client: dynamodb, tableName }));
-  const dynamo = afterTableReady(new DynamoJobStore({ client: dynamodb, tableName, transactions: overrides.transactions ?? true }), ready);
-  return {
-    jobs: dynamo,
-    feed: dynamo,
-    publisher,
-    clock: overrides.clock ?? systemClock,
-    ids: overrides.ids ?? randomIds,
-    metrics,
-  };
-}
-
-/** A publisher built on its first publish (a failed build is retried on the next). */
-function lazyPublisher(build: () => Promise<Publisher>): Publisher {
-  const get = once(build);
-  return { publish: async (topic, payload) => (await get()).publish(topic, payload) };
-}
-
-/**
- * The S3 module (client and SDK) is loaded on the first report operation, not at
- * cold start: most requests (job reads, transitions, the gate's early refusals)
- * never touch S3, and loading it costs ~45 ms and ~140 KiB of a cold start
- * (bench/bundles.ts). Addresses are computed without it.
- */
-function lazyReportStore(bucket: string, build: () => Promise<ReportStore>): ReportStore {
-  let store: Promise<ReportStore> | undefined;
-  const get = (): Promise<ReportStore> => {
-    store ??= build().catch((e: unknown) => {
-      store = undefined;
-      throw e;
-    });
-    return store;
-  };
-  return {
-    put: async (location, name, body) => (await get()).put(location, name, body),
-    getBytes: async (location, name) => (await get()).getBytes(location, name),
-    read: async (location, name) => (await get()).read(location, name),
-    exists: async (location, name) => (await get()).exists(location, name),
-    promote: async (location, from, to) => (await get()).promote(location, from, to),
-    hash: async (location, name) => (await get()).hash(location, name),
-    delete: async (location, name) => (await get()).delete(location, name),
-    copyOnce: async (from, to, sha256) => (await get()).copyOnce(from, to, sha256),
-    retire: async (location, name) => (await get()).retire(location, name),
-    describe: (location, name) => s3Uri(bucket, location, name),
-    copy: async (from, to) => optional(await get(), "copy")(from, to),
-    uploadUrl: async (location, name, declared) => optional(await get(), "uploadUrl")(location, name, declared),
-  };
-}
-
-function optional<K extends "copy" | "uploadUrl">(store: ReportStore, method: K): NonNullable<ReportStore[K]> {
-  const fn = store[method];
-  if (fn === undefined) throw new MamError("internal", `the report store has no ${method}`);
-  return fn.bind(store) as NonNullable<ReportStore[K]>;
-}
-
-/**
- * A synchronous Lambda request is at most 6 MB (6,291,456 bytes), and API Gateway's
- * HTTP API hands a binary body over base64-encoded inside that event: 4/3 of its
- * size. 4 MiB (4,194,304 bytes) is 5,592,408 bytes of base64, which leaves 699,048
- * bytes for the rest of the event (headers, path, request context). So on AWS no
- * body limit may exceed 4 MiB; a report larger than that goes by a presigned upload.
- */
-export const AWS_BODY_LIMIT = 4 * 1024 * 1024;
-const AWS_LIMITS: ConfigProfile = {
-  reportBodyLimit: { default: AWS_BODY_LIMIT, max: AWS_BODY_LIMIT, why: "a Lambda event is at most 6 MB, a body base64-encoded in it" },
-  jsonBodyLimit: { default: 1024 * 1024, max: AWS_BODY_LIMIT, why: "a Lambda event is at most 6 MB, a body base64-encoded in it" },
-};
-
-const SSM_CONFIGURATION_ERRORS = new Set([
-  "ParameterNotFound",
-  "ParameterVersionNotFound",
-  "AccessDeniedException",
-  "InvalidKeyId",
-  "ValidationException",
-]);
-
-/**
- * The token signing key: MAM_TOKEN_SIGNING_KEY when set (tests, local runs);
- * otherwise read once, at cold start, from the SSM SecureString whose name is
- * MAM_TOKEN_SIGNING_KEY_PARAMETER. Packaging never reads it: the name is
- * configuration, the value exists only in the account.
- */
-export async function readSigningKey(config: Config, overrides: Overrides = {}): Promise<string> {
-  if (config.tokenSigningKey !== undefined) return config.tokenSigningKey;
-  const name = config.tokenSigningKeyParameter;
-  if (name === undefined) {
-    throw new MamError(
-      "config.invalid",
-      "invalid configuration: set MAM_TOKEN_SIGNING_KEY_PARAMETER (the SSM parameter's name) or MAM_TOKEN_SIGNING_KEY",
-      { issues: [{ path: "MAM_TOKEN_SIGNING_KEY_PARAMETER", message: "required on AWS" }] },
-    );
-  }
-  const region = awsSettings(config, ["region"]);
-  // The SSM client is loaded only here, on the branch that reads SSM (a chunk of its
-  // own): a function given its key in the environment never loads it.
-  const { GetParameterCommand, SSMClient } = await import("@aws-sdk/client-ssm");
-  const ssm = overrides.ssm ?? new SSMClient({ ...region, ...credentialsOf(overrides) });
-  let value: string | undefined;
-  try {
-    const out = await ssm.send(new GetParameterCommand({ Name: name, WithDecryption: true }));
-    value = out.Parameter?.Value;
-  } catch (err) {
-    const failure = (err as { name?: unknown } | null)?.name;
-    const sdkError = typeof failure === "string" ? failure : "Error";
-    // Missing parameter or no right to it: an operator must act. Anything else
-    // (throttled, unreachable): retryable, and the next invocation tries again.
-    const code = SSM_CONFIGURATION_ERRORS.has(sdkError) ? "config.invalid" : "store.unavailable";
-    // The parameter's name is what an operator can act on; the SDK's message may quote the role.
-    throw new MamError(code, `could not read the token signing key from SSM parameter ${name}: ${sdkError}`, { cause: err });
-  }
-  if (value === undefined || value.length < 32) {
-    throw new MamError("config.invalid", `the SSM parameter ${name} must hold a signing key of at least 32 characters`);
-  }
-  return value;
 }
 
 /** The Hono app with the AWS adapters behind core's ports. */
 export async function composeHttpApp(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<Hono<AppEnv>> {
   const config = parseConfig(env, AWS_LIMITS);
-  const { region, bucketName: bucket } = awsSettings(config, ["region", "tableName", "bucketName", "iotEndpoint"]);
-  const base = notifierDeps(config, overrides, metrics);
-  const reports = lazyReportStore(bucket, async () => {
-    const { S3ReportStore, createS3Client } = await import("@mam/aws/s3");
-    return new S3ReportStore({
-      bucket,
-      client: createS3Client({
-        region,
-        ...(config.aws.s3Endpoint === undefined ? {} : { endpoint: config.aws.s3Endpoint }),
-        ...credentialsOf(overrides),
-      }),
-      maxBodyBytes: config.reportBodyLimit,
-    });
-  });
-  // No `disk`: DynamoDB and S3 have no disk of ours for an agent to starve, so no disk
-  // floor is kept here (MAM_DISK_FLOOR_BYTES is read and unused); their quotas are what bound an agent.
-  const deps: Deps = { ...base, reports, flags: config.flags };
+  const deps = awsDeps(config, overrides, metrics);
   const tokens = createTokenService({
     signingKey: await readSigningKey(config, overrides),
     clock: deps.clock,
@@ -305,8 +60,8 @@ export async function composeHttpApp(env: Env, overrides: Overrides = {}, metric
   });
 }
 
-export async function composeNotifier(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<StreamDeps> {
-  return notifierDeps(parseConfig(env), overrides, metrics);
+export async function composeNotifier(env: Env, overrides: Overrides = {}, metrics: MetricsSink = NO_METRICS): Promise<AwsNotifierDeps> {
+  return awsNotifierDeps(parseConfig(env), overrides, metrics);
 }
 
 export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promise<APIGatewayProxyResult>;
@@ -372,7 +127,7 @@ export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Cont
 function streamBatchHandler(
   env: Env,
   overrides: Overrides,
-  handle: (deps: StreamDeps, record: DynamoDBRecord, log: LogSink) => Promise<void>,
+  handle: (deps: AwsNotifierDeps, record: DynamoDBRecord, log: LogSink) => Promise<void>,
 ): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
@@ -414,27 +169,6 @@ export function createFeedWriterHandler(env: Env, overrides: Overrides = {}): St
   return streamBatchHandler(env, overrides, writeFeedRecord);
 }
 
-/**
- * The sweep's redrive of the feed's on-failure queue (packages/aws feed-redrive.ts),
- * when MAM_FEED_FAILURE_QUEUE_URL names it; its SDKs are loaded only then.
- */
-async function feedRedriver(
-  config: Config,
-  overrides: Overrides,
-  deps: StreamDeps,
-): Promise<((log: (entry: Record<string, unknown>) => void) => Promise<FeedRedriveCounts>) | undefined> {
-  const queueUrl = config.aws.feedFailureQueueUrl;
-  const feed = deps.feed;
-  if (queueUrl === undefined || feed === undefined) return undefined;
-  const { region } = awsSettings(config, ["region"]);
-  const { feedRedriveClients, redriveFeed } = await import("@mam/aws/feed-redrive");
-  const clients = feedRedriveClients(
-    { region, ...credentialsOf(overrides) },
-    { sqs: config.aws.sqsEndpoint, streams: config.aws.dynamodbEndpoint },
-  );
-  return (log) => redriveFeed({ ...clients, queueUrl, feed, log });
-}
-
 export interface SweepCounts {
   readonly owed: number;
   readonly sent: number;
@@ -458,7 +192,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
   const metrics = createMetrics(env);
   const config = once(async () => {
     const parsed = parseConfig(env);
-    const deps = notifierDeps(parsed, overrides, metrics.sink);
+    const deps = awsNotifierDeps(parsed, overrides, metrics.sink);
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,

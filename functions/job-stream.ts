@@ -17,17 +17,11 @@
  * by intent id, and settling is conditional on that id.
  */
 
-import type { DynamoJobStore } from "@mam/aws/dynamo";
+import type { AwsNotifierDeps } from "@mam/aws/deps";
 import { isJobImage, jobRecordOfNewImage, owedIntentIdOfImage } from "@mam/aws/job-item";
-import { type Deps, flushRecord, type JobRecord, MamError } from "@mam/core";
+import { flushRecord, type JobRecord, MamError } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import { type LogSink, logJson } from "./log.ts";
-
-/** What the stream functions run over: core's notifier ports, and the feed writer's store (`composeNotifier`, compose.ts). */
-export type StreamDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics"> & {
-  /** Where the feed writer writes the change feed's rows, and the sweep redrives them. */
-  readonly feed?: Pick<DynamoJobStore, "writeStreamChanges">;
-};
 
 /** The job record whose intent this stream record committed, or undefined when it owes nothing. */
 export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
@@ -43,13 +37,13 @@ export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
 }
 
 /** The change feed's rows of a stream record (idempotent: a replayed record writes nothing new); throws if the write failed. */
-export async function writeFeedRecord(deps: StreamDeps, record: DynamoDBRecord): Promise<void> {
+export async function writeFeedRecord(deps: AwsNotifierDeps, record: DynamoDBRecord): Promise<void> {
   if (deps.feed === undefined) throw new MamError("internal", "the feed writer was composed without the feed's store");
   await deps.feed.writeStreamChanges(record);
 }
 
 /** Publish and settle the intent a stream record committed; throws if that failed, so the record is retried. */
-export async function flushStreamRecord(deps: StreamDeps, record: DynamoDBRecord, log: LogSink): Promise<void> {
+export async function flushStreamRecord(deps: AwsNotifierDeps, record: DynamoDBRecord, log: LogSink): Promise<void> {
   const job = owedJobRecord(record);
   if (job === undefined) return;
   const result = await flushRecord(deps, job);

@@ -15,6 +15,7 @@ export * from "./logger.ts";
 export * from "./memory-stores.ts";
 export * from "./metrics.ts";
 export * from "./notifier.ts";
+export * from "./once.ts";
 export * from "./persistence.ts";
 export * as policy from "./policy.ts";
 export { type Scenario, ScenarioSchema } from "./policy.ts";
