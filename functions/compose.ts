@@ -64,6 +64,25 @@ export async function composeNotifier(env: Env, overrides: Overrides = {}, metri
   return awsNotifierDeps(parseConfig(env), overrides, metrics);
 }
 
+/**
+ * A function's build, once per container (`once`: a failure is not remembered). A
+ * build that fails — a bad variable, the signing key unreadable, a table at another
+ * version — is one log line, `<function>_start_failed` with its code and the message
+ * naming what to change, and is thrown again: the invocation fails, the next builds again.
+ */
+function startOnce<T>(fn: "http" | "stream" | "sweep", log: LogSink, build: () => Promise<T>): () => Promise<T> {
+  const get = once(build);
+  return async () => {
+    try {
+      return await get();
+    } catch (err) {
+      const code = err instanceof MamError ? err.code : "internal";
+      logJson(log, { event: `${fn}_start_failed`, code, message: err instanceof Error ? err.message : String(err) });
+      throw err;
+    }
+  };
+}
+
 export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promise<APIGatewayProxyResult>;
 
 /**
@@ -75,14 +94,13 @@ export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promi
 export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const lambda = once(async () => handle(await composeHttpApp(env, overrides, metrics.sink)));
+  const lambda = startOnce("http", log, async () => handle(await composeHttpApp(env, overrides, metrics.sink)));
   return async (event, context) => {
     let run: Awaited<ReturnType<typeof lambda>>;
     try {
       run = await lambda();
     } catch (err) {
       const e = err instanceof MamError ? err : undefined;
-      logJson(log, { event: "http_start_failed", code: e?.code ?? "internal", message: err instanceof Error ? err.message : String(err) });
       return startFailure(
         e?.code === "config.invalid" || e?.code === "store.version" ? e.code : "store.unavailable",
         context?.awsRequestId,
@@ -131,7 +149,7 @@ function streamBatchHandler(
 ): StreamPublisherHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const deps = once(() => composeNotifier(env, overrides, metrics.sink));
+  const deps = startOnce("stream", log, () => composeNotifier(env, overrides, metrics.sink));
   // DynamoDBStreams, not SQS: the type decides which field names a failed record.
   const processor = new BatchProcessor(EventType.DynamoDBStreams);
   return async (event, context) => {
@@ -190,7 +208,7 @@ export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) =>
 export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}): RecoverySweepHandler {
   const log = overrides.log ?? stdoutLines;
   const metrics = createMetrics(env);
-  const config = once(async () => {
+  const config = startOnce("sweep", log, async () => {
     const parsed = parseConfig(env);
     const deps = awsNotifierDeps(parsed, overrides, metrics.sink);
     return {

@@ -15,7 +15,7 @@ import {
   systemClock,
   verifyManifest,
 } from "@mam/core";
-import { dataDirPaths, FileReportStore, MqttPublisher, openDataDir, readCredentials } from "@mam/local";
+import { brokerOf, dataDirPaths, FileReportStore, MqttPublisher, openDataDir, readCredentials } from "@mam/local";
 import type { Backend, PublishEventAnswer, VerificationAnswer } from "./backend.ts";
 
 export interface EmbeddedOptions {
@@ -174,20 +174,10 @@ async function openStore(opts: EmbeddedOptions): Promise<Deps & { close(): Promi
   const { config } = opts;
   const paths = existingStore(opts);
   const creds = await readCredentials(paths.root);
-  const url = opts.mqttUrl ?? config.mqttUrl ?? `mqtt://127.0.0.1:${config.mqttPort}`;
-  // On MAM_MQTT_URL's external broker, the service's login from the environment;
-  // otherwise the embedded broker's, from the data dir. Never the service's client
-  // id: a second connection with it would close the service's own.
-  const external = opts.mqttUrl === undefined && config.mqttUrl !== undefined;
-  const login = external
-    ? { username: config.mqttUsername, password: config.mqttPassword }
-    : { username: creds?.mqtt.username, password: creds?.mqtt.password };
+  // Never the service's client id: a second connection with it would close the service's own.
+  const broker = brokerOf(config, creds?.mqtt, opts.mqttUrl);
   const store = openDataDir(paths.root);
-  const publisher = new MqttPublisher({
-    url,
-    publishTimeoutMs: config.publishTimeoutMs,
-    ...(login.username === undefined || login.password === undefined ? {} : { username: login.username, password: login.password }),
-  });
+  const publisher = new MqttPublisher({ url: broker.url, publishTimeoutMs: config.publishTimeoutMs, ...broker.login });
   return {
     jobs: store.jobs,
     reports: store.reports,

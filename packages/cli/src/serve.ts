@@ -1,59 +1,14 @@
-import { timingSafeEqual } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
-import { appOptionsOf, createApp, createTokenService, SCOPES, StreamSlots, type TokenService, verifySubscriberLogin } from "@mam/api";
-import {
-  type Clock,
-  type Config,
-  type Deps,
-  flushRecord,
-  isMamError,
-  type JobRecord,
-  jsonLogger,
-  MamError,
-  type Publisher,
-  parseConfig,
-  randomIds,
-  recoverNotifications,
-  systemClock,
-} from "@mam/core";
-import {
-  changeRelay,
-  connectionCap,
-  DEFAULT_DRAIN_TIMEOUT_MS,
-  dataDirPaths,
-  type EmbeddedBroker,
-  JobFlushQueue,
-  listenOn,
-  MqttPublisher,
-  migrateDataDir,
-  openDataDir,
-  secureDataDir,
-  softOpenFileLimit,
-  startEmbeddedBroker,
-} from "@mam/local";
-import { ensureCredentials } from "./credentials.ts";
+import { appOptionsOf, createApp, StreamSlots } from "@mam/api";
+import { type Config, type Deps, isMamError, jsonLogger, parseConfig, recoverNotifications } from "@mam/core";
+import { connectionCap, listenOn, softOpenFileLimit } from "@mam/local";
+import { composeEmbeddedService, defaultServiceDeps, type ServiceDeps } from "./embedded-service.ts";
 import { EXIT_CODES } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
 
 /** The longest a request's log line waits in memory before it is written. */
 const LOG_FLUSH_MS = 10;
-
-/** MAM_OPERATOR_TOKEN, when set, is accepted as an operator token with every scope. */
-function withStaticOperator(tokens: TokenService, staticToken: string | undefined): TokenService {
-  if (staticToken === undefined) return tokens;
-  const expected = Buffer.from(staticToken);
-  return {
-    ...tokens,
-    verify(token) {
-      const given = Buffer.from(token);
-      if (given.length === expected.length && timingSafeEqual(given, expected)) {
-        return { kind: "operator", tokenId: "MAM_OPERATOR_TOKEN", scopes: SCOPES };
-      }
-      return tokens.verify(token);
-    },
-  };
-}
 
 export interface RunningService {
   readonly url: string;
@@ -76,138 +31,19 @@ export interface RunningService {
   stop(): Promise<void>;
 }
 
-/** What an in-process embedding may swap; each has the real default. */
-export interface ServiceOverrides {
-  /** The clock of the stores, the intents and the sweep's grace (tests: tests/support/clock.ts). */
-  readonly clock?: Clock;
-}
-
 /**
- * The composition root of `mam serve`: the API over SQLite and files under the
- * data dir, an embedded MQTT broker (or MAM_MQTT_URL), the change relay that
- * publishes each committed intent right after its commit, and a sweep timer for
- * whatever the relay missed.
+ * The composition root of `mam serve`: the embedded service (`composeEmbeddedService`:
+ * SQLite and files under the data dir, the embedded MQTT broker or MAM_MQTT_URL's, the
+ * change relay), the API in front of it, and a sweep timer for whatever the relay missed.
  */
 export async function startService(
   config: Config,
   log: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
-  overrides: ServiceOverrides = {},
+  overrides: Partial<ServiceDeps> = {},
 ): Promise<RunningService> {
   const logger = jsonLogger(log);
-  const clock = overrides.clock ?? systemClock;
-  const paths = dataDirPaths(config.dataDir);
-  // 0700 before anything is kept in it (refused when it cannot be), and whatever an
-  // older version left readable by others tightened: prompts and reports are private.
-  const { tightened, walked } = secureDataDir(paths.root);
-  if (tightened > 0) logger.info("data dir made private", { tightened, walked });
-  // The job database at this code's schema version before anything listens: a newer
-  // one is refused here (store.version, exit 1), an older one upgraded step by step.
-  const migrated = migrateDataDir(paths.root);
-  if (migrated.applied.length > 0) {
-    logger.info("job database upgraded", { from: migrated.from, to: migrated.to, steps: migrated.applied });
-  }
-  const { credentials } = await ensureCredentials(paths.root);
-
-  // The service's publisher. On the embedded broker it publishes in the broker's own
-  // process: a publish resolves once aedes has queued the message for every
-  // persistent session and delivered it to every connected one (aedes acknowledges
-  // a QoS 1 publish on the wire before either). The data dir's MQTT login remains
-  // for the `mam` command's connections, and MAM_MQTT_CLIENT_ID stays reserved. On
-  // an external broker (MAM_MQTT_URL; parseConfig requires MAM_MQTT_USERNAME and
-  // MAM_MQTT_PASSWORD with it) it publishes over MQTT as MAM_MQTT_CLIENT_ID at
-  // QoS 2, whose PUBCOMP comes only once that broker took the message.
-  const tokens = withStaticOperator(
-    createTokenService({
-      signingKey: config.tokenSigningKey ?? credentials.signing_key,
-      clock: systemClock,
-      agentTtlSeconds: config.agentTokenTtlSeconds,
-    }),
-    config.operatorToken,
-  );
-  let broker: EmbeddedBroker | undefined;
-  let publisher: Publisher;
-  let mqttUrl: string;
-  if (config.mqttUrl === undefined) {
-    broker = await startEmbeddedBroker({
-      port: config.mqttPort,
-      portSetting: "MAM_MQTT_PORT",
-      host: "127.0.0.1",
-      publisherCredentials: credentials.mqtt,
-      serviceClientId: config.mqttClientId,
-      maxPacketBytes: config.mqttMaxPacketBytes,
-      // Persistent sessions (`clean: false`) and their QoS 1 queues outlive a restart.
-      sessionsDir: paths.broker,
-      sessionOwnersFile: paths.brokerOwners,
-      // A subscriber logs in with an operator token as its password, verified as the API verifies it.
-      verifySubscriber: (token) => verifySubscriberLogin(tokens, token),
-      maxSessionsPerName: config.mqttSessions.maxPerName,
-      maxSessions: config.mqttSessions.max,
-      maxQueuedBytesPerSession: config.mqttSessions.maxQueuedBytes,
-      maxInflightInbound: config.mqttSessions.maxInflightInbound,
-      // Writes never wait for a subscriber to read; one that falls this far behind is dropped.
-      maxOutgoingBytes: config.mqttSessions.maxOutgoingBytes,
-      onConnectRefused: (clientId, code, reason) =>
-        logger.info("mqtt connect refused", { client_id: clientId, connack: code, detail: reason }),
-      // A subscriber that stops reading is dropped well before a publish would time out.
-      drainTimeoutMs: Math.min(DEFAULT_DRAIN_TIMEOUT_MS, Math.floor(config.publishTimeoutMs / 2)),
-      onError: (error) => logger.warn("mqtt broker error", { detail: error.message }),
-      onSessionQueueFull: (clientId) =>
-        logger.warn("mqtt session queue full", {
-          client_id: clientId,
-          detail: "new messages are not queued for it until it reconnects and drains; it can catch up from the feed",
-        }),
-    });
-    publisher = broker.publisher({ timeoutMs: config.publishTimeoutMs });
-    mqttUrl = broker.url;
-  } else {
-    if (config.mqttUsername === undefined || config.mqttPassword === undefined) {
-      throw new MamError("config.invalid", "MAM_MQTT_USERNAME and MAM_MQTT_PASSWORD are required with MAM_MQTT_URL");
-    }
-    mqttUrl = config.mqttUrl;
-    publisher = new MqttPublisher({
-      url: mqttUrl,
-      clientId: config.mqttClientId,
-      username: config.mqttUsername,
-      password: config.mqttPassword,
-      publishTimeoutMs: config.publishTimeoutMs,
-      onConnectionChange: (connected) =>
-        connected ? logger.info("mqtt connected") : logger.warn("mqtt disconnected", { detail: "reconnecting" }),
-    });
-  }
-  const store = openDataDir(paths.root, { allowAbsolute: false });
-  const queue = new JobFlushQueue();
-  const relayLog = (jobId: string, outcome: string, detail?: string) =>
-    logger.log(outcome === "failed" ? "warn" : "info", "relay", { job_id: jobId, outcome, ...(detail ? { detail } : {}) });
-  // The relay's deps publish through the same stores; its own settles are bookkeeping and owe nothing.
-  //
-  // Each flush sends the newest record this process committed for its job, as the
-  // commit returned it (no read): a job's flushes run one at a time, and when several
-  // commits of a job queued up behind one, the first flush to run sends the newest
-  // and the rest find nothing left to send (the older intents were superseded).
-  // An intent committed meanwhile by another process (the `mam` command) stays owed
-  // for the sweep: the settle is conditional on the exact intent sent.
-  //
-  //   commit a1 ─ commit a2 ─┐   flush: takes a2, sends it, settles a2   flush: nothing left
-  let deps: Deps;
-  const newest = new Map<string, JobRecord>();
-  const jobs = store.jobs;
-  jobs.onCommitted(
-    changeRelay((record) => {
-      newest.set(record.job_id, record);
-      queue.push(record.job_id, async () => {
-        const owed = newest.get(record.job_id);
-        if (owed === undefined) return;
-        newest.delete(record.job_id);
-        try {
-          const r = await flushRecord(deps, owed);
-          relayLog(record.job_id, r.outcome, r.outcome === "failed" ? r.error.message : undefined);
-        } catch (e) {
-          relayLog(record.job_id, "failed", e instanceof Error ? e.message : String(e));
-        }
-      });
-    }),
-  );
-  deps = { jobs, reports: store.reports, disk: store.disk, publisher, clock, ids: randomIds, flags: config.flags };
+  const service = await composeEmbeddedService(config, logger, { ...defaultServiceDeps, ...overrides });
+  const { deps } = service;
 
   // Open feed streams wake on this process's commits (the relay sees each one) and end
   // at once when the service stops; another process's commits are found by their poll.
@@ -215,13 +51,13 @@ export async function startService(
   const slots = new StreamSlots();
   const app = createApp({
     deps,
-    tokens,
+    tokens: service.tokens,
     ...appOptionsOf(config),
     log,
     // One publish path per process: the relay publishes every commit, so a request
     // that commits does not publish too (it answers without `published`).
     publishInline: false,
-    feed: { ...config.feedStreams, slots, onCommitted: (listener) => jobs.onCommitted(() => listener()), shutdown: shutdown.signal },
+    feed: { ...config.feedStreams, slots, onCommitted: service.onCommitted, shutdown: shutdown.signal },
   });
 
   const sweep = async (graceMs: number) => {
@@ -262,32 +98,10 @@ export async function startService(
   const closeBehindApi = async () => {
     clearInterval(timer);
     shutdown.abort();
-    await queue.drain();
     await sweeping;
-    await publisher.close?.();
-    await broker?.close();
-    store.close();
+    await service.close();
   };
-  // Node's own bounds on a connection: a socket that sends no complete request head
-  // within headersTimeout (checked every connectionsCheckingInterval) is closed with
-  // 408, one idle between requests after keepAliveTimeout; a request body slower than
-  // requestTimeout is cut. Past maxConnections a new connection is closed as it is
-  // accepted, so a flood of sockets never takes the descriptors a report write needs.
-  const server = createAdaptorServer({
-    fetch: app.fetch,
-    hostname: config.host,
-    createServer,
-    serverOptions: {
-      headersTimeout: config.http.headersTimeoutMs,
-      requestTimeout: config.http.requestTimeoutMs,
-      keepAliveTimeout: config.http.keepAliveTimeoutMs,
-      // Node checks the two timeouts above on this interval (30 s by default): a tenth
-      // of the headers timeout closes an idle socket within about 1.1 times it.
-      connectionsCheckingInterval: Math.max(50, Math.floor(config.http.headersTimeoutMs / 10)),
-    },
-  }) as Server;
-  const maxConnections = connectionCap(config.http.maxConnections, config.http.fdReserve, softOpenFileLimit());
-  server.maxConnections = maxConnections;
+  const { server, maxConnections } = httpServer(config, app.fetch);
   let apiPort: number;
   try {
     apiPort = (await listenOn(server, { port: config.port, host: config.host, setting: "MAM_PORT" })).port;
@@ -295,18 +109,17 @@ export async function startService(
     await closeBehindApi();
     throw e;
   }
-  const url = `http://${config.host}:${apiPort}`;
 
   let stopping: Promise<void> | undefined;
   return {
-    url,
-    mqttUrl,
-    credentialsPath: paths.credentials,
-    operatorToken: config.operatorToken ?? credentials.operator_token,
+    url: `http://${config.host}:${apiPort}`,
+    mqttUrl: service.mqttUrl,
+    credentialsPath: service.credentialsPath,
+    operatorToken: config.operatorToken ?? service.credentials.operator_token,
     deps,
     openStreams: () => slots.open,
     maxConnections,
-    relayed: () => queue.idle(),
+    relayed: () => service.relayed(),
     stop() {
       // Streams end at once (the shutdown signal); requests in flight get the grace
       // period, then every connection still open is closed, a reader that never
@@ -333,6 +146,33 @@ export async function startService(
       return stopping;
     },
   };
+}
+
+/**
+ * The API's HTTP server, with Node's own bounds on a connection: a socket that sends
+ * no complete request head within headersTimeout (checked every
+ * connectionsCheckingInterval) is closed with 408, one idle between requests after
+ * keepAliveTimeout; a request body slower than requestTimeout is cut. Past
+ * maxConnections a new connection is closed as it is accepted, so a flood of sockets
+ * never takes the descriptors a report write needs.
+ */
+function httpServer(config: Config, fetch: (request: Request) => Response | Promise<Response>): { server: Server; maxConnections: number } {
+  const server = createAdaptorServer({
+    fetch,
+    hostname: config.host,
+    createServer,
+    serverOptions: {
+      headersTimeout: config.http.headersTimeoutMs,
+      requestTimeout: config.http.requestTimeoutMs,
+      keepAliveTimeout: config.http.keepAliveTimeoutMs,
+      // Node checks the two timeouts above on this interval (30 s by default): a tenth
+      // of the headers timeout closes an idle socket within about 1.1 times it.
+      connectionsCheckingInterval: Math.max(50, Math.floor(config.http.headersTimeoutMs / 10)),
+    },
+  }) as Server;
+  const maxConnections = connectionCap(config.http.maxConnections, config.http.fdReserve, softOpenFileLimit());
+  server.maxConnections = maxConnections;
+  return { server, maxConnections };
 }
 
 export async function serveCommand(argv: readonly string[], io: CliIo): Promise<number> {

@@ -55,8 +55,53 @@ export function openEmbeddedJobStore(
  */
 export function migrateDataDir(dir: string): MigrationResult {
   const p = dataDirPaths(dir);
-  closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
-  return migrateDatabaseFile(p.database);
+  return readingDataDir(p.database, "database", () => {
+    closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
+    return migrateDatabaseFile(p.database);
+  });
+}
+
+/** What a person can do about each part of a data dir that cannot be read. */
+const UNREADABLE_REMEDY = {
+  database: "point MAM_DATA_DIR (or --data-dir) at a mam data dir, or move it away to start an empty one",
+  credentials: "restore it, or move it away to have new ones written (tokens signed with the old key then stop working)",
+} as const;
+
+/**
+ * `read()`, with a part of the data dir that is not what mam keeps there (not a
+ * database, a directory where a file belongs, no right to it, not JSON) refused as
+ * one line naming the file and what to change (`config.invalid`, exit 1), instead of
+ * the driver's or the file system's own words. A refusal of ours passes as it is.
+ */
+function readingDataDir<T>(path: string, part: keyof typeof UNREADABLE_REMEDY, read: () => T): T {
+  try {
+    return read();
+  } catch (e) {
+    if (e instanceof MamError) throw e;
+    throw new MamError(
+      "config.invalid",
+      `the data dir's ${part} ${path} cannot be read (${unreadableReason(e)}): ${UNREADABLE_REMEDY[part]}`,
+      { cause: e },
+    );
+  }
+}
+
+async function readingDataDirAsync<T>(path: string, part: keyof typeof UNREADABLE_REMEDY, read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (e) {
+    return readingDataDir(path, part, () => {
+      throw e;
+    });
+  }
+}
+
+function unreadableReason(e: unknown): string {
+  const code = (e as { code?: unknown } | null)?.code;
+  if (code === "EISDIR") return "a directory, not a file";
+  if (code === "EACCES" || code === "EPERM") return "permission denied";
+  if (e instanceof SyntaxError) return `not JSON: ${e.message}`;
+  return e instanceof Error ? e.message : String(e);
 }
 
 /**
@@ -73,8 +118,10 @@ export function openDataDir(
   mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
   // SQLite would create the database 0644; made first, 0600, it is opened as it is,
   // and SQLite gives its -wal and -shm files the database file's mode.
-  closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
-  const { jobs, close } = openEmbeddedJobStore(p.database);
+  const { jobs, close } = readingDataDir(p.database, "database", () => {
+    closeSync(openSync(p.database, "a", REPORT_FILE_MODE));
+    return openEmbeddedJobStore(p.database);
+  });
   const reports = new FileReportStore(p.root, { allowAbsolute: opts.allowAbsolute ?? true });
   return { jobs, reports, disk: statfsDiskSpace(p.root), close: () => void close() };
 }
@@ -89,12 +136,21 @@ export interface Credentials {
 
 /** `<data dir>/credentials.json`, written by `mam serve` on first start; undefined if absent. */
 export async function readCredentials(dir: string): Promise<Credentials | undefined> {
-  try {
-    return JSON.parse(await readFile(dataDirPaths(dir).credentials, "utf8")) as Credentials;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw e;
-  }
+  const path = dataDirPaths(dir).credentials;
+  return readingDataDirAsync(path, "credentials", async () => {
+    let text: string;
+    try {
+      text = await readFile(path, "utf8");
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+      throw e;
+    }
+    const credentials = JSON.parse(text) as Partial<Credentials> | null;
+    if (typeof credentials?.signing_key !== "string" || typeof credentials.operator_token !== "string") {
+      throw new Error("no signing_key and operator_token in it");
+    }
+    return credentials as Credentials;
+  });
 }
 
 /**

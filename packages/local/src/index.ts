@@ -1,3 +1,4 @@
+export { type BrokerChoice, brokerOf, type MqttLogin } from "./broker-choice.ts";
 export { changeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type D1DatabaseLike, D1Driver, type D1PreparedStatementLike, type D1ResultLike } from "./d1-driver.ts";
 export {
