@@ -410,94 +410,12 @@ export interface Quotas {
   readonly jobBytes: number;
 }
 
-export interface Config {
-  readonly flags: Flags;
-  readonly host: string;
-  readonly port: number;
-  readonly dataDir: string;
-  readonly mqttUrl: string | undefined;
-  readonly mqttPort: number;
-  /** The service's credentials on an external broker (required with MAM_MQTT_URL). */
-  readonly mqttUsername: string | undefined;
-  readonly mqttPassword: string | undefined;
-  /** The service publisher's client id, on either broker; the embedded one reserves it. */
-  readonly mqttClientId: string;
-  /** The embedded broker's largest packet, fixed header included. */
-  readonly mqttMaxPacketBytes: number;
-  /** The embedded broker's bounds on persistent sessions (which need a login), on their queues, and on a client's QoS 2 state. */
-  readonly mqttSessions: {
-    /** The most persistent sessions one token name may own. */
-    readonly maxPerName: number;
-    /** The most persistent sessions in all. */
-    readonly max: number;
-    /** The most bytes (topics and payloads) queued unacknowledged for one session. */
-    readonly maxQueuedBytes: number;
-    /** QoS 2 publishes one client may have awaiting their PUBREL. */
-    readonly maxInflightInbound: number;
-    /** Bytes written to a client and not yet read by it, beyond which it is dropped (a logged-in one has room for its queue besides). */
-    readonly maxOutgoingBytes: number;
-  };
-  readonly operatorToken: string | undefined;
-  readonly tokenSigningKey: string | undefined;
-  readonly tokenSigningKeyParameter: string | undefined;
-  readonly agentTokenTtlSeconds: number;
-  readonly jsonBodyLimit: number;
-  readonly reportBodyLimit: number;
-  /** The largest report an upload may declare (`POST .../report/upload`): what goes around the API's body limit. */
-  readonly reportUploadLimit: number;
-  /** How long an issued upload URL stays good. */
-  readonly reportUploadTtlSeconds: number;
-  readonly sweepIntervalSeconds: number;
-  /** When an owed intent that keeps failing is retried, and when it is quarantined. */
-  readonly sweep: SweepPolicy;
-  /**
-   * The sweep takes only intents due at least this long ago (created, or their
-   * `retry_at` after a failure), so it never races the path that publishes each
-   * commit (the change relay, the stream publisher).
-   */
-  readonly sweepGraceSeconds: number;
-  /** Each sweep pass's time budget: what is not tried by then waits for the next pass. */
-  readonly sweepBudgetSeconds: number;
-  readonly publishTimeoutMs: number;
-  /** The change feed's stream: its bounds on open streams, in all and per principal, and on a write. */
-  readonly feedStreams: {
-    readonly maxStreams: number;
-    /** Per agent token's (job, attempt). */
-    readonly perAgent: number;
-    /** Per operator token (its id, or MAM_OPERATOR_TOKEN's name). */
-    readonly perOperator: number;
-    /** Of `maxStreams`, this many only operator tokens may take. */
-    readonly operatorReserve: number;
-    /** A stream whose write does not complete within this is closed (a reader that stopped reading). */
-    readonly writeTimeoutMs: number;
-  };
-  /** `mam serve`'s HTTP server: Node's timeouts and a cap on open connections. */
-  readonly http: {
-    readonly headersTimeoutMs: number;
-    readonly requestTimeoutMs: number;
-    readonly keepAliveTimeoutMs: number;
-    /** 0: the soft open-file limit less `fdReserve`. */
-    readonly maxConnections: number;
-    /** File descriptors kept back from connections for the store, reports and the broker. */
-    readonly fdReserve: number;
-  };
-  /** How long `mam serve` waits for open connections on stop before it closes them. */
-  readonly stopGraceSeconds: number;
-  /** CLI API mode. */
-  readonly apiUrl: string | undefined;
-  readonly token: string | undefined;
-  readonly aws: {
-    readonly tableName: string | undefined;
-    readonly bucketName: string | undefined;
-    readonly iotEndpoint: string | undefined;
-    readonly dynamodbEndpoint: string | undefined;
-    readonly s3Endpoint: string | undefined;
-    /** The feed writer's on-failure queue, which the sweep redrives (absent: no redrive). */
-    readonly feedFailureQueueUrl: string | undefined;
-    readonly sqsEndpoint: string | undefined;
-    readonly region: string | undefined;
-  };
-}
+/**
+ * The configuration as every root receives it: what `parseConfig` builds from the
+ * variables, so a field is declared once, where it is mapped from its variable
+ * (its documentation is the variable's entry in `EnvSchema`).
+ */
+export type Config = ReturnType<typeof configOf>;
 
 /**
  * What a runtime allows of a body limit, where it is stricter than the schema: its
@@ -545,30 +463,47 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       issues,
     });
   }
-  const e = r.data;
-  return {
-    flags: {
-      autoComplete: e.MAM_AUTO_COMPLETE,
-      engineCas: e.MAM_ENGINE_CAS,
-      allowedBackends: allowedBackends(e.MAM_AUTO_COMPLETE_BACKENDS),
-      quotas: { jobEvents: e.MAM_QUOTA_JOB_EVENTS, attemptBytes: e.MAM_QUOTA_ATTEMPT_BYTES, jobBytes: e.MAM_QUOTA_JOB_BYTES },
-      diskFloorBytes: e.MAM_DISK_FLOOR_BYTES,
-      leases: { uploadSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS, finalizeSeconds: e.MAM_FINALIZE_LEASE_SECONDS },
-    },
+  return configOf(r.data, cleaned, profile);
+}
+
+type Parsed = z.output<typeof EnvSchema>;
+
+/** The variables, parsed, as the typed configuration (its type is `Config`). */
+function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined>>, profile: ConfigProfile) {
+  const flags: Flags = {
+    autoComplete: e.MAM_AUTO_COMPLETE,
+    engineCas: e.MAM_ENGINE_CAS,
+    allowedBackends: allowedBackends(e.MAM_AUTO_COMPLETE_BACKENDS),
+    quotas: { jobEvents: e.MAM_QUOTA_JOB_EVENTS, attemptBytes: e.MAM_QUOTA_ATTEMPT_BYTES, jobBytes: e.MAM_QUOTA_JOB_BYTES },
+    diskFloorBytes: e.MAM_DISK_FLOOR_BYTES,
+    leases: { uploadSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS, finalizeSeconds: e.MAM_FINALIZE_LEASE_SECONDS },
+  };
+  const sweep: SweepPolicy = { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 };
+  return deepFreeze({
+    flags,
     host: e.MAM_HOST,
     port: e.MAM_PORT,
     dataDir: e.MAM_DATA_DIR,
     mqttUrl: e.MAM_MQTT_URL,
     mqttPort: e.MAM_MQTT_PORT,
+    /** The service's credentials on an external broker (required with MAM_MQTT_URL). */
     mqttUsername: e.MAM_MQTT_USERNAME,
     mqttPassword: e.MAM_MQTT_PASSWORD,
+    /** The service publisher's client id, on either broker; the embedded one reserves it. */
     mqttClientId: e.MAM_MQTT_CLIENT_ID,
+    /** The embedded broker's largest packet, fixed header included. */
     mqttMaxPacketBytes: e.MAM_MQTT_MAX_PACKET_BYTES,
+    /** The embedded broker's bounds on persistent sessions (which need a login), on their queues, and on a client's QoS 2 state. */
     mqttSessions: {
+      /** The most persistent sessions one token name may own. */
       maxPerName: e.MAM_MQTT_MAX_SESSIONS_PER_NAME,
+      /** The most persistent sessions in all. */
       max: e.MAM_MQTT_MAX_SESSIONS,
+      /** The most bytes (topics and payloads) queued unacknowledged for one session. */
       maxQueuedBytes: e.MAM_MQTT_MAX_QUEUED_BYTES_PER_SESSION,
+      /** QoS 2 publishes one client may have awaiting their PUBREL. */
       maxInflightInbound: e.MAM_MQTT_MAX_INFLIGHT_INBOUND,
+      /** Bytes written to a client and not yet read by it, beyond which it is dropped (a logged-in one has room for its queue besides). */
       maxOutgoingBytes: e.MAM_MQTT_MAX_OUTGOING_BYTES,
     },
     operatorToken: e.MAM_OPERATOR_TOKEN,
@@ -577,28 +512,47 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
     agentTokenTtlSeconds: e.MAM_AGENT_TOKEN_TTL_SECONDS,
     jsonBodyLimit: bodyLimit("MAM_JSON_BODY_LIMIT", e.MAM_JSON_BODY_LIMIT, cleaned, profile.jsonBodyLimit),
     reportBodyLimit: bodyLimit("MAM_REPORT_BODY_LIMIT", e.MAM_REPORT_BODY_LIMIT, cleaned, profile.reportBodyLimit),
+    /** The largest report an upload may declare (`POST .../report/upload`): what goes around the API's body limit. */
     reportUploadLimit: e.MAM_REPORT_UPLOAD_LIMIT,
+    /** How long an issued upload URL stays good. */
     reportUploadTtlSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS,
     sweepIntervalSeconds: e.MAM_SWEEP_INTERVAL_SECONDS,
-    sweep: { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 },
+    /** When an owed intent that keeps failing is retried, and when it is quarantined. */
+    sweep,
+    /**
+     * The sweep takes only intents due at least this long ago (created, or their
+     * `retry_at` after a failure), so it never races the path that publishes each
+     * commit (the change relay, the stream publisher).
+     */
     sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,
+    /** Each sweep pass's time budget: what is not tried by then waits for the next pass. */
     sweepBudgetSeconds: e.MAM_SWEEP_BUDGET_SECONDS,
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
+    /** The change feed's stream: its bounds on open streams, in all and per principal, and on a write. */
     feedStreams: {
       maxStreams: e.MAM_FEED_MAX_STREAMS,
+      /** Per agent token's (job, attempt). */
       perAgent: e.MAM_FEED_STREAMS_PER_AGENT,
+      /** Per operator token (its id, or MAM_OPERATOR_TOKEN's name). */
       perOperator: e.MAM_FEED_STREAMS_PER_OPERATOR,
+      /** Of `maxStreams`, this many only operator tokens may take. */
       operatorReserve: e.MAM_FEED_OPERATOR_RESERVE,
+      /** A stream whose write does not complete within this is closed (a reader that stopped reading). */
       writeTimeoutMs: e.MAM_FEED_WRITE_TIMEOUT_MS,
     },
+    /** `mam serve`'s HTTP server: Node's timeouts and a cap on open connections. */
     http: {
       headersTimeoutMs: e.MAM_HTTP_HEADERS_TIMEOUT_MS,
       requestTimeoutMs: e.MAM_HTTP_REQUEST_TIMEOUT_MS,
       keepAliveTimeoutMs: e.MAM_HTTP_KEEP_ALIVE_TIMEOUT_MS,
+      /** 0: the soft open-file limit less `fdReserve`. */
       maxConnections: e.MAM_HTTP_MAX_CONNECTIONS,
+      /** File descriptors kept back from connections for the store, reports and the broker. */
       fdReserve: e.MAM_FD_RESERVE,
     },
+    /** How long `mam serve` waits for open connections on stop before it closes them. */
     stopGraceSeconds: e.MAM_STOP_GRACE_SECONDS,
+    /** CLI API mode. */
     apiUrl: e.MAM_API_URL,
     token: e.MAM_TOKEN,
     aws: {
@@ -607,12 +561,25 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>, p
       iotEndpoint: e.MAM_IOT_ENDPOINT,
       dynamodbEndpoint: e.MAM_DYNAMODB_ENDPOINT,
       s3Endpoint: e.MAM_S3_ENDPOINT,
+      /** The feed writer's on-failure queue, which the sweep redrives (absent: no redrive). */
       feedFailureQueueUrl: e.MAM_FEED_FAILURE_QUEUE_URL,
       sqsEndpoint: e.MAM_SQS_ENDPOINT,
       region: e.AWS_REGION,
     },
-  };
+  });
 }
+
+/** The configuration is read-only all the way down (its type says so, and so does the value). */
+function deepFreeze<T extends object>(value: T): DeepReadonly<T> {
+  for (const v of Object.values(value)) if (typeof v === "object" && v !== null && !Object.isFrozen(v)) deepFreeze(v);
+  return Object.freeze(value) as DeepReadonly<T>;
+}
+
+type DeepReadonly<T> = T extends readonly (infer U)[]
+  ? readonly DeepReadonly<U>[]
+  : T extends object
+    ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+    : T;
 
 /** Flags for tests and embedders, from the same schema. */
 export function parseFlags(env: Readonly<Record<string, string | undefined>> = {}): Flags {
