@@ -4,6 +4,9 @@
  * API's answer. Both modes run against one service (`startService`, what `mam serve`
  * runs, in-process): the API mode through its HTTP port, the embedded mode on its
  * data dir and its broker, each on a job of its own taken through the same steps.
+ * `verify` reads and writes nothing, so both modes verify the same job, the one the
+ * service finalized, and must print the same document; `verify --report-dir`, a
+ * report directory in place, is its own flag.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -26,8 +29,6 @@ interface Lane {
   readonly modeArgs: Record<Who, readonly string[]>;
   /** The environment: in embedded mode, where the service's broker listens (the CLI publishes there itself). */
   readonly env: Record<string, string>;
-  /** What `verify` needs besides the job in this mode: the report's directory, read locally. */
-  readonly verifyArgs: readonly string[];
 }
 
 let root: string;
@@ -63,7 +64,6 @@ beforeAll(async () => {
             }
           : { agent: ["--data-dir", dataDir], operator: ["--data-dir", dataDir] },
       env: mode === "api" ? {} : { MAM_MQTT_PORT: new URL(service.mqttUrl).port },
-      verifyArgs: mode === "api" ? [] : ["--report-dir", tree],
     };
   }
 }, 30_000);
@@ -142,7 +142,14 @@ interface Step {
   readonly args: (lane: Lane) => readonly string[];
   readonly exit: number;
   readonly check?: (doc: unknown, mode: Mode) => void;
+  /** Both modes on the same job (what the step reads, it reads from the service's store): the same document, not only its shape. */
+  readonly same?: true;
 }
+
+/** `mam verify` of the job the service finalized (the API lane's), in either mode: `--api`, or `--data-dir` on the store itself. */
+const verifyServiceCopy =
+  (...more: string[]) =>
+  () => ["verify", "--job", lanes.api.job, "--attempt", "1", ...more];
 
 /** The steps, in order (each lane's job moves through them), with the exit code each must end with. */
 const STEPS: readonly Step[] = [
@@ -162,17 +169,19 @@ const STEPS: readonly Step[] = [
       expect(doc).toMatchObject({ manifest: { attempt_id: 1, side_effects: [{ kind: "git_push" }] }, manifest_sha256: expect.any(String) }),
   },
   {
-    name: "verify",
+    name: "verify (the store's copy of the attempt)",
     who: "operator",
-    args: (l) => ["verify", "--job", l.job, "--attempt", "1", ...l.verifyArgs],
+    args: verifyServiceCopy(),
     exit: 0,
-    check: (doc) => expect(doc).toMatchObject({ ok: true, manifest: { attempt_id: 1 } }),
+    same: true,
+    check: (doc) => expect(doc).toMatchObject({ ok: true, manifest: { attempt_id: 1 }, manifest_sha256: expect.any(String) }),
   },
   {
     name: "verify, refused (an artifact the manifest lacks)",
     who: "operator",
-    args: (l) => ["verify", "--job", l.job, "--attempt", "1", "--expected-artifacts", "pr_url", ...l.verifyArgs],
+    args: verifyServiceCopy("--expected-artifacts", "pr_url"),
     exit: 1,
+    same: true,
     check: (doc) => expect(doc).toMatchObject({ ok: false, reason: expect.stringContaining("pr_url") }),
   },
   {
@@ -182,6 +191,28 @@ const STEPS: readonly Step[] = [
     exit: 0,
     check: (doc, mode) =>
       expect(doc).toMatchObject({ ...publishedIn(mode), record: { status: "completed" }, finalized: { manifest: { attempt_id: 1 } } }),
+  },
+  {
+    name: "verify after the completion (the live copy, and the copy the completion pinned)",
+    who: "operator",
+    args: verifyServiceCopy(),
+    exit: 0,
+    same: true,
+    check: (doc) =>
+      expect(doc).toMatchObject({
+        ok: true,
+        manifest: { attempt_id: 1, side_effects: [{ kind: "git_push" }] },
+        matches_completion: true,
+        pinned: { ok: true, report_sha256: expect.any(String), evidence_location: expect.stringMatching(/^mam-file:\/\/\//) },
+      }),
+  },
+  {
+    name: "verify after the completion, refused (an artifact the completion's manifest lacks)",
+    who: "operator",
+    args: verifyServiceCopy("--expected-artifacts", "git_push,pr_url"),
+    exit: 1,
+    same: true,
+    check: (doc) => expect(doc).toMatchObject({ ok: false, reason: expect.stringContaining("pr_url"), pinned: { ok: true } }),
   },
   {
     name: "publish-event, refused (the job is terminal)",
@@ -201,9 +232,44 @@ describe("e2e: each mam command prints one --json shape in both modes [--api and
       expect(embedded.code, `embedded: ${embedded.stderr}`).toBe(step.exit);
       step.check?.(api.doc, "api");
       step.check?.(embedded.doc, "embedded");
+      if (step.same) expect(embedded.doc).toEqual(api.doc);
       expect(shapeOf(withoutUsage(withoutPublished(embedded.doc), "embedded", step.who))).toEqual(
         shapeOf(withoutUsage(withoutPublished(api.doc), "api", step.who)),
       );
     });
   }
+});
+
+describe("e2e: mam verify --report-dir verifies a report directory in place, a flag of its own", () => {
+  it("the embedded lane's own tree, finalized where it lies: verified there, even with MAM_API_URL set (the flag chooses), and no pinned copy", async () => {
+    const lane = lanes.embedded;
+    const io = captureIo({ MAM_API_URL: service.url });
+    const code = await runCli(["verify", "--job", lane.job, "--attempt", "1", "--report-dir", lane.tree, "--json"], io);
+    expect(code, io.err.join("")).toBe(0);
+    const doc = JSON.parse(io.out.join("")) as Record<string, unknown>;
+    expect(doc).toMatchObject({ ok: true, manifest: { attempt_id: 1, report_location: lane.report }, manifest_sha256: expect.any(String) });
+    expect(Object.keys(doc).sort()).toEqual(["manifest", "manifest_sha256", "ok", "reason"]);
+  });
+
+  it("--report-dir beside --data-dir or --api is refused (exit 1), in one line naming both flags", async () => {
+    for (const mode of ["--data-dir", "--api"] as const) {
+      const io = captureIo();
+      const flag = mode === "--api" ? [mode, service.url, "--token", service.operatorToken] : [mode, path.join(root, "data")];
+      const code = await runCli(
+        ["verify", "--job", lanes.api.job, "--attempt", "1", "--report-dir", lanes.api.tree, ...flag, "--json"],
+        io,
+      );
+      expect(code, mode).toBe(1);
+      const lines = io.err.join("").trimEnd().split("\n");
+      expect(lines, mode).toHaveLength(1);
+      expect(lines[0]).toMatch(/--report-dir .*--data-dir \(or --api\)/);
+      expect(JSON.parse(io.out.join(""))).toMatchObject({ error: { code: "input.invalid" } });
+    }
+  });
+
+  it("--data-dir without --attempt is refused (exit 1): it verifies the store's copy of one attempt", async () => {
+    const io = captureIo();
+    expect(await runCli(["verify", "--job", lanes.api.job, "--data-dir", path.join(root, "data")], io)).toBe(1);
+    expect(io.err.join("")).toMatch(/--attempt is required with --data-dir or --api.*--report-dir/);
+  });
 });

@@ -119,6 +119,13 @@ describe("e2e: the mam command", () => {
       error: { code: "input.invalid" },
     });
     expect(await readdir(root), "no ./.mam").toEqual([]);
+    // `mam verify` there, with neither --data-dir nor --report-dir: one line naming both.
+    const verify = await mamProcess(["verify", "--job", "j", "--attempt", "1", "--json"], root);
+    expect(verify.status, verify.stderr).toBe(1);
+    expect(verify.stderr.trimEnd().split("\n")).toHaveLength(1);
+    expect(verify.stderr).toMatch(/which report\? --data-dir DIR .*--report-dir DIR/);
+    expect(JSON.parse(verify.stdout)).toMatchObject({ error: { code: "input.invalid" } });
+    expect(await readdir(root), "no ./.mam").toEqual([]);
 
     // A named dir that holds no store is refused as it is: the CLI never makes one (mam serve does).
     const empty = path.join(root, "empty");
@@ -128,6 +135,9 @@ describe("e2e: the mam command", () => {
       const io = captureIo({});
       expect(await runCli(["publish-event", "--job", "j", "--event", "started", "--data-dir", dir], io), dir).toBe(1);
       expect(io.err.join("")).toMatch(/holds no mam store \(no mam\.db\); the CLI never creates one/);
+      const verify = captureIo({});
+      expect(await runCli(["verify", "--job", "j", "--attempt", "1", "--data-dir", dir], verify), dir).toBe(1);
+      expect(verify.err.join("")).toMatch(/holds no mam store \(no mam\.db\); the CLI never creates one/);
     }
     expect(await readdir(empty)).toEqual([]);
     expect(existsSync(missing)).toBe(false);

@@ -10,7 +10,7 @@ import type { AgentEvent, SideEffect } from "@mam/core";
  * command in both modes.
  */
 export interface Backend {
-  /** `api` (`--api URL`) or `embedded` (`--data-dir DIR`, or the report's own directory). */
+  /** `api` (`--api URL`) or `embedded` (`--data-dir DIR`; `finalize`: the report's own directory). */
   readonly mode: "api" | "embedded";
   /**
    * The agent's explicit report: finalize first (when asked), commit the transition
@@ -20,7 +20,12 @@ export interface Backend {
   publishEvent(jobId: string, input: PublishEventInput): Promise<PublishEventAnswer>;
   /** Promote the report and write its manifest (`report-final.md` where it lies, or on the service). */
   finalize(jobId: string, input: ReportInput): Promise<FinalizeAnswer>;
-  /** Re-derive the report's hash and check the manifest; a failed verification is an answer (`ok: false`). */
+  /**
+   * Verify the service's copy of an attempt (the store's, in a data dir) and, once the
+   * job completed on it, the copy its completion pinned: the one verification the API
+   * answers. A failed verification is an answer (`ok: false`). A report directory
+   * verified in place (`mam verify --report-dir`) is no backend's: `verifyReportDir`.
+   */
   verify(jobId: string, input: VerifyInput): Promise<VerificationAnswer>;
   /** One page of the change feed after `after` (from the beginning without it). */
   listChanges(query: { after?: string | undefined; limit: number }): Promise<ChangePageAnswer>;
@@ -50,10 +55,7 @@ export interface PublishEventInput {
 }
 
 export interface VerifyInput {
-  /** Required over the API (the service verifies its copy of that attempt); checked against the manifest when given locally. */
-  readonly attemptId?: number | undefined;
-  /** Embedded mode: the directory of the finalized report. */
-  readonly reportDir?: string | undefined;
-  /** Kinds of side effect that must be evidenced; over the API, the job's own list when none is given. */
-  readonly expectedArtifacts: readonly string[];
+  readonly attemptId: number;
+  /** Kinds of side effect that must be evidenced; the job's own list when undefined. */
+  readonly expectedArtifacts: readonly string[] | undefined;
 }

@@ -17,7 +17,7 @@ import {
 } from "@mam/core";
 import { dataDirPaths, migrateDataDir, readCredentials } from "@mam/local";
 import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
-import { embeddedBackend, namedDataDir } from "./embedded-backend.ts";
+import { embeddedBackend, namedDataDir, verifyReportDir } from "./embedded-backend.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
 import { httpBackend } from "./http-backend.ts";
 import type { CliIo } from "./io.ts";
@@ -244,16 +244,25 @@ this agent's attempt that already completed the job, {already_completed: true, r
   },
   verify: {
     summary: "verify a finalized report against its manifest, re-deriving the hash",
-    usage: `mam verify --job ID --report-dir DIR [--attempt N] [--expected-artifacts kind,kind] [--json]
+    usage: `mam verify --job ID --attempt N [--expected-artifacts kind,kind] --data-dir DIR [--json]
 mam verify --job ID --attempt N [--expected-artifacts kind,kind] --api URL --token TOKEN [--json]
+mam verify --job ID --report-dir DIR [--attempt N] [--expected-artifacts kind,kind] [--json]
 
-Without --api the report in DIR is verified (no data dir is read); with --api the
-service verifies its copy of attempt N (and, once the job completed on it, the copy
-its completion pinned), against the job's expected artifacts unless
---expected-artifacts names others. Exits 0 when the manifest verifies, 1 with the
-reason when it does not.
+With --data-dir (a data dir mam serve made, read only) or --api, the service's copy
+of attempt N is verified — the store's, read directly, or the service's, over the
+API — and, once the job completed on that attempt, the copy its completion pinned,
+against the job's expected artifacts unless --expected-artifacts names others. Both
+print the same answer.
 
---json prints the API's answer: {ok, reason, manifest, manifest_sha256?, pinned?}.`,
+With --report-dir DIR, a report directory is verified in place (the agent's own
+tree: no data dir is read, no service called); there is no job record there, so no
+completion to compare with and only the artifacts --expected-artifacts names.
+--report-dir takes neither --data-dir nor --api.
+
+Exits 0 when the manifest verifies, 1 with the reason when it does not.
+
+--json prints the API's answer: {ok, reason, manifest, manifest_sha256?,
+matches_completion?, pinned?} (with --report-dir: {ok, reason, manifest, manifest_sha256?}).`,
     modes: "both",
     options: {
       job: { type: "string" },
@@ -265,15 +274,35 @@ reason when it does not.
       const jobId = required("job", v.job);
       const attemptId = positiveInt("attempt", v.attempt);
       const reportDir = str(v["report-dir"]);
-      const expectedArtifacts = (str(v["expected-artifacts"]) ?? "")
+      const listed = (str(v["expected-artifacts"]) ?? "")
         .split(",")
         .map((s) => s.trim())
         .filter(Boolean);
-      const answer = await ctx.backend().verify(jobId, {
-        attemptId,
-        reportDir: reportDir === undefined ? undefined : resolve(reportDir),
-        expectedArtifacts,
-      });
+      let answer: Awaited<ReturnType<Backend["verify"]>>;
+      if (reportDir !== undefined) {
+        // An explicit --report-dir chooses it over MAM_DATA_DIR and MAM_API_URL; beside a mode flag it is refused.
+        if (str(v["data-dir"]) !== undefined || str(v.api) !== undefined) {
+          throw new MamError(
+            "input.invalid",
+            "--report-dir verifies a report directory in place; --data-dir (or --api) verifies the service's copy of an attempt: give one",
+          );
+        }
+        answer = await verifyReportDir(jobId, { reportDir: resolve(reportDir), attemptId, expectedArtifacts: listed });
+      } else {
+        if (ctx.backend().mode === "embedded" && ctx.dataDir === undefined) {
+          throw new MamError(
+            "input.invalid",
+            "which report? --data-dir DIR (or --api URL) verifies the service's copy of attempt N; --report-dir DIR verifies a report directory in place",
+          );
+        }
+        if (attemptId === undefined) {
+          throw new MamError(
+            "input.invalid",
+            "--attempt is required with --data-dir or --api: the service's copy of that attempt is verified (--report-dir verifies a directory in place)",
+          );
+        }
+        answer = await ctx.backend().verify(jobId, { attemptId, expectedArtifacts: listed.length === 0 ? undefined : listed });
+      }
       ctx.out(answer.ok ? `ok: ${answer.reason}` : `refused: ${answer.reason}`, answer);
       return answer.ok ? EXIT_OK : EXIT_REFUSED;
     },

@@ -2,21 +2,23 @@ import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import {
+  answerPublishEvent,
+  answerVerification,
   type Config,
-  completedAlready,
   type Deps,
+  finalizedAnswer,
   finalizeReport,
   MamError,
   OPERATOR,
-  publishAgentEvent,
   REPORT_NAME,
   randomIds,
   STAGED_REPORT_NAME,
   systemClock,
+  verificationAnswer,
   verifyManifest,
 } from "@mam/core";
 import { brokerOf, dataDirPaths, FileReportStore, MqttPublisher, openDataDir, readCredentials } from "@mam/local";
-import type { Backend, PublishEventAnswer, VerificationAnswer } from "./backend.ts";
+import type { Backend, VerificationAnswer } from "./backend.ts";
 
 export interface EmbeddedOptions {
   readonly config: Config;
@@ -27,12 +29,14 @@ export interface EmbeddedOptions {
 }
 
 /**
- * Embedded mode: core's services over the stores themselves. `publish-event` works
- * on a data dir's store (as the original system did: whoever can write the data dir
- * is trusted as an operator) and publishes to its broker itself; `finalize` and
- * `verify` work on the agent's own report tree and read no data dir. A data dir is
- * opened only when one was named and already holds a store: the CLI never creates
- * one (that is `mam serve`'s).
+ * Embedded mode: core's services over the stores themselves, answered by the same
+ * functions of core's that the API's routes answer with. `publish-event` works on a
+ * data dir's store (as the original system did: whoever can write the data dir is
+ * trusted as an operator) and publishes to its broker itself; `verify` reads the
+ * store's copy of the attempt (and the pinned one) as the service does; `finalize`
+ * works on the agent's own report tree and reads no data dir. A data dir is opened
+ * only when one was named and already holds a store: the CLI never creates one
+ * (that is `mam serve`'s).
  */
 export function embeddedBackend(opts: EmbeddedOptions): Backend {
   // The feed's store, opened on the first read and kept for the next (`mam events --follow`).
@@ -43,7 +47,11 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
     async publishEvent(jobId, input) {
       const deps = await openStore(opts);
       try {
-        const r = await publishAgentEvent(
+        const dir = input.finalize?.reportDir;
+        // This command is the one publish path of its process (no relay here): inline.
+        // The caller is the data dir's operator, not an agent holding its token, so a
+        // re-sent completion is never answered as done here: it stays refused.
+        const answer = await answerPublishEvent(
           deps,
           jobId,
           {
@@ -60,30 +68,9 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
                 }),
           },
           OPERATOR,
-          { inline: true },
-        ).catch(async (refusal: unknown) => {
-          // The same rule as the API's. Here the caller is the data dir's operator, not
-          // an agent holding its token, so it never holds: a re-send stays refused.
-          const dir = input.finalize?.reportDir;
-          const shown = dir === undefined ? ({ stored: "report" } as const) : { bytes: localReport(dir) };
-          const record = input.event === "completed" ? await completedAlready(deps, jobId, refusal, OPERATOR, shown) : undefined;
-          if (record === undefined) throw refusal;
-          return { alreadyCompleted: record } as const;
-        });
-        if ("alreadyCompleted" in r) return { already_completed: true as const, record: onTheWire(r.alreadyCompleted) };
-        // The same answer the API builds for POST /v1/jobs/{job_id}/events.
-        // This command is the one publish path of its process (no relay here): inline.
-        const flush = r.flush;
-        const answer: PublishEventAnswer = {
-          record: onTheWire(r.record),
-          ...(flush === undefined ? {} : { published: flush.outcome !== "failed" }),
-          ...(r.finalized === undefined
-            ? {}
-            : { finalized: { manifest: onTheWire(r.finalized.manifest), manifest_sha256: r.finalized.manifestSha256 } }),
-          ...(flush?.outcome === "failed" ? { publish_error: { code: flush.error.code, message: flush.error.message } } : {}),
-          ...(r.warnings.length > 0 ? { warnings: [...r.warnings] } : {}),
-        };
-        return answer;
+          { inline: true, resent: dir === undefined ? { stored: "report" } : { bytes: localReport(dir) } },
+        );
+        return onTheWire(answer);
       } finally {
         await deps.close();
       }
@@ -96,25 +83,17 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
         attemptId: input.attemptId,
         sideEffects: input.sideEffects,
       });
-      return { manifest: onTheWire(f.manifest), manifest_sha256: f.manifestSha256 };
+      return onTheWire(finalizedAnswer(f));
     },
 
     async verify(jobId, input) {
-      if (input.reportDir === undefined) throw new MamError("input.invalid", "--report-dir is required in embedded mode");
-      const v = await verifyManifest(new FileReportStore(input.reportDir), {
-        location: input.reportDir,
-        jobId,
-        attemptId: input.attemptId,
-        expectedArtifacts: input.expectedArtifacts,
-      });
-      // The same answer the API builds for GET .../verification (no pinned copy here: that is the service's).
-      const answer: VerificationAnswer = {
-        ok: v.ok,
-        reason: v.reason,
-        manifest: v.manifest === undefined ? null : onTheWire(v.manifest),
-        ...(v.ok ? { manifest_sha256: v.manifestSha256 } : {}),
-      };
-      return answer;
+      // The store as the service opens it (relative locations only), read: the service's own verification.
+      const store = openDataDir(existingStore(opts).root, { allowAbsolute: false });
+      try {
+        return onTheWire(await answerVerification(store, jobId, input.attemptId, input.expectedArtifacts));
+      } finally {
+        store.close();
+      }
     },
 
     async listChanges(query) {
@@ -128,6 +107,25 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
       feed = undefined;
     },
   };
+}
+
+/**
+ * `mam verify --report-dir`: a report tree verified where it lies (the agent's own, as
+ * the original system did), reading no data dir and calling no service. There is no
+ * job record here: no completion to compare with, no pinned copy, and only the
+ * artifacts asked about.
+ */
+export async function verifyReportDir(
+  jobId: string,
+  input: { readonly reportDir: string; readonly attemptId: number | undefined; readonly expectedArtifacts: readonly string[] },
+): Promise<VerificationAnswer> {
+  const v = await verifyManifest(new FileReportStore(input.reportDir), {
+    location: input.reportDir,
+    jobId,
+    attemptId: input.attemptId,
+    expectedArtifacts: input.expectedArtifacts,
+  });
+  return onTheWire(verificationAnswer(v));
 }
 
 /** The agent's report where it lies (the staged `.tmp`, else `report-final.md`), read only if it is asked for. */

@@ -44,19 +44,12 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
     },
 
     async verify(jobId, input) {
-      if (input.attemptId === undefined)
-        throw new MamError("input.invalid", "--attempt is required in API mode: the service verifies its copy of that attempt");
-      if (input.reportDir !== undefined) {
-        throw new MamError(
-          "input.invalid",
-          "--report-dir is read in embedded mode only; in API mode the service verifies its own copy of the report",
-        );
-      }
+      const expected = input.expectedArtifacts;
       return ok(
         client.GET("/v1/jobs/{job_id}/attempts/{attempt}/verification", {
           params: {
             path: { job_id: jobId, attempt: String(input.attemptId) },
-            query: input.expectedArtifacts.length === 0 ? {} : { expected_artifacts: input.expectedArtifacts.join(",") },
+            query: expected === undefined ? {} : { expected_artifacts: expected.join(",") },
           },
         }),
       );

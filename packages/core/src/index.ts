@@ -1,4 +1,5 @@
 export * from "./allowlist.ts";
+export * from "./answers.ts";
 export * from "./bounds.ts";
 export * from "./config.ts";
 export * from "./conflicts.ts";

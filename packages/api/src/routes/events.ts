@@ -1,12 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import {
-  attemptReportLocation,
-  completedAlready,
-  evaluateJob as evaluate,
-  MamError,
-  publishAgentEvent,
-  getJob as readJob,
-} from "@mam/core";
+import { answerPublishEvent, attemptReportLocation, evaluateJob as evaluate, MamError, getJob as readJob } from "@mam/core";
 import { operator, operatorOrAgent } from "../access.ts";
 import type { Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
@@ -135,9 +128,8 @@ export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services)
         });
       }
     }
-    const actor = actorOf(principal);
-    const publishing = withBodyPaths(() =>
-      publishAgentEvent(
+    const answer = await withBodyPaths(() =>
+      answerPublishEvent(
         deps,
         jobId,
         {
@@ -149,38 +141,12 @@ export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services)
               : { location: attemptReportLocation(jobId, fin.attempt_id), attemptId: fin.attempt_id, sideEffects: fin.side_effects },
           data: body.data,
         },
-        actor,
-        { inline: publishInline },
+        actorOf(principal),
+        // The agent's own completion, sent again, shows what the service holds for its attempt.
+        { inline: publishInline, resent: fin === undefined ? { stored: "report" } : { stored: "finalize" } },
       ),
     );
-    const r = await publishing.catch(async (refusal: unknown) => {
-      // The agent's own completion, sent again: told it is done, nothing written (core's rule).
-      const shown = fin === undefined ? ({ stored: "report" } as const) : ({ stored: "finalize" } as const);
-      const record = body.event === "completed" ? await completedAlready(deps, jobId, refusal, actor, shown) : undefined;
-      if (record === undefined) throw refusal;
-      return { alreadyCompleted: record } as const;
-    });
-    if ("alreadyCompleted" in r) return c.json({ already_completed: true as const, record: r.alreadyCompleted }, 200);
-    // A publish that fails after the commit is not an error of this request: the
-    // transition and its intent are committed, and the intent stays owed until the
-    // recovery sweep (or the change relay) delivers it. Answering 5xx would invite
-    // the agent to retry a transition that already happened, so the answer is a 200
-    // that says so (`published: false` and why). Where another path publishes every
-    // commit (the relay, the stream publisher), the request does not know, and says
-    // nothing: no `published` at all.
-    const flush = r.flush;
-    return c.json(
-      {
-        record: r.record,
-        ...(flush === undefined ? {} : { published: flush.outcome !== "failed" }),
-        ...(r.finalized === undefined
-          ? {}
-          : { finalized: { manifest: r.finalized.manifest, manifest_sha256: r.finalized.manifestSha256 } }),
-        ...(flush?.outcome === "failed" ? { publish_error: { code: flush.error.code, message: flush.error.message } } : {}),
-        ...(r.warnings.length > 0 ? { warnings: [...r.warnings] } : {}),
-      },
-      200,
-    );
+    return c.json(answer, 200);
   });
 
   app(listEvents, async (c) => {

@@ -1,12 +1,12 @@
 import { z } from "@hono/zod-openapi";
 import {
+  answerFinalize,
+  answerVerification,
   attemptReportLocation,
   completedAlready,
-  finalizeAttemptReport,
   readUploadDeclaration,
   requestReportUpload,
   stageAttemptReport,
-  verifyAttemptReport,
 } from "@mam/core";
 import { operator, operatorOrAgent } from "../access.ts";
 import type { Services } from "../context.ts";
@@ -289,28 +289,11 @@ export function reportRoutes(app: RouteOpener, { deps, reportLimit, reportUpload
     const actor = actorOf(c.get("principal"));
     // No body: zod-openapi hands the handler `{}` unvalidated; it means no side effects.
     const sideEffects = (c.req.valid("json") as { side_effects?: readonly unknown[] }).side_effects ?? [];
-    const f = await finalizeAttemptReport(deps, jobId, attempt, sideEffects, actor).catch(async (refusal: unknown) => {
-      const record = await completedAlready(deps, jobId, refusal, actor, { stored: "finalize" });
-      if (record === undefined) throw refusal;
-      return { alreadyCompleted: record } as const;
-    });
-    if ("alreadyCompleted" in f) return c.json({ already_completed: true as const, record: f.alreadyCompleted }, 200);
-    return c.json({ manifest: f.manifest, manifest_sha256: f.manifestSha256 }, 200);
+    return c.json(await answerFinalize(deps, jobId, attempt, sideEffects, actor), 200);
   });
 
   app(verifyReport, async (c) => {
     const { job_id: jobId, attempt } = c.req.valid("param");
-    const v = await verifyAttemptReport(deps, jobId, attempt, c.req.valid("query").expected_artifacts);
-    return c.json(
-      {
-        ok: v.ok,
-        reason: v.reason,
-        manifest: v.manifest ?? null,
-        ...(v.manifestSha256 === undefined ? {} : { manifest_sha256: v.manifestSha256 }),
-        ...(v.matchesCompletion === undefined ? {} : { matches_completion: v.matchesCompletion }),
-        ...(v.pinned === undefined ? {} : { pinned: v.pinned }),
-      },
-      200,
-    );
+    return c.json(await answerVerification(deps, jobId, attempt, c.req.valid("query").expected_artifacts), 200);
   });
 }
