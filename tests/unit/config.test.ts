@@ -101,6 +101,17 @@ describe("parseConfig", () => {
     expect(parseConfig({ MAM_OPERATOR_TOKEN: token }).operatorToken).toBe(token);
   });
 
+  it("issue 19: MAM_FEED_POLL_MS sets how often an open feed stream polls (1 s by default), 50 ms to 60 s", () => {
+    expect(parseConfig({}).feedStreams.pollMs).toBe(1000);
+    expect(parseConfig({ MAM_FEED_POLL_MS: "250" }).feedStreams.pollMs).toBe(250);
+    expect(configError({ MAM_FEED_POLL_MS: "10" }).message).toContain("MAM_FEED_POLL_MS must be at least 50");
+  });
+
+  it("issue 19: the configuration is read-only all the way down", () => {
+    const config = parseConfig({});
+    expect(Object.isFrozen(config) && Object.isFrozen(config.flags) && Object.isFrozen(config.flags.allowedBackends)).toBe(true);
+  });
+
   it("names every bad variable at once", () => {
     const e = configError({ MAM_AUTO_COMPLETE: "yes", MAM_PORT: "abc" });
     expect(e.code).toBe("config.invalid");

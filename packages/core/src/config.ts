@@ -290,6 +290,11 @@ export const EnvSchema = z.object({
     "`mam serve`",
     "A stream write that does not complete within this (a reader that stopped reading, a body nobody reads) closes the stream and its connection and frees its slot; logged `stream closed`, `reason: write stalled`.",
   ),
+  MAM_FEED_POLL_MS: setting(
+    int("MAM_FEED_POLL_MS", 1000, 50, 60_000),
+    "`mam serve`",
+    "How often an open feed stream (`GET /v1/events/stream`) reads rows no signal announced: another process's commits on the same data dir (`mam publish-event --data-dir`). This process's own commits wake it at once.",
+  ),
   MAM_HTTP_HEADERS_TIMEOUT_MS: setting(
     int("MAM_HTTP_HEADERS_TIMEOUT_MS", 10_000, 100, 600_000),
     "`mam serve`",
@@ -539,6 +544,8 @@ function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined
       operatorReserve: e.MAM_FEED_OPERATOR_RESERVE,
       /** A stream whose write does not complete within this is closed (a reader that stopped reading). */
       writeTimeoutMs: e.MAM_FEED_WRITE_TIMEOUT_MS,
+      /** How often an open stream reads rows no commit of this process announced. */
+      pollMs: e.MAM_FEED_POLL_MS,
     },
     /** `mam serve`'s HTTP server: Node's timeouts and a cap on open connections. */
     http: {
