@@ -49,7 +49,7 @@ import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEven
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
 import { flushStreamRecord, type StreamDeps, writeFeedRecord } from "./job-stream.ts";
-import { type LogSink, logJson, stdoutLines } from "./log.ts";
+import { type LogEvent, type LogSink, logEventLine, stdoutLines } from "./log.ts";
 import { createMetrics } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -327,7 +327,12 @@ export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHand
       run = await lambda();
     } catch (err) {
       const e = err instanceof MamError ? err : undefined;
-      logJson(log, { event: "http_start_failed", code: e?.code ?? "internal", message: err instanceof Error ? err.message : String(err) });
+      logEventLine(log, {
+        level: "error",
+        event: "http_start_failed",
+        code: e?.code ?? "internal",
+        message: err instanceof Error ? err.message : String(err),
+      });
       return startFailure(
         e?.code === "config.invalid" || e?.code === "store.version" ? e.code : "store.unavailable",
         context?.awsRequestId,
@@ -422,7 +427,7 @@ async function feedRedriver(
   config: Config,
   overrides: Overrides,
   deps: StreamDeps,
-): Promise<((log: (entry: Record<string, unknown>) => void) => Promise<FeedRedriveCounts>) | undefined> {
+): Promise<((log: (entry: LogEvent) => void) => Promise<FeedRedriveCounts>) | undefined> {
   const queueUrl = config.aws.feedFailureQueueUrl;
   const feed = deps.feed;
   if (queueUrl === undefined || feed === undefined) return undefined;
@@ -473,11 +478,11 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     let feedRedrive: FeedRedriveCounts | undefined;
     try {
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
-      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logJson(log, entry) });
+      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logEventLine(log, entry) });
       // After the notifications (what subscribers are owed first); a redrive that cannot
       // run (the queue or the stream unreachable) is logged and tried again next time.
-      feedRedrive = await redrive?.((entry) => logJson(log, entry)).catch((err: unknown) => {
-        logJson(log, { event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
+      feedRedrive = await redrive?.((entry) => logEventLine(log, entry)).catch((err: unknown) => {
+        logEventLine(log, { level: "warn", event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
         return undefined;
       });
     } finally {
@@ -491,7 +496,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       not_tried: result.not_tried,
       ...(feedRedrive === undefined ? {} : { feed_redrive: feedRedrive }),
     };
-    logJson(log, { event: "recovery_sweep", ...counts });
+    logEventLine(log, { level: "info", event: "recovery_sweep", ...counts });
     return counts;
   };
 }

@@ -21,7 +21,7 @@ import type { DynamoJobStore } from "@mam/aws/dynamo";
 import { isJobImage, jobRecordOfNewImage, owedIntentIdOfImage } from "@mam/aws/job-item";
 import { type Deps, flushRecord, type JobRecord, MamError } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
-import { type LogSink, logJson } from "./log.ts";
+import { type LogSink, logEventLine } from "./log.ts";
 
 /** What the stream functions run over: core's notifier ports, and the feed writer's store (`composeNotifier`, compose.ts). */
 export type StreamDeps = Pick<Deps, "jobs" | "publisher" | "clock" | "ids" | "metrics"> & {
@@ -54,7 +54,8 @@ export async function flushStreamRecord(deps: StreamDeps, record: DynamoDBRecord
   if (job === undefined) return;
   const result = await flushRecord(deps, job);
   if (result.outcome !== "failed") return;
-  logJson(log, {
+  logEventLine(log, {
+    level: "warn",
     event: "stream_publish_failed",
     job_id: job.job_id,
     intent_id: result.intent.id,

@@ -10,6 +10,7 @@ import {
   isMamError,
   type JobRecord,
   jsonLogger,
+  logEvent,
   MamError,
   type Publisher,
   parseConfig,
@@ -230,7 +231,7 @@ export async function startService(
         policy: config.sweep,
         graceMs,
         budgetMs: config.sweepBudgetSeconds * 1000,
-        log: (entry) => logger.info(String(entry.event), entry),
+        log: (entry) => logEvent(logger, entry),
       });
       if (r.owed > 0) {
         const counts = { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried };
