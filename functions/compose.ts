@@ -28,7 +28,7 @@ import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEven
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
 import { flushStreamRecord, writeFeedRecord } from "./job-stream.ts";
-import { type LogSink, logJson, stdoutLines } from "./log.ts";
+import { type LogSink, logEventLine, stdoutLines } from "./log.ts";
 import { createMetrics } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -77,7 +77,7 @@ function startOnce<T>(fn: "http" | "stream" | "sweep", log: LogSink, build: () =
       return await get();
     } catch (err) {
       const code = err instanceof MamError ? err.code : "internal";
-      logJson(log, { event: `${fn}_start_failed`, code, message: err instanceof Error ? err.message : String(err) });
+      logEventLine(log, { level: "error", event: `${fn}_start_failed`, code, message: err instanceof Error ? err.message : String(err) });
       throw err;
     }
   };
@@ -225,11 +225,11 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     let feedRedrive: FeedRedriveCounts | undefined;
     try {
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
-      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logJson(log, entry) });
+      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logEventLine(log, entry) });
       // After the notifications (what subscribers are owed first); a redrive that cannot
       // run (the queue or the stream unreachable) is logged and tried again next time.
-      feedRedrive = await redrive?.((entry) => logJson(log, entry)).catch((err: unknown) => {
-        logJson(log, { event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
+      feedRedrive = await redrive?.((entry) => logEventLine(log, entry)).catch((err: unknown) => {
+        logEventLine(log, { level: "warn", event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
         return undefined;
       });
     } finally {
@@ -243,7 +243,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       not_tried: result.not_tried,
       ...(feedRedrive === undefined ? {} : { feed_redrive: feedRedrive }),
     };
-    logJson(log, { event: "recovery_sweep", ...counts });
+    logEventLine(log, { level: "info", event: "recovery_sweep", ...counts });
     return counts;
   };
 }

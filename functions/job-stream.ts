@@ -21,7 +21,7 @@ import type { AwsNotifierDeps } from "@mam/aws/deps";
 import { isJobImage, jobRecordOfNewImage, owedIntentIdOfImage } from "@mam/aws/job-item";
 import { flushRecord, type JobRecord, MamError } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
-import { type LogSink, logJson } from "./log.ts";
+import { type LogSink, logEventLine } from "./log.ts";
 
 /** The job record whose intent this stream record committed, or undefined when it owes nothing. */
 export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
@@ -48,7 +48,8 @@ export async function flushStreamRecord(deps: AwsNotifierDeps, record: DynamoDBR
   if (job === undefined) return;
   const result = await flushRecord(deps, job);
   if (result.outcome !== "failed") return;
-  logJson(log, {
+  logEventLine(log, {
+    level: "warn",
     event: "stream_publish_failed",
     job_id: job.job_id,
     intent_id: result.intent.id,

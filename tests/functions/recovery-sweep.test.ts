@@ -57,7 +57,7 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
       const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: log.sink, clock });
 
       expect(await sweep(scheduled(), lambdaContext("mam-dev-recoverySweep"))).toEqual(counts(3, 2, 1));
-      expect(log.entries()).toEqual([{ event: "recovery_sweep", ...counts(3, 2, 1) }]);
+      expect(log.entries()).toEqual([{ level: "info", msg: "recovery_sweep", event: "recovery_sweep", ...counts(3, 2, 1) }]);
       expect((await store.listOwed(10)).map((j) => j.job_id)).toEqual(["sweep-refused"]);
 
       // Backing off: the next run reads nothing until its retry_at.

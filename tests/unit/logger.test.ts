@@ -1,5 +1,5 @@
 /** core's Logger port as `jsonLogger` writes it: one JSON document a line, a closed set of levels, the least level kept. */
-import { jsonLogger, LOG_LEVELS, type LogLevel, logLevelRank } from "@mam/core";
+import { jsonLogger, LOG_LEVELS, type LogLevel, logEvent, logLevelRank } from "@mam/core";
 import { describe, expect, it } from "vitest";
 
 describe("jsonLogger", () => {
@@ -27,5 +27,16 @@ describe("jsonLogger", () => {
     const defaults: string[] = [];
     jsonLogger((l) => defaults.push(l)).debug("hidden");
     expect(defaults).toEqual([]);
+  });
+
+  it("logEvent writes an event's line at the event's own level, its name as the msg and kept as event", () => {
+    const lines: string[] = [];
+    logEvent(
+      jsonLogger((l) => lines.push(l)),
+      { level: "warn", event: "notification_quarantined", job_id: "j", failures: 3 },
+    );
+    expect(lines).toEqual([
+      '{"level":"warn","msg":"notification_quarantined","event":"notification_quarantined","job_id":"j","failures":3}',
+    ]);
   });
 });

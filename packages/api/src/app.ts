@@ -1,5 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { type Config, type Deps, MamError, type SweepPolicy } from "@mam/core";
+import { type Config, type Deps, jsonLogger, type Logger, MamError, type SweepPolicy } from "@mam/core";
 import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";
@@ -36,7 +36,7 @@ export interface AppOptions {
   readonly reportUploadLimit?: number;
   /** How long an upload's address is good; 900 s by default. */
   readonly reportUploadTtlSeconds?: number;
-  /** One JSON line per request (and per unexpected error); console.log by default. */
+  /** Where the app's JSON lines go (one per request, per unexpected error, ...; core's `jsonLogger` writes them); console.log by default. */
   readonly log?: (line: string) => void;
   /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
   readonly sweep?: SweepPolicy;
@@ -104,7 +104,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
       maxBytes: opts.reportUploadLimit ?? DEFAULT_REPORT_UPLOAD_LIMIT,
       expiresInSeconds: opts.reportUploadTtlSeconds ?? DEFAULT_REPORT_UPLOAD_TTL_SECONDS,
     },
-    log: opts.log ?? ((line: string) => console.log(line)),
+    logger: jsonLogger(opts.log ?? ((line: string) => console.log(line))),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
     ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
@@ -113,7 +113,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   };
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
-  app.use(saneRequestId(), requestLog(services.log));
+  app.use(saneRequestId(), requestLog(services.logger));
   app.use(
     methodNotAllowed({
       app,
@@ -133,7 +133,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
       problemBody("route.notFound", `no route ${c.req.method} ${c.req.path}`, { requestId: c.get("requestId"), instance: c.req.path }),
     ),
   );
-  app.onError((err, c) => answerError(err, c, services.log));
+  app.onError((err, c) => answerError(err, c, services.logger));
 
   const open = routeOpener(app, services);
   jobRoutes(open, services);
@@ -164,7 +164,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
  * naming `body`; a client that went away as a bare 499 for the log (nobody reads
  * it); anything else as a 500 with a generic detail, logged with its stack.
  */
-async function answerError(err: unknown, c: Context<AppEnv>, log: (line: string) => void): Promise<Response> {
+async function answerError(err: unknown, c: Context<AppEnv>, logger: Logger): Promise<Response> {
   const requestId = c.get("requestId");
   if (clientAborted(c.req.raw, err)) {
     c.set("clientAborted", true);
@@ -178,16 +178,12 @@ async function answerError(err: unknown, c: Context<AppEnv>, log: (line: string)
   }
   const { problem, unexpected } = problemFor(error, { requestId, instance: c.req.path });
   if (unexpected) {
-    log(
-      JSON.stringify({
-        level: "error",
-        msg: "unexpected error",
-        request_id: requestId,
-        method: c.req.method,
-        path: c.req.path,
-        error: err instanceof Error ? { name: err.name, message: err.message, stack: err.stack } : String(err),
-      }),
-    );
+    logger.error("unexpected error", {
+      request_id: requestId,
+      method: c.req.method,
+      path: c.req.path,
+      error: err instanceof Error ? { name: err.name, message: err.message, stack: err.stack } : String(err),
+    });
   }
   return problemResponse(c, problem);
 }

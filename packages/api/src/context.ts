@@ -1,4 +1,4 @@
-import type { Deps, SweepPolicy } from "@mam/core";
+import type { Deps, Logger, SweepPolicy } from "@mam/core";
 import type { RequestIdVariables } from "hono/request-id";
 import type { Upload } from "./body.ts";
 import type { StreamSlots } from "./routes/stream-slots.ts";
@@ -24,7 +24,8 @@ export interface Services {
   readonly reportLimit: number;
   /** Reports larger than a body: the largest an upload may declare, and how long its address is good. */
   readonly reportUpload: { readonly maxBytes: number; readonly expiresInSeconds: number };
-  readonly log: (line: string) => void;
+  /** Every line the app writes (JSON lines to `AppOptions.log`). */
+  readonly logger: Logger;
   readonly sweep?: SweepPolicy;
   /** The sweep's grace period (MAM_SWEEP_GRACE_SECONDS). */
   readonly sweepGraceSeconds: number;

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import type { Logger } from "@mam/core";
 import type { Context, MiddlewareHandler } from "hono";
 import { requestId } from "hono/request-id";
 import type { AppEnv } from "./context.ts";
@@ -28,7 +29,7 @@ export function saneRequestId(): MiddlewareHandler<AppEnv> {
  * line: its id, method, path, status, duration and who called. A client that went
  * away mid-request is `info` with `client_aborted`: not the service's failure.
  */
-export function requestLog(log: (line: string) => void): MiddlewareHandler<AppEnv> {
+export function requestLog(logger: Logger): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const started = performance.now();
     const id = c.get("requestId");
@@ -36,19 +37,15 @@ export function requestLog(log: (line: string) => void): MiddlewareHandler<AppEn
     await next();
     const status = c.res.status;
     const aborted = c.get("clientAborted") === true;
-    log(
-      JSON.stringify({
-        level: status >= 500 ? "error" : status >= 400 && !aborted ? "warn" : "info",
-        msg: "request",
-        request_id: id,
-        method: c.req.method,
-        path: c.req.path,
-        status,
-        ...(aborted ? { client_aborted: true, detail: "the client closed the connection before its request was complete" } : {}),
-        duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
-        actor: actorLabel(c.get("principal")),
-      }),
-    );
+    logger.log(status >= 500 ? "error" : status >= 400 && !aborted ? "warn" : "info", "request", {
+      request_id: id,
+      method: c.req.method,
+      path: c.req.path,
+      status,
+      ...(aborted ? { client_aborted: true, detail: "the client closed the connection before its request was complete" } : {}),
+      duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+      actor: actorLabel(c.get("principal")),
+    });
   };
 }
 

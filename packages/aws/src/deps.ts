@@ -19,6 +19,7 @@ import {
   type ConfigProfile,
   type Deps,
   type Ids,
+  type LogEvent,
   MamError,
   type MetricsSink,
   NO_METRICS,
@@ -254,7 +255,7 @@ export async function feedRedriver(
   config: Config,
   overrides: AwsOverrides,
   deps: AwsNotifierDeps,
-): Promise<((log: (entry: Record<string, unknown>) => void) => Promise<FeedRedriveCounts>) | undefined> {
+): Promise<((log: (entry: LogEvent) => void) => Promise<FeedRedriveCounts>) | undefined> {
   const queueUrl = config.aws.feedFailureQueueUrl;
   const feed = deps.feed;
   if (queueUrl === undefined || feed === undefined) return undefined;

@@ -20,6 +20,7 @@ import {
   GetShardIteratorCommand,
 } from "@aws-sdk/client-dynamodb-streams";
 import { DeleteMessageCommand, ReceiveMessageCommand, SQSClient, type SQSClientConfig } from "@aws-sdk/client-sqs";
+import type { LogEvent } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import type { DynamoJobStore } from "./dynamo-job-store.ts";
 import { type OnFailureMessage, toLambdaRecord } from "./stream-records.ts";
@@ -34,7 +35,7 @@ export interface FeedRedriveOptions {
   /** How long a message taken stays invisible to another run: 120 s by default. */
   readonly visibilityTimeoutSeconds?: number;
   /** One line per range that could not be redriven (why, and what it covers). */
-  readonly log?: (entry: Record<string, unknown>) => void;
+  readonly log?: (entry: LogEvent) => void;
 }
 
 export interface FeedRedriveCounts {
@@ -72,6 +73,7 @@ export async function redriveFeed(opts: FeedRedriveOptions): Promise<FeedRedrive
       if (range === undefined) {
         counts.failed += 1;
         log({
+          level: "warn",
           event: "feed_redrive_failed",
           reason: "the message is not a DynamoDB stream batch description",
           message_id: message.MessageId,
@@ -88,6 +90,7 @@ export async function redriveFeed(opts: FeedRedriveOptions): Promise<FeedRedrive
         const expired = name === "TrimmedDataAccessException" || name === "ResourceNotFoundException";
         if (expired) counts.expired += 1;
         log({
+          level: "warn",
           event: "feed_redrive_failed",
           reason: expired
             ? "the stream no longer holds this range (past its 24 h retention, or the table's stream was replaced): its feed rows are lost"

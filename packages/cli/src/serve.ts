@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
 import { appOptionsOf, createApp, StreamSlots } from "@mam/api";
-import { type Config, type Deps, isMamError, jsonLogger, parseConfig, recoverNotifications } from "@mam/core";
+import { type Config, type Deps, isMamError, jsonLogger, logEvent, parseConfig, recoverNotifications } from "@mam/core";
 import { connectionCap, listenOn, softOpenFileLimit } from "@mam/local";
 import { composeEmbeddedService, defaultServiceDeps, type ServiceDeps } from "./embedded-service.ts";
 import { EXIT_CODES } from "./exit-codes.ts";
@@ -66,7 +66,7 @@ export async function startService(
         policy: config.sweep,
         graceMs,
         budgetMs: config.sweepBudgetSeconds * 1000,
-        log: (entry) => logger.info(String(entry.event), entry),
+        log: (entry) => logEvent(logger, entry),
       });
       if (r.owed > 0) {
         const counts = { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried };

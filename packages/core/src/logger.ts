@@ -17,6 +17,18 @@ export interface Logger {
   error(msg: string, fields?: LogFields): void;
 }
 
+/**
+ * A line named by what happened (`event`, snake_case: what Logs Insights queries and
+ * metric filters match on), as a library hands it to its root: the sweep, the feed's
+ * redrive, the functions. `logEvent` writes it with the event as its `msg` too.
+ */
+export type LogEvent = LogFields & { readonly level: LogLevel; readonly event: string };
+
+/** Write `entry` through `logger`: its level, its event as the line's msg, and every field (the event kept). */
+export function logEvent(logger: Logger, entry: LogEvent): void {
+  logger.log(entry.level, entry.event, entry);
+}
+
 /** A level's rank: a logger writes the lines at or above its least level. */
 export function logLevelRank(level: LogLevel): number {
   switch (level) {

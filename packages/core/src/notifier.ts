@@ -3,6 +3,7 @@ import type { Actor, Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { type ErrorCode, isMamError, MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
+import type { LogEvent } from "./logger.ts";
 import type { JobEventLog, JobRecords, OwedNotifications } from "./ports.ts";
 import { type EventLogEntry, JOB_ID_PATTERN, type JobRecord, type NotificationIntent, NotificationIntentSchema } from "./schemas.ts";
 
@@ -195,9 +196,9 @@ export interface RecoverOptions {
   /**
    * Receives one entry per intent quarantined and per unexpected error (whose message
    * stays in the log: the answer and the record say only `internal`); the composition
-   * root writes each as a log line.
+   * root writes each as a log line (`logEvent`).
    */
-  readonly log?: (entry: Readonly<Record<string, unknown>>) => void;
+  readonly log?: (entry: LogEvent) => void;
   /**
    * The pass's time budget (MAM_SWEEP_BUDGET_SECONDS; default none): once spent, the
    * intents not yet tried are left `not_tried`, owed for the next pass. A flood that

@@ -179,7 +179,7 @@ export const FEED_DEFAULTS = {
   retryMs: 2000,
 } as const;
 
-export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services): void {
+export function feedRoutes(app: RouteOpener, { deps, feed = {}, logger }: Services): void {
   const { slots = new StreamSlots(), ...given } = feed;
   const options = { ...FEED_DEFAULTS, ...definedOnly(given) };
   // One tail per app, made with the first stream (serving the document reads no store);
@@ -255,15 +255,11 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {}, log }: Services)
               stream.abort();
               closeConnection(c);
               if (!isAborted(options.shutdown)) {
-                log(
-                  JSON.stringify({
-                    level: "warn",
-                    msg: "stream closed",
-                    reason: "write stalled",
-                    request_id: c.get("requestId"),
-                    detail: `a write did not complete within ${options.writeTimeoutMs} ms (the reader stopped reading)`,
-                  }),
-                );
+                logger.warn("stream closed", {
+                  reason: "write stalled",
+                  request_id: c.get("requestId"),
+                  detail: `a write did not complete within ${options.writeTimeoutMs} ms (the reader stopped reading)`,
+                });
               }
             }
             return !stalled;

@@ -1,4 +1,4 @@
-import { recoverNotifications, releaseNotification as release } from "@mam/core";
+import { logEvent, recoverNotifications, releaseNotification as release } from "@mam/core";
 import { operator } from "../access.ts";
 import type { Services } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
@@ -88,7 +88,7 @@ export const releaseNotification = defineRoute(
   [404],
 );
 
-export function operationRoutes(app: RouteOpener, { deps, log, sweep, sweepGraceSeconds, sweepBudgetSeconds }: Services): void {
+export function operationRoutes(app: RouteOpener, { deps, logger, sweep, sweepGraceSeconds, sweepBudgetSeconds }: Services): void {
   app(runRecoverySweep, async (c) => {
     const requestId = c.get("requestId");
     const body = c.req.valid("json");
@@ -96,7 +96,7 @@ export function operationRoutes(app: RouteOpener, { deps, log, sweep, sweepGrace
       ...(sweep === undefined ? {} : { policy: sweep }),
       graceMs: (body.grace_seconds ?? sweepGraceSeconds) * 1000,
       ...(sweepBudgetSeconds === undefined ? {} : { budgetMs: sweepBudgetSeconds * 1000 }),
-      log: (entry) => log(JSON.stringify({ msg: entry.event, request_id: requestId, ...entry })),
+      log: (entry) => logEvent(logger, { request_id: requestId, ...entry }),
     });
     return c.json(
       { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried, results: [...r.results] },
