@@ -107,7 +107,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
     ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
     publishInline: opts.publishInline ?? true,
-    changeStreams: new ChangeStreams(opts.deps.jobs, opts.feed),
+    changeStreams: new ChangeStreams(opts.deps, opts.feed),
     document: () => {
       generated ??= app.getOpenAPI31Document(DOCUMENT);
       return generated;

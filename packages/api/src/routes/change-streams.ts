@@ -1,4 +1,4 @@
-import type { ChangeFeed } from "@mam/core";
+import type { Deps } from "@mam/core";
 import { FeedTail } from "./feed-tail.ts";
 import { StreamSlots } from "./stream-slots.ts";
 
@@ -65,18 +65,19 @@ function feedSettingsOf({ slots: _, ...given }: FeedOptions) {
 export class ChangeStreams {
   readonly settings: FeedSettings;
   readonly slots: StreamSlots;
-  readonly #feed: ChangeFeed;
+  readonly #deps: Pick<Deps, "jobs">;
   #tail: FeedTail | undefined;
 
-  constructor(rows: ChangeFeed, feed: FeedOptions = {}) {
-    this.#feed = rows;
+  // The store is asked for with the first stream: building the app, and serving the document, touches none.
+  constructor(deps: Pick<Deps, "jobs">, feed: FeedOptions = {}) {
+    this.#deps = deps;
     this.slots = feed.slots ?? new StreamSlots();
     this.settings = feedSettingsOf(feed);
     this.settings.onCommitted?.(() => this.#tail?.signal());
   }
 
   tail(): FeedTail {
-    this.#tail ??= new FeedTail(this.#feed, this.settings.pollMs / 2);
+    this.#tail ??= new FeedTail(this.#deps.jobs, this.settings.pollMs / 2);
     return this.#tail;
   }
 }
