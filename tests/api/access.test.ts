@@ -1,3 +1,4 @@
+import { readdirSync } from "node:fs";
 import { type Access, assertLatestAttempt, authorize, type Principal, ROUTE_PERMISSIONS, ROUTES } from "@mam/api";
 import { describe, expect, it } from "vitest";
 
@@ -40,8 +41,20 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
   });
 
   it("name every route the app serves, and only those", () => {
-    expect(ROUTES.map((r) => `${r.method.toUpperCase()} ${r.path}`).sort()).toEqual(Object.keys(ROUTE_PERMISSIONS).sort());
-    expect(new Set(ROUTES.map((r) => r.operationId)).size).toBe(ROUTES.length);
+    expect(ROUTES.map(({ route }) => `${route.method.toUpperCase()} ${route.path}`).sort()).toEqual(Object.keys(ROUTE_PERMISSIONS).sort());
+    expect(new Set(ROUTES.map(({ route }) => route.operationId)).size).toBe(ROUTES.length);
+  });
+
+  it("are listed, every one a route module declares (a route left out of ROUTES would not be served)", async () => {
+    const dir = new URL("../../packages/api/src/routes/", import.meta.url);
+    const declared: unknown[] = [];
+    for (const file of readdirSync(dir).filter((f) => f.endsWith(".ts"))) {
+      const exported: Record<string, unknown> = await import(new URL(file, dir).href);
+      declared.push(...Object.values(exported).filter(isRouteValue));
+    }
+    const listed = new Set<unknown>(ROUTES);
+    expect(declared.filter((r) => !listed.has(r)).map((r) => (r as (typeof ROUTES)[number]).route.operationId)).toEqual([]);
+    expect(declared.length).toBe(ROUTES.length);
   });
 });
 
@@ -76,3 +89,9 @@ describe("authorize", () => {
     expect(() => assertLatestAttempt(agent, undefined)).toThrow(expect.objectContaining({ code: "auth.forbidden" }));
   });
 });
+
+/** A route value: a declaration (`x-mam-access`) with its handler. */
+function isRouteValue(x: unknown): boolean {
+  if (typeof x !== "object" || x === null || !("route" in x) || !("handler" in x)) return false;
+  return typeof x.handler === "function" && typeof x.route === "object" && x.route !== null && "x-mam-access" in x.route;
+}

@@ -545,7 +545,9 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${p}`),
         );
         expect(documented.sort()).toEqual(Object.keys(ROUTE_PERMISSIONS).sort());
-        expect(ROUTES.map((r) => `${r.method.toUpperCase()} ${r.path}`).sort()).toEqual(Object.keys(ROUTE_PERMISSIONS).sort());
+        expect(ROUTES.map(({ route }) => `${route.method.toUpperCase()} ${route.path}`).sort()).toEqual(
+          Object.keys(ROUTE_PERMISSIONS).sort(),
+        );
 
         const register = doc.paths["/v1/jobs"].post;
         expect(register.requestBody.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/RegisterJob" });

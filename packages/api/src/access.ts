@@ -1,5 +1,5 @@
 import { MamError } from "@mam/core";
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import type { z } from "zod";
 import type { AppEnv, Services } from "./context.ts";
 import type { Principal, Scope } from "./tokens.ts";
@@ -45,6 +45,17 @@ export function bearerAuth({ tokens }: Pick<Services, "tokens">): MiddlewareHand
 }
 
 /**
+ * The caller of a protected route: `bearerAuth` set it before the route's own
+ * middleware and handler run, so its absence is the app's fault (a 500), never
+ * the caller's.
+ */
+export function principalOf(c: Context<AppEnv>): Principal {
+  const principal = c.var.principal;
+  if (principal === undefined) throw new MamError("internal", `${c.req.method} ${c.req.path} ran without bearerAuth`);
+  return principal;
+}
+
+/**
  * After `bearerAuth`: the path is validated with the route's own schema (400 before
  * any store is asked), then the principal is authorized for it (403), and an
  * agent's attempt must still be the job's latest dispatch (the one store read).
@@ -55,7 +66,7 @@ export function requireAccess(
   { deps }: Pick<Services, "deps">,
 ): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    const principal = c.get("principal")!;
+    const principal = principalOf(c);
     let path: PathParams = {};
     if (params !== undefined) {
       const parsed = params.safeParse(c.req.param());

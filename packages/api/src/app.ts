@@ -7,13 +7,10 @@ import { notJson } from "./body.ts";
 import type { AppEnv, FeedOptions, Services } from "./context.ts";
 import { problemBody, problemFor, problemResponse } from "./problem.ts";
 import { requestLog, saneRequestId } from "./request-log.ts";
-import { eventRoutes } from "./routes/events.ts";
-import { feedRoutes } from "./routes/feed.ts";
-import { jobRoutes } from "./routes/jobs.ts";
-import { metaRoutes } from "./routes/meta.ts";
-import { operationRoutes } from "./routes/operations.ts";
-import { reportRoutes } from "./routes/reports.ts";
-import { routeOpener } from "./routes/support.ts";
+import { ChangeStreams } from "./routes/change-streams.ts";
+import { ROUTES } from "./routes/index.ts";
+import { registerRoutes } from "./routes/support.ts";
+import { appServices } from "./services.ts";
 import type { TokenService } from "./tokens.ts";
 import { validationHook } from "./validation.ts";
 import { Scenario } from "./wire.ts";
@@ -36,7 +33,7 @@ export interface AppOptions {
   readonly reportUploadLimit?: number;
   /** How long an upload's address is good; 900 s by default. */
   readonly reportUploadTtlSeconds?: number;
-  /** Where the app's JSON lines go (one per request, per unexpected error, ...; core's `jsonLogger` writes them); console.log by default. */
+  /** One JSON line per request (and per unexpected error); console.log by default. */
   readonly log?: (line: string) => void;
   /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
   readonly sweep?: SweepPolicy;
@@ -95,6 +92,7 @@ export function appOptionsOf(
 }
 
 export function createApp(opts: AppOptions): Hono<AppEnv> {
+  const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
   const services: Services = {
     deps: opts.deps,
     tokens: opts.tokens,
@@ -109,11 +107,14 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
     ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
     publishInline: opts.publishInline ?? true,
-    ...(opts.feed === undefined ? {} : { feed: opts.feed }),
+    changeStreams: new ChangeStreams(opts.deps, opts.feed),
+    document: () => {
+      generated ??= app.getOpenAPI31Document(DOCUMENT);
+      return generated;
+    },
   };
-  const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
-  app.use(saneRequestId(), requestLog(services.logger));
+  app.use(saneRequestId(), requestLog(services.logger), appServices(services));
   app.use(
     methodNotAllowed({
       app,
@@ -135,16 +136,7 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   );
   app.onError((err, c) => answerError(err, c, services.logger));
 
-  const open = routeOpener(app, services);
-  jobRoutes(open, services);
-  reportRoutes(open, services);
-  eventRoutes(open, services);
-  feedRoutes(open, services);
-  operationRoutes(open, services);
-  metaRoutes(open, () => {
-    generated ??= app.getOpenAPI31Document(DOCUMENT);
-    return generated;
-  });
+  registerRoutes(app, services, ROUTES);
   // The scenario's documented shape (EvaluationRequest refers to it; the gate reads what it is sent raw).
   app.openAPIRegistry.register("Scenario", Scenario);
   app.openAPIRegistry.registerComponent("securitySchemes", "bearerAuth", {

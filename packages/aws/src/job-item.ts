@@ -15,7 +15,7 @@ import {
   sortableTime,
   zodIssues,
 } from "@mam/core";
-import type { DynamoDBRecord, AttributeValue as StreamAttributeValue } from "aws-lambda";
+import type * as Lambda from "aws-lambda";
 import { JOB_TABLE_DEFINITION } from "./job-table.ts";
 
 /**
@@ -119,7 +119,7 @@ export function jobRecordOfAttributes(item: Record<string, AttributeValue> | und
   return jobRecordOfItem(unmarshall(item, UNMARSHALL));
 }
 
-type StreamImage = Readonly<Record<string, StreamAttributeValue>>;
+type StreamImage = Readonly<Record<string, Lambda.AttributeValue>>;
 
 /** Whether a stream image is a job record's item (not a dispatch's, not an event-log line's). */
 export function isJobImage(image: StreamImage | undefined): boolean {
@@ -180,7 +180,7 @@ export interface FeedRowItem {
  * feed does not tell). Pure: the same record gives the same rows and the same keys but
  * for `writtenAt`, and the same marker, whatever the time.
  */
-export function feedWriteOfStreamRecord(record: DynamoDBRecord, writtenAt: string): FeedWrite | undefined {
+export function feedWriteOfStreamRecord(record: Lambda.DynamoDBRecord, writtenAt: string): FeedWrite | undefined {
   if (record.eventName === "REMOVE") return undefined;
   const image = record.dynamodb?.NewImage;
   if (image === undefined || !isJobImage(image)) return undefined;

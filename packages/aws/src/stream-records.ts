@@ -6,8 +6,8 @@
  * which re-reads a failed range from the stream, and by our stream poller
  * (`scripts/peers/stream-poller.ts`), which stands in for Lambda's mapping.
  */
-import type { _Record, AttributeValue as StreamsAttributeValue } from "@aws-sdk/client-dynamodb-streams";
-import type { DynamoDBRecord, AttributeValue as LambdaAttributeValue } from "aws-lambda";
+import type * as Streams from "@aws-sdk/client-dynamodb-streams";
+import type * as Lambda from "aws-lambda";
 
 /** The message Lambda sends to a stream's on-failure destination (SQS or SNS). */
 export interface OnFailureMessage {
@@ -32,9 +32,9 @@ export interface OnFailureMessage {
 }
 
 /** A stream record as the SDK returns it -> the record Lambda hands the function (DynamoDB JSON, epoch seconds, base64 binaries). */
-export function toLambdaRecord(record: _Record, streamArn: string, region?: string): DynamoDBRecord {
+export function toLambdaRecord(record: Streams._Record, streamArn: string, region?: string): Lambda.DynamoDBRecord {
   const d = record.dynamodb ?? {};
-  const image = (i: Record<string, StreamsAttributeValue> | undefined): Record<string, LambdaAttributeValue> | undefined =>
+  const image = (i: Record<string, Streams.AttributeValue> | undefined): Record<string, Lambda.AttributeValue> | undefined =>
     i === undefined ? undefined : Object.fromEntries(Object.entries(i).map(([k, v]) => [k, attribute(v)]));
   const created = d.ApproximateCreationDateTime;
   const keys = image(d.Keys);
@@ -42,7 +42,7 @@ export function toLambdaRecord(record: _Record, streamArn: string, region?: stri
   const oldImage = image(d.OldImage);
   return {
     eventID: record.eventID ?? "",
-    eventName: record.eventName as DynamoDBRecord["eventName"],
+    eventName: record.eventName as Lambda.DynamoDBRecord["eventName"],
     eventVersion: record.eventVersion ?? "1.1",
     eventSource: "aws:dynamodb",
     awsRegion: region ?? record.awsRegion ?? "us-east-1",
@@ -64,7 +64,7 @@ export function toLambdaRecord(record: _Record, streamArn: string, region?: stri
 
 const base64 = (b: Uint8Array): string => Buffer.from(b).toString("base64");
 
-function attribute(v: StreamsAttributeValue): LambdaAttributeValue {
+function attribute(v: Streams.AttributeValue): Lambda.AttributeValue {
   if (v.S !== undefined) return { S: v.S };
   if (v.N !== undefined) return { N: v.N };
   if (v.BOOL !== undefined) return { BOOL: v.BOOL };

@@ -3,7 +3,7 @@ import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
 import { GATE_REASON_CLASS, type GateRefusal } from "./metrics.ts";
-import { decide as defaultDecide } from "./policy.ts";
+import * as policy from "./policy.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
 import type { Decision, DispatchRecord, JobRecord } from "./schemas.ts";
 
@@ -35,7 +35,7 @@ export type GateDeps = Using<
   "reports" | "clock" | "ids" | "flags" | "metrics"
 > & {
   /** The policy; replaceable so a test can make it throw (B-24). */
-  readonly decide?: typeof defaultDecide;
+  readonly decide?: typeof policy.decide;
 };
 
 /** A refusal, with the kind of check that refused it (counted by class, then dropped from the answer). */
@@ -134,7 +134,7 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
 
   let decision: Decision;
   try {
-    decision = (deps.decide ?? defaultDecide)(input.scenario, { notBefore: dispatch.anchor.started_at });
+    decision = (deps.decide ?? policy.decide)(input.scenario, { notBefore: dispatch.anchor.started_at });
   } catch (e) {
     return refuse("policy_error", `policy error: ${e instanceof Error ? e.message : String(e)}`);
   }

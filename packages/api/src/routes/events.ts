@@ -1,7 +1,6 @@
 import { z } from "@hono/zod-openapi";
-import { answerPublishEvent, attemptReportLocation, evaluateJob as evaluate, MamError, getJob as readJob } from "@mam/core";
-import { operator, operatorOrAgent } from "../access.ts";
-import type { Services } from "../context.ts";
+import { answerPublishEvent, attemptReportLocation, evaluateJob, getJob, MamError } from "@mam/core";
+import { operator, operatorOrAgent, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, jsonRequest } from "../openapi.ts";
 import {
@@ -14,115 +13,101 @@ import {
   PublishEventRequest,
   PublishEventResponseSchema,
 } from "../wire.ts";
-import { actorOf, type RouteOpener, withBodyPaths } from "./support.ts";
+import { actorOf, withBodyPaths, withHandler } from "./support.ts";
 
-export const evaluateJob = defineRoute(
-  operator("gate"),
-  {
-    operationId: "evaluateJob",
-    method: "post",
-    path: "/v1/jobs/{job_id}/evaluations",
-    tags: ["gate"],
-    summary: "The gate: evaluate a job against a scenario of collected evidence",
-    description:
-      "A decision, commit or refusal, is a 200. The scenario is read by the gate fail-closed: one it cannot read is a hold, not a 400 — " +
-      "except one over 256 KiB of JSON or nested deeper than 16 levels, refused 400 before the gate runs.",
-    request: {
-      params: JobPathSchema,
-      body: jsonRequest(EvaluationRequestSchema, {
-        idlePane: { summary: "A pane seen working, then idle twice across the settle window", value: { scenario: EXAMPLE.scenario } },
-      }),
+export const evaluateJobRoute = withHandler(
+  defineRoute(
+    operator("gate"),
+    {
+      operationId: "evaluateJob",
+      method: "post",
+      path: "/v1/jobs/{job_id}/evaluations",
+      tags: ["gate"],
+      summary: "The gate: evaluate a job against a scenario of collected evidence",
+      description:
+        "A decision, commit or refusal, is a 200. The scenario is read by the gate fail-closed: one it cannot read is a hold, not a 400 — " +
+        "except one over 256 KiB of JSON or nested deeper than 16 levels, refused 400 before the gate runs.",
+      request: {
+        params: JobPathSchema,
+        body: jsonRequest(EvaluationRequestSchema, {
+          idlePane: { summary: "A pane seen working, then idle twice across the settle window", value: { scenario: EXAMPLE.scenario } },
+        }),
+      },
+      responses: {
+        200: jsonAnswer("The gate's answer: committed, or the first reason it refused.", GateResponseSchema, {
+          committed: true,
+          reason: "completed on evidence",
+          decision: EXAMPLE.approved,
+          record: EXAMPLE.completedJob,
+        }),
+      },
     },
-    responses: {
-      200: jsonAnswer("The gate's answer: committed, or the first reason it refused.", GateResponseSchema, {
-        committed: true,
-        reason: "completed on evidence",
-        decision: EXAMPLE.approved,
-        record: EXAMPLE.completedJob,
-      }),
-    },
-  },
-  [404],
-);
-
-export const publishEvent = defineRoute(
-  operatorOrAgent("write", "job"),
-  {
-    operationId: "publishEvent",
-    method: "post",
-    path: "/v1/jobs/{job_id}/events",
-    tags: ["events"],
-    summary: "Publish an agent event (finalize first when asked, commit, log, publish, settle)",
-    description:
-      "The answer comes as soon as the commit stands. An agent re-sending the `completed` its attempt already committed, on the report that completion pinned " +
-      "(the attempt's report, or with `finalize` what a finalize would read: the staged upload, else the live report, hashing to `completed_evidence.report_sha256`), " +
-      "is answered `{already_completed: true, record}` and nothing is written; any other event on a terminal job is refused as before. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.",
-    request: {
-      params: JobPathSchema,
-      body: jsonRequest(PublishEventRequest, {
-        completedWithReport: { summary: "Completed, finalizing attempt 1's report in the same write", value: EXAMPLE.publishEvent },
-        progress: { summary: "A progress event", value: { event: "progress", data: { step: "running the unit tests" } } },
-      }),
-    },
-    responses: {
-      200: jsonAnswer(
-        "The committed record and the publish outcome; or, to a re-sent completion, that the job is already completed.",
-        z.union([PublishEventResponseSchema, AlreadyCompletedSchema]),
-        {
-          record: EXAMPLE.completedByAgent,
-          published: true,
-          finalized: { manifest: EXAMPLE.manifest, manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256 },
-        },
-      ),
-    },
-  },
-  [
-    exampleProblem("dispatch.notFound", `job ${EXAMPLE.jobId} has no recorded dispatch for attempt 3`, {
-      issues: [{ path: "body.finalize.attempt_id", message: "not a recorded dispatch of this job" }],
-    }),
-    409,
-    429,
-    507,
-  ],
-);
-
-export const listEvents = defineRoute(
-  operatorOrAgent("read", "job"),
-  {
-    operationId: "listEvents",
-    method: "get",
-    path: "/v1/jobs/{job_id}/events",
-    tags: ["events"],
-    summary: "Read the job's event log, oldest first, paged",
-    description:
-      "A page holds at most `limit` entries and at most 1 MiB of them (always at least one); `next_cursor`, absent on the last page, fetches the next.",
-    request: { params: JobPathSchema, query: ListEventsQuerySchema },
-    responses: { 200: jsonAnswer("One page of the event log.", EventLogSchema, { items: [EXAMPLE.eventLogEntry] }) },
-  },
-  [404],
-);
-
-export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services): void {
-  app(evaluateJob, async (c) => {
-    const r = await evaluate(deps, c.req.valid("param").job_id, c.req.valid("json").scenario);
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    const r = await evaluateJob(deps, c.req.valid("param").job_id, c.req.valid("json").scenario);
     return c.json(
       { committed: r.committed, reason: r.reason, decision: r.decision, ...(r.record === undefined ? {} : { record: r.record }) },
       200,
     );
-  });
+  },
+);
 
-  app(publishEvent, async (c) => {
+export const publishEventRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("write", "job"),
+    {
+      operationId: "publishEvent",
+      method: "post",
+      path: "/v1/jobs/{job_id}/events",
+      tags: ["events"],
+      summary: "Publish an agent event (finalize first when asked, commit, log, publish, settle)",
+      description:
+        "The answer comes as soon as the commit stands. An agent re-sending the `completed` its attempt already committed, on the report that completion pinned " +
+        "(the attempt's report, or with `finalize` what a finalize would read: the staged upload, else the live report, hashing to `completed_evidence.report_sha256`), " +
+        "is answered `{already_completed: true, record}` and nothing is written; any other event on a terminal job is refused as before. Where the service publishes the notification in the request, a failed publish is still a 200 with `published: false`: the commit stands and the notification stays owed for the recovery sweep. Where another path publishes every commit (the change relay of `mam serve`, the stream publisher on AWS), the answer has no `published`.",
+      request: {
+        params: JobPathSchema,
+        body: jsonRequest(PublishEventRequest, {
+          completedWithReport: { summary: "Completed, finalizing attempt 1's report in the same write", value: EXAMPLE.publishEvent },
+          progress: { summary: "A progress event", value: { event: "progress", data: { step: "running the unit tests" } } },
+        }),
+      },
+      responses: {
+        200: jsonAnswer(
+          "The committed record and the publish outcome; or, to a re-sent completion, that the job is already completed.",
+          z.union([PublishEventResponseSchema, AlreadyCompletedSchema]),
+          {
+            record: EXAMPLE.completedByAgent,
+            published: true,
+            finalized: { manifest: EXAMPLE.manifest, manifest_sha256: EXAMPLE.completedJob.finalized_report.manifest_sha256 },
+          },
+        ),
+      },
+    },
+    [
+      exampleProblem("dispatch.notFound", `job ${EXAMPLE.jobId} has no recorded dispatch for attempt 3`, {
+        issues: [{ path: "body.finalize.attempt_id", message: "not a recorded dispatch of this job" }],
+      }),
+      409,
+      429,
+      507,
+    ],
+  ),
+  async (c) => {
+    const { deps, publishInline } = c.var.services;
     const { job_id: jobId } = c.req.valid("param");
     const body = c.req.valid("json");
-    const principal = c.get("principal");
+    const principal = principalOf(c);
     const fin = body.finalize;
     if (fin !== undefined) {
-      if (principal?.kind === "agent" && fin.attempt_id !== principal.attemptId) {
+      if (principal.kind === "agent" && fin.attempt_id !== principal.attemptId) {
         throw new MamError("auth.forbidden", `this agent token is bound to attempt ${principal.attemptId}, not ${fin.attempt_id}`);
       }
       // The service finalizes only where it keeps reports: under a recorded dispatch.
       if (!(await deps.jobs.getDispatch(jobId, fin.attempt_id))) {
-        await readJob(deps, jobId);
+        await getJob(deps, jobId);
         throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${fin.attempt_id}`, {
           issues: [{ path: "body.finalize.attempt_id", message: "not a recorded dispatch of this job" }],
         });
@@ -147,13 +132,31 @@ export function eventRoutes(app: RouteOpener, { deps, publishInline }: Services)
       ),
     );
     return c.json(answer, 200);
-  });
+  },
+);
 
-  app(listEvents, async (c) => {
+export const listEventsRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("read", "job"),
+    {
+      operationId: "listEvents",
+      method: "get",
+      path: "/v1/jobs/{job_id}/events",
+      tags: ["events"],
+      summary: "Read the job's event log, oldest first, paged",
+      description:
+        "A page holds at most `limit` entries and at most 1 MiB of them (always at least one); `next_cursor`, absent on the last page, fetches the next.",
+      request: { params: JobPathSchema, query: ListEventsQuerySchema },
+      responses: { 200: jsonAnswer("One page of the event log.", EventLogSchema, { items: [EXAMPLE.eventLogEntry] }) },
+    },
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
     const { job_id: jobId } = c.req.valid("param");
     const q = c.req.valid("query");
-    await readJob(deps, jobId);
+    await getJob(deps, jobId);
     const page = await deps.jobs.listEvents(jobId, { limit: q.limit, ...(q.cursor === undefined ? {} : { cursor: q.cursor }) });
     return c.json({ items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) }, 200);
-  });
-}
+  },
+);

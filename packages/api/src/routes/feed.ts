@@ -12,14 +12,12 @@ import {
 } from "@mam/core";
 import type { Context, TypedResponse } from "hono";
 import { streamSSE } from "hono/streaming";
-import { assertLatestAttempt, operatorOrAgent } from "../access.ts";
-import type { AppEnv, FeedOptions, Services } from "../context.ts";
+import { assertLatestAttempt, operatorOrAgent, principalOf } from "../access.ts";
+import type { AppEnv } from "../context.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, REQUEST_ID_HEADER } from "../openapi.ts";
 import type { Principal } from "../tokens.ts";
-import { FeedTail } from "./feed-tail.ts";
-import { StreamSlots } from "./stream-slots.ts";
-import type { RouteOpener } from "./support.ts";
+import { withHandler } from "./support.ts";
 
 /**
  * The change feed over HTTP: `GET /v1/events` (pages after a cursor) and
@@ -102,101 +100,32 @@ const BAD_CURSOR = exampleProblem(
   },
 );
 
-export const listChanges = defineRoute(
-  operatorOrAgent("read", "self"),
-  {
-    operationId: "listChanges",
-    method: "get",
-    path: "/v1/events",
-    tags: ["events"],
-    summary: "The change feed: every committed change, oldest first, after a cursor",
-    description:
-      "One row per committed change of any job (registered, transitioned, dispatched, report staged or finalized, intent published, failed, superseded, quarantined or released). " +
-      "An operator token with the `read` scope reads every job's rows; an agent token reads only its own job's. " +
-      "The page's `cursor` is always present: pass it as `after` to continue (an empty page means nothing newer yet). " +
-      "A cursor this feed did not hand out is a 400 naming `query.after`.",
-    request: { query: FeedQuerySchema },
-    responses: { 200: jsonAnswer("One page of the feed.", ChangePageSchema, { items: [ROW_EXAMPLE], cursor: FEED_CURSOR_EXAMPLE }) },
-  },
-  [BAD_CURSOR],
-);
-
-export const streamChanges = defineRoute(
-  operatorOrAgent("read", "self"),
-  {
-    operationId: "streamChanges",
-    method: "get",
-    path: "/v1/events/stream",
-    tags: ["events"],
-    summary: "The change feed as Server-Sent Events, resuming after Last-Event-ID",
-    description:
-      "The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. " +
-      "Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is " +
-      "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
-      "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
-      "A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. " +
-      "HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. " +
-      "Tokens travel in the Authorization header only (EventSource polyfills send it).",
-    request: { query: FeedStreamQuerySchema, headers: FeedStreamHeadersSchema },
-    responses: {
-      200: {
-        description: "A stream of change rows (text/event-stream).",
-        headers: REQUEST_ID_HEADER,
-        content: {
-          "text/event-stream": {
-            schema: z.string(),
-            example: `id: ${FEED_CURSOR_EXAMPLE}\nevent: job.transitioned\ndata: ${JSON.stringify(ROW_EXAMPLE)}\n\n`,
-          },
-        },
-      },
+export const listChangesRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("read", "self"),
+    {
+      operationId: "listChanges",
+      method: "get",
+      path: "/v1/events",
+      tags: ["events"],
+      summary: "The change feed: every committed change, oldest first, after a cursor",
+      description:
+        "One row per committed change of any job (registered, transitioned, dispatched, report staged or finalized, intent published, failed, superseded, quarantined or released). " +
+        "An operator token with the `read` scope reads every job's rows; an agent token reads only its own job's. " +
+        "The page's `cursor` is always present: pass it as `after` to continue (an empty page means nothing newer yet). " +
+        "A cursor this feed did not hand out is a 400 naming `query.after`.",
+      request: { query: FeedQuerySchema },
+      responses: { 200: jsonAnswer("One page of the feed.", ChangePageSchema, { items: [ROW_EXAMPLE], cursor: FEED_CURSOR_EXAMPLE }) },
     },
-  },
-  [BAD_CURSOR, exampleProblem("stream.tooMany")],
-);
-
-/** The rows a principal may read: an agent's own job, or every job. */
-const scopeOf = (principal: Principal): { jobId?: string } => (principal.kind === "agent" ? { jobId: principal.jobId } : {});
-
-/** One stream's page of rows per read. */
-const STREAM_PAGE = 100;
-
-export const FEED_DEFAULTS = {
-  /** How often an open stream looks for rows no signal announced (another process's commits). */
-  pollMs: 1000,
-  /** Open streams per process; past it, a stream answers what is there and ends (the client reconnects). */
-  maxStreams: 64,
-  /** Open streams per agent token's (job, attempt); past it, 429 `stream.tooMany`. */
-  perAgent: 4,
-  /** Open streams per operator token; past it, 429 `stream.tooMany`. */
-  perOperator: 16,
-  /** Of `maxStreams`, kept for operator tokens: a crowd of agents never locks an operator out. */
-  operatorReserve: 16,
-  /** A write that does not complete within this closes the stream (a reader that stopped reading). */
-  writeTimeoutMs: 10_000,
-  /** A stream ends after this long, whatever happens; the client reconnects with Last-Event-ID. */
-  maxStreamMs: 15 * 60 * 1000,
-  /** What a client waits before reconnecting (`retry:`). */
-  retryMs: 2000,
-} as const;
-
-export function feedRoutes(app: RouteOpener, { deps, feed = {}, logger }: Services): void {
-  const { slots = new StreamSlots(), ...given } = feed;
-  const options = { ...FEED_DEFAULTS, ...definedOnly(given) };
-  // One tail per app, made with the first stream (serving the document reads no store);
-  // it hears the commit signal before any stream does (registered first).
-  let made: FeedTail | undefined;
-  const feedTail = () => {
-    made ??= new FeedTail(deps.jobs, options.pollMs / 2);
-    return made;
-  };
-  options.onCommitted?.(() => made?.signal());
-
-  app(listChanges, async (c) => {
+    [BAD_CURSOR],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
     const q = c.req.valid("query");
     const page = await deps.jobs.listChanges({
       limit: q.limit,
       ...(q.after === undefined ? {} : { after: q.after }),
-      ...scopeOf(c.get("principal")!),
+      ...scopeOf(principalOf(c)),
     });
     const stored = storedRowsOf(page);
     if (stored === undefined) return c.json({ items: page.items.map(wireRow), cursor: page.cursor }, 200);
@@ -205,10 +134,46 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {}, logger }: Servic
     for (let i = 0; i < stored.length; i++) body += i === 0 ? storedRowJson(stored[i]!) : `,${storedRowJson(stored[i]!)}`;
     body += `],"cursor":${JSON.stringify(page.cursor)}}`;
     return serializedJson<z.infer<typeof ChangePageSchema>>(c, body);
-  });
+  },
+);
 
-  app(streamChanges, async (c) => {
-    const principal = c.get("principal")!;
+export const streamChangesRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("read", "self"),
+    {
+      operationId: "streamChanges",
+      method: "get",
+      path: "/v1/events/stream",
+      tags: ["events"],
+      summary: "The change feed as Server-Sent Events, resuming after Last-Event-ID",
+      description:
+        "The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. " +
+        "Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is " +
+        "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
+        "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
+        "A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. " +
+        "HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. " +
+        "Tokens travel in the Authorization header only (EventSource polyfills send it).",
+      request: { query: FeedStreamQuerySchema, headers: FeedStreamHeadersSchema },
+      responses: {
+        200: {
+          description: "A stream of change rows (text/event-stream).",
+          headers: REQUEST_ID_HEADER,
+          content: {
+            "text/event-stream": {
+              schema: z.string(),
+              example: `id: ${FEED_CURSOR_EXAMPLE}\nevent: job.transitioned\ndata: ${JSON.stringify(ROW_EXAMPLE)}\n\n`,
+            },
+          },
+        },
+      },
+    },
+    [BAD_CURSOR, exampleProblem("stream.tooMany")],
+  ),
+  async (c) => {
+    const { deps, logger, changeStreams } = c.var.services;
+    const options = changeStreams.settings;
+    const principal = principalOf(c);
     const headerCursor = c.req.valid("header")["last-event-id"];
     const after = headerCursor ?? c.req.valid("query").after;
     // The first page is read before the answer starts, so a bad cursor is a 400, not a broken stream.
@@ -218,8 +183,8 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {}, logger }: Servic
     // it would wait in its first write for ever, holding its slot.
     if (c.req.method === "HEAD") return c.body(null, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
     if (options.streaming === false) return answerNow(c, first.items, options.retryMs);
-    const slot = slots.take(principal, options);
-    const tail = feedTail();
+    const slot = changeStreams.slots.take(principal, options);
+    const tail = changeStreams.tail();
     if (slot === undefined) return answerNow(c, first.items, options.retryMs);
     const wake = new Wake();
     const stopWaking: ((() => void) | undefined)[] = [];
@@ -308,8 +273,14 @@ export function feedRoutes(app: RouteOpener, { deps, feed = {}, logger }: Servic
       freed();
       throw e;
     }
-  });
-}
+  },
+);
+
+/** The rows a principal may read: an agent's own job, or every job. */
+const scopeOf = (principal: Principal): { jobId?: string } => (principal.kind === "agent" ? { jobId: principal.jobId } : {});
+
+/** One stream's page of rows per read. */
+const STREAM_PAGE = 100;
 
 /**
  * True when `write` did not complete within `ms` (or `shutdown` came first). Hono's
@@ -390,10 +361,6 @@ function wireRow(row: ChangeRow): ChangeRow {
 /** Read each time: an abort lands while the stream awaits. */
 const isAborted = (signal: AbortSignal | undefined): boolean => signal?.aborted === true;
 
-function definedOnly<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
-
 function on(signal: AbortSignal | undefined, listener: () => void): (() => void) | undefined {
   if (signal === undefined) return undefined;
   signal.addEventListener("abort", listener, { once: true });
@@ -425,5 +392,3 @@ class Wake {
     this.#rung = false;
   }
 }
-
-export type { FeedOptions };

@@ -1,30 +1,42 @@
 import type { Access } from "../access.ts";
-import * as events from "./events.ts";
-import * as feed from "./feed.ts";
-import * as jobs from "./jobs.ts";
-import * as meta from "./meta.ts";
-import * as operations from "./operations.ts";
-import * as reports from "./reports.ts";
-
-/** A route module's declarations: its exports that are routes (`defineRoute`), not its registration function. */
-type Declared<M> = Extract<M[keyof M], { readonly "x-mam-access": Access; readonly method: string; readonly path: string }>;
-type Route =
-  | Declared<typeof jobs>
-  | Declared<typeof reports>
-  | Declared<typeof events>
-  | Declared<typeof feed>
-  | Declared<typeof operations>
-  | Declared<typeof meta>;
-
-const isRoute = (x: unknown): x is Route => typeof x === "object" && x !== null && "x-mam-access" in x;
+import { evaluateJobRoute, listEventsRoute, publishEventRoute } from "./events.ts";
+import { listChangesRoute, streamChangesRoute } from "./feed.ts";
+import { getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
+import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
+import { releaseNotificationRoute, runRecoverySweepRoute } from "./operations.ts";
+import { finalizeReportRoute, requestUploadRoute, stageReportRoute, verifyReportRoute } from "./reports.ts";
 
 /**
- * Every route the app declares, found in the route modules' exports: a route is
- * added by its declaration and its handler, nothing else. What the tests hold the
- * served document and the access rules against.
+ * Every route the app serves, each its declaration and its handler, in the order
+ * they are registered (and so matched, and listed in the document). A route is
+ * served when it is listed here; a test holds the route modules' exports to this list.
  */
-export const ROUTES: readonly Route[] = [jobs, reports, events, feed, operations, meta].flatMap((m) => Object.values(m).filter(isRoute));
+export const ROUTES = [
+  registerJobRoute,
+  listJobsRoute,
+  getJobRoute,
+  transitionJobRoute,
+  recordDispatchRoute,
+  stageReportRoute,
+  requestUploadRoute,
+  finalizeReportRoute,
+  verifyReportRoute,
+  evaluateJobRoute,
+  publishEventRoute,
+  listEventsRoute,
+  listChangesRoute,
+  streamChangesRoute,
+  runRecoverySweepRoute,
+  releaseNotificationRoute,
+  getOpenApiRoute,
+  getDocsRoute,
+  getDocsAssetRoute,
+  getAssetRoute,
+  getHealthRoute,
+  getDashboardRoute,
+] as const;
 
+type Route = (typeof ROUTES)[number]["route"];
 type KeyOf<R> = R extends { method: infer M extends string; path: infer P extends string } ? `${Uppercase<M>} ${P}` : never;
 
 /** `METHOD path`, in OpenAPI path syntax: `GET /v1/jobs/{job_id}`. */
@@ -34,5 +46,5 @@ export type Method = Route["method"];
 
 /** Who may call each route, as its declaration says (`x-mam-access`). */
 export const ROUTE_PERMISSIONS = Object.fromEntries(
-  ROUTES.map((r) => [`${r.method.toUpperCase()} ${r.path}`, r["x-mam-access"]]),
+  ROUTES.map(({ route }) => [`${route.method.toUpperCase()} ${route.path}`, route["x-mam-access"]]),
 ) as Readonly<Record<RouteKey, Access>>;

@@ -1,14 +1,6 @@
 import { z } from "@hono/zod-openapi";
-import {
-  type Deps,
-  MamError,
-  getJob as readJob,
-  recordDispatch as record,
-  registerJob as register,
-  transitionJob as transition,
-} from "@mam/core";
-import { operator, operatorOrAgent } from "../access.ts";
-import type { Services } from "../context.ts";
+import { type Deps, getJob, MamError, recordDispatch, registerJob, transitionJob } from "@mam/core";
+import { operator, operatorOrAgent, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, ETAG_HEADER, exampleProblem, jsonAnswer, jsonRequest, LOCATION_HEADER } from "../openapi.ts";
 import {
@@ -21,56 +13,81 @@ import {
   RegisterJob,
   TransitionRequest,
 } from "../wire.ts";
-import { actorOf, type RouteOpener, recordAnswer, withBodyPaths } from "./support.ts";
+import { actorOf, recordAnswer, withBodyPaths, withHandler } from "./support.ts";
 
-export const registerJob = defineRoute(
-  operator("write"),
-  {
-    operationId: "registerJob",
-    method: "post",
-    path: "/v1/jobs",
-    tags: ["jobs"],
-    summary: "Register a job",
-    description: "Status `pending`, `transition_seq` 0. A `job_id` may be given; otherwise a lowercase UUID is generated.",
-    request: {
-      body: jsonRequest(RegisterJob, {
-        withId: { summary: "A job with its own id, opted in to auto-completion", value: EXAMPLE.registerJob },
-        generatedId: { summary: "A job whose id the service generates", value: { prompt: "Update the changelog", agent: "codex" } },
-      }),
+export const registerJobRoute = withHandler(
+  defineRoute(
+    operator("write"),
+    {
+      operationId: "registerJob",
+      method: "post",
+      path: "/v1/jobs",
+      tags: ["jobs"],
+      summary: "Register a job",
+      description: "Status `pending`, `transition_seq` 0. A `job_id` may be given; otherwise a lowercase UUID is generated.",
+      request: {
+        body: jsonRequest(RegisterJob, {
+          withId: { summary: "A job with its own id, opted in to auto-completion", value: EXAMPLE.registerJob },
+          generatedId: { summary: "A job whose id the service generates", value: { prompt: "Update the changelog", agent: "codex" } },
+        }),
+      },
+      responses: {
+        201: jsonAnswer("The registered job.", JobRecord, EXAMPLE.pendingJob, { ...ETAG_HEADER, ...LOCATION_HEADER }),
+      },
     },
-    responses: {
-      201: jsonAnswer("The registered job.", JobRecord, EXAMPLE.pendingJob, { ...ETAG_HEADER, ...LOCATION_HEADER }),
-    },
+    [exampleProblem("job.exists", `job ${EXAMPLE.jobId} already exists`)],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    const job = await registerJob(deps, c.req.valid("json"), actorOf(principalOf(c)));
+    return recordAnswer(c, job, 201, { location: `/v1/jobs/${job.job_id}` });
   },
-  [exampleProblem("job.exists", `job ${EXAMPLE.jobId} already exists`)],
 );
 
-export const listJobs = defineRoute(operator("read"), {
-  operationId: "listJobs",
-  method: "get",
-  path: "/v1/jobs",
-  tags: ["jobs"],
-  summary: "List jobs, newest first, paged",
-  description: "Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead.",
-  request: { query: ListJobsQuerySchema },
-  responses: {
-    200: jsonAnswer("One page of jobs.", JobPageSchema, { items: [EXAMPLE.runningJob], next_cursor: EXAMPLE.cursor }),
-  },
-});
-
-export const getJob = defineRoute(
-  operatorOrAgent("read", "job"),
-  {
-    operationId: "getJob",
+export const listJobsRoute = withHandler(
+  defineRoute(operator("read"), {
+    operationId: "listJobs",
     method: "get",
-    path: "/v1/jobs/{job_id}",
+    path: "/v1/jobs",
     tags: ["jobs"],
-    summary: "Read one job",
-    description: "`ETag` is the record's `transition_seq`, quoted; send it back as `If-Match` on a transition.",
-    request: { params: JobPathSchema },
-    responses: { 200: jsonAnswer("The job record.", JobRecord, EXAMPLE.runningJob, ETAG_HEADER) },
+    summary: "List jobs, newest first, paged",
+    description: "Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead.",
+    request: { query: ListJobsQuerySchema },
+    responses: {
+      200: jsonAnswer("One page of jobs.", JobPageSchema, { items: [EXAMPLE.runningJob], next_cursor: EXAMPLE.cursor }),
+    },
+  }),
+  async (c) => {
+    const { deps } = c.var.services;
+    const q = c.req.valid("query");
+    const cursor = q.cursor === undefined ? {} : { cursor: q.cursor };
+    const page =
+      q.owed === "quarantined"
+        ? await deps.jobs.listQuarantined({ limit: q.limit, ...cursor })
+        : await deps.jobs.list({ limit: q.limit, ...(q.status === undefined ? {} : { status: q.status }), ...cursor });
+    return c.json({ items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) }, 200);
   },
-  [404],
+);
+
+export const getJobRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("read", "job"),
+    {
+      operationId: "getJob",
+      method: "get",
+      path: "/v1/jobs/{job_id}",
+      tags: ["jobs"],
+      summary: "Read one job",
+      description: "`ETag` is the record's `transition_seq`, quoted; send it back as `If-Match` on a transition.",
+      request: { params: JobPathSchema },
+      responses: { 200: jsonAnswer("The job record.", JobRecord, EXAMPLE.runningJob, ETAG_HEADER) },
+    },
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    return recordAnswer(c, await getJob(deps, c.req.valid("param").job_id), 200);
+  },
 );
 
 const IfMatchHeaders = z.object({
@@ -88,79 +105,43 @@ const IfMatchHeaders = z.object({
 const SEQ_REQUIRED =
   "expected_seq is required: send it in the body, or the record's ETag as an If-Match header (every transition is compare-and-swap on transition_seq)";
 
-export const transitionJob = defineRoute(
-  operatorOrAgent("write", "job"),
-  {
-    operationId: "transitionJob",
-    method: "post",
-    path: "/v1/jobs/{job_id}/transitions",
-    tags: ["jobs"],
-    summary: "Apply a transition (compare-and-swap on transition_seq)",
-    description:
-      "While CAS is on (the default), the seq the transition expects is required: `expected_seq` in the body, or an `If-Match` header " +
-      "(the record's `ETag`); with neither it is a 400 naming both. A stale `expected_seq` is a 409 carrying the current record in `current`; " +
-      "a status that does not allow the action is a 409 too. An `If-Match` that does not name the current `transition_seq` is a 412. " +
-      "An agent may `claim`, `progress` (its own free-form fields only), `completed` and `error`.",
-    request: {
-      params: JobPathSchema,
-      headers: IfMatchHeaders,
-      body: jsonRequest(TransitionRequest, {
-        expectedSeq: { summary: "The seq in the body: claim a pending job", value: EXAMPLE.claim },
-        ifMatch: {
-          summary: 'The seq as `If-Match: "2"` (the record\'s ETag): report progress',
-          value: EXAMPLE.progressWithIfMatch,
-        },
-      }),
+export const transitionJobRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("write", "job"),
+    {
+      operationId: "transitionJob",
+      method: "post",
+      path: "/v1/jobs/{job_id}/transitions",
+      tags: ["jobs"],
+      summary: "Apply a transition (compare-and-swap on transition_seq)",
+      description:
+        "While CAS is on (the default), the seq the transition expects is required: `expected_seq` in the body, or an `If-Match` header " +
+        "(the record's `ETag`); with neither it is a 400 naming both. A stale `expected_seq` is a 409 carrying the current record in `current`; " +
+        "a status that does not allow the action is a 409 too. An `If-Match` that does not name the current `transition_seq` is a 412. " +
+        "An agent may `claim`, `progress` (its own free-form fields only), `completed` and `error`.",
+      request: {
+        params: JobPathSchema,
+        headers: IfMatchHeaders,
+        body: jsonRequest(TransitionRequest, {
+          expectedSeq: { summary: "The seq in the body: claim a pending job", value: EXAMPLE.claim },
+          ifMatch: {
+            summary: 'The seq as `If-Match: "2"` (the record\'s ETag): report progress',
+            value: EXAMPLE.progressWithIfMatch,
+          },
+        }),
+      },
+      responses: { 200: jsonAnswer("The committed record.", JobRecord, EXAMPLE.runningJob, ETAG_HEADER) },
     },
-    responses: { 200: jsonAnswer("The committed record.", JobRecord, EXAMPLE.runningJob, ETAG_HEADER) },
-  },
-  [exampleProblem("input.invalid", SEQ_REQUIRED, { issues: [{ path: "body.expected_seq", message: "required" }] }), 404, 409, 412],
-);
-
-export const recordDispatch = defineRoute(
-  operator("write"),
-  {
-    operationId: "recordDispatch",
-    method: "post",
-    path: "/v1/jobs/{job_id}/dispatches",
-    tags: ["dispatch"],
-    summary: "Record a dispatch and mint the agent's token",
-    description:
-      "The attempt must be greater than the job's latest. The token is bound to this job and attempt; a newer dispatch of the job retires it.",
-    request: {
-      params: JobPathSchema,
-      body: jsonRequest(DispatchRequest, { firstAttempt: { summary: "The first attempt, in pane %12", value: EXAMPLE.dispatchRequest } }),
-    },
-    responses: { 201: jsonAnswer("The dispatch and the agent's token.", DispatchResponseSchema, EXAMPLE.dispatchResponse) },
-  },
-  [404, exampleProblem("dispatch.outOfOrder", `attempt 1 is not greater than job ${EXAMPLE.jobId}'s latest dispatched attempt 1`)],
-);
-
-export function jobRoutes(app: RouteOpener, { deps, tokens }: Services): void {
-  app(registerJob, async (c) => {
-    const job = await register(deps, c.req.valid("json"), actorOf(c.get("principal")));
-    return recordAnswer(c, job, 201, { location: `/v1/jobs/${job.job_id}` });
-  });
-
-  app(listJobs, async (c) => {
-    const q = c.req.valid("query");
-    const cursor = q.cursor === undefined ? {} : { cursor: q.cursor };
-    const page =
-      q.owed === "quarantined"
-        ? await deps.jobs.listQuarantined({ limit: q.limit, ...cursor })
-        : await deps.jobs.list({ limit: q.limit, ...(q.status === undefined ? {} : { status: q.status }), ...cursor });
-    return c.json({ items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) }, 200);
-  });
-
-  app(getJob, async (c) => recordAnswer(c, await readJob(deps, c.req.valid("param").job_id), 200));
-
-  app(transitionJob, async (c) => {
+    [exampleProblem("input.invalid", SEQ_REQUIRED, { issues: [{ path: "body.expected_seq", message: "required" }] }), 404, 409, 412],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
     const { job_id: jobId } = c.req.valid("param");
     const body = c.req.valid("json");
     const ifMatch = c.req.valid("header")["If-Match"];
     let expectedSeq = body.expected_seq;
     if (ifMatch !== undefined) {
-      const current = await readJob(deps, jobId);
+      const current = await getJob(deps, jobId);
       const tags = parseIfMatch(ifMatch);
       if (tags !== "*" && !tags.includes(current.transition_seq)) {
         throw new MamError(
@@ -178,23 +159,44 @@ export function jobRoutes(app: RouteOpener, { deps, tokens }: Services): void {
       throw new MamError("input.invalid", SEQ_REQUIRED, { issues: [{ path: "body.expected_seq", message: "required" }] });
     }
     const job = await withBodyPaths(() =>
-      transition(
+      transitionJob(
         deps,
         jobId,
         { action: body.action, expectedSeq, fields: body.fields, notify: body.notify, reason: body.reason },
-        actorOf(c.get("principal")),
+        actorOf(principalOf(c)),
       ),
     );
     return recordAnswer(c, job, 200);
-  });
+  },
+);
 
-  app(recordDispatch, async (c) => {
+export const recordDispatchRoute = withHandler(
+  defineRoute(
+    operator("write"),
+    {
+      operationId: "recordDispatch",
+      method: "post",
+      path: "/v1/jobs/{job_id}/dispatches",
+      tags: ["dispatch"],
+      summary: "Record a dispatch and mint the agent's token",
+      description:
+        "The attempt must be greater than the job's latest. The token is bound to this job and attempt; a newer dispatch of the job retires it.",
+      request: {
+        params: JobPathSchema,
+        body: jsonRequest(DispatchRequest, { firstAttempt: { summary: "The first attempt, in pane %12", value: EXAMPLE.dispatchRequest } }),
+      },
+      responses: { 201: jsonAnswer("The dispatch and the agent's token.", DispatchResponseSchema, EXAMPLE.dispatchResponse) },
+    },
+    [404, exampleProblem("dispatch.outOfOrder", `attempt 1 is not greater than job ${EXAMPLE.jobId}'s latest dispatched attempt 1`)],
+  ),
+  async (c) => {
+    const { deps, tokens } = c.var.services;
     const { job_id: jobId } = c.req.valid("param");
-    const dispatch = await withCurrentRecord(deps, jobId, () => record(deps, jobId, c.req.valid("json"), actorOf(c.get("principal"))));
+    const dispatch = await withCurrentRecord(deps, jobId, () => recordDispatch(deps, jobId, c.req.valid("json"), actorOf(principalOf(c))));
     const minted = tokens.mintAgent(jobId, dispatch.attempt_id);
     return c.json({ dispatch, agent_token: minted.token, expires_at: minted.expiresAt }, 201);
-  });
-}
+  },
+);
 
 /** `*`, or the seqs named by strong entity tags (`"3"`; bare digits tolerated). Weak tags never match. */
 function parseIfMatch(header: string): "*" | number[] {

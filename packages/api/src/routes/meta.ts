@@ -7,7 +7,7 @@ import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, REQUEST_ID_HEADER } from "../openapi.ts";
 import { RoutingProblem } from "../problem.ts";
 import { HealthSchema } from "../wire.ts";
-import type { RouteOpener } from "./support.ts";
+import { withHandler } from "./support.ts";
 
 /**
  * Every HTML answer: not to be sniffed as anything else, framed by nobody, and no
@@ -61,90 +61,56 @@ const OpenApiDocumentSchema = z
   })
   .openapi("OpenApiDocument", { description: "An OpenAPI 3.1 document." });
 
-export const getOpenApi = defineRoute(anyone, {
-  operationId: "getOpenApi",
-  method: "get",
-  path: "/openapi.json",
-  tags: ["meta"],
-  summary: "This OpenAPI document",
-  description: "OpenAPI 3.1, generated from the same route declarations and zod schemas the API validates with.",
-  responses: {
-    200: jsonAnswer("OpenAPI 3.1.", OpenApiDocumentSchema, { openapi: "3.1.0", info: { title: "mam", version: "1" }, paths: {} }),
-  },
-});
-
-export const getDocs = defineRoute(anyone, {
-  operationId: "getDocs",
-  method: "get",
-  path: "/docs",
-  tags: ["meta"],
-  summary: "API docs (Swagger UI over /openapi.json)",
-  description: "Its assets are served by the app itself, from the swagger-ui-dist package (no CDN).",
-  middleware: [page(["'self'", "'unsafe-inline'"], { fontSrc: ["'self'", "data:"] })] as const,
-  responses: { 200: html("The docs page.", '<!doctype html>\n<html lang="en">\n<head>\n<title>mam API</title>\n…') },
-});
-
-export const getDocsAsset = defineRoute(
-  anyone,
-  {
-    operationId: "getDocsAsset",
+export const getOpenApiRoute = withHandler(
+  defineRoute(anyone, {
+    operationId: "getOpenApi",
     method: "get",
-    path: "/docs/assets/{file}",
+    path: "/openapi.json",
     tags: ["meta"],
-    summary: "A Swagger UI asset, served from the swagger-ui-dist package",
-    description: `One of: ${Object.keys(DOCS_ASSETS)
-      .map((f) => `\`${f}\``)
-      .join(", ")}, and \`mam-docs.js\`; anything else is a 404.`,
-    request: { params: FileParam },
-    responses: { 200: asset("The asset.", ["text/css", "text/javascript", "image/png"]) },
+    summary: "This OpenAPI document",
+    description: "OpenAPI 3.1, generated from the same route declarations and zod schemas the API validates with.",
+    responses: {
+      200: jsonAnswer("OpenAPI 3.1.", OpenApiDocumentSchema, { openapi: "3.1.0", info: { title: "mam", version: "1" }, paths: {} }),
+    },
+  }),
+  (c) => {
+    const { document } = c.var.services;
+    return c.json(document() as z.infer<typeof OpenApiDocumentSchema>, 200, { "cache-control": "no-cache" });
   },
-  [exampleProblem("route.notFound", 'no docs asset "swagger-ui.css.map" in this deployment')],
 );
 
-export const getAsset = defineRoute(
-  anyone,
-  {
-    operationId: "getAsset",
+export const getDocsRoute = withHandler(
+  defineRoute(anyone, {
+    operationId: "getDocs",
     method: "get",
-    path: "/assets/{file}",
+    path: "/docs",
     tags: ["meta"],
-    summary: "The dashboard's script and stylesheet",
-    description: `One of: ${Object.keys(DASHBOARD_ASSETS)
-      .map((f) => `\`${f}\``)
-      .join(", ")}; anything else is a 404.`,
-    request: { params: FileParam },
-    responses: { 200: asset("The asset.", ["text/javascript", "text/css"]) },
-  },
-  [exampleProblem("route.notFound", 'no asset "dashboard.js.map"')],
+    summary: "API docs (Swagger UI over /openapi.json)",
+    description: "Its assets are served by the app itself, from the swagger-ui-dist package (no CDN).",
+    middleware: [page(["'self'", "'unsafe-inline'"], { fontSrc: ["'self'", "data:"] })] as const,
+    responses: { 200: html("The docs page.", '<!doctype html>\n<html lang="en">\n<head>\n<title>mam API</title>\n…') },
+  }),
+  (c) => c.html(DOCS_HTML, 200, HTML_CACHE),
 );
 
-export const getHealth = defineRoute(anyone, {
-  operationId: "getHealth",
-  method: "get",
-  path: "/healthz",
-  tags: ["meta"],
-  summary: "Liveness",
-  description: "Answers while the process serves; it asks no store.",
-  responses: { 200: jsonAnswer("Alive.", HealthSchema, { ok: true }) },
-});
-
-export const getDashboard = defineRoute(anyone, {
-  operationId: "getDashboard",
-  method: "get",
-  path: "/",
-  tags: ["meta"],
-  summary: "The dashboard shell (its data needs a token)",
-  description: "A page that asks for an operator token and reads `GET /v1/jobs` with it.",
-  middleware: [page(["'self'"])] as const,
-  responses: { 200: html("The dashboard page.", '<!doctype html>\n<html lang="en">\n<head>\n<title>mam — jobs</title>\n…') },
-});
-
-export function metaRoutes(app: RouteOpener, document: () => unknown): void {
-  app(getOpenApi, (c) => c.json(document() as z.infer<typeof OpenApiDocumentSchema>, 200, { "cache-control": "no-cache" }));
-
-  app(getDocs, (c) => c.html(DOCS_HTML, 200, HTML_CACHE));
-
-  app(getDocsAsset, async (c) => {
+export const getDocsAssetRoute = withHandler(
+  defineRoute(
+    anyone,
+    {
+      operationId: "getDocsAsset",
+      method: "get",
+      path: "/docs/assets/{file}",
+      tags: ["meta"],
+      summary: "A Swagger UI asset, served from the swagger-ui-dist package",
+      description: `One of: ${Object.keys(DOCS_ASSETS)
+        .map((f) => `\`${f}\``)
+        .join(", ")}, and \`mam-docs.js\`; anything else is a 404.`,
+      request: { params: FileParam },
+      responses: { 200: asset("The asset.", ["text/css", "text/javascript", "image/png"]) },
+    },
+    [exampleProblem("route.notFound", 'no docs asset "swagger-ui.css.map" in this deployment')],
+  ),
+  async (c) => {
     const name = c.req.valid("param").file;
     const found = await readDocsAsset(name);
     if (found === undefined)
@@ -154,16 +120,57 @@ export function metaRoutes(app: RouteOpener, document: () => unknown): void {
       "cache-control": "public, max-age=86400",
       "x-content-type-options": "nosniff",
     });
-  });
+  },
+);
 
-  app(getAsset, (c) => {
+export const getAssetRoute = withHandler(
+  defineRoute(
+    anyone,
+    {
+      operationId: "getAsset",
+      method: "get",
+      path: "/assets/{file}",
+      tags: ["meta"],
+      summary: "The dashboard's script and stylesheet",
+      description: `One of: ${Object.keys(DASHBOARD_ASSETS)
+        .map((f) => `\`${f}\``)
+        .join(", ")}; anything else is a 404.`,
+      request: { params: FileParam },
+      responses: { 200: asset("The asset.", ["text/javascript", "text/css"]) },
+    },
+    [exampleProblem("route.notFound", 'no asset "dashboard.js.map"')],
+  ),
+  (c) => {
     const name = c.req.valid("param").file;
     const found = Object.hasOwn(DASHBOARD_ASSETS, name) ? DASHBOARD_ASSETS[name] : undefined;
     if (found === undefined) throw new RoutingProblem("route.notFound", `no asset ${JSON.stringify(name).slice(0, 80)}`);
     return c.body(found.body, 200, { "content-type": found.contentType, "cache-control": "no-cache", "x-content-type-options": "nosniff" });
-  });
+  },
+);
 
-  app(getHealth, (c) => c.json({ ok: true as const }, 200));
+export const getHealthRoute = withHandler(
+  defineRoute(anyone, {
+    operationId: "getHealth",
+    method: "get",
+    path: "/healthz",
+    tags: ["meta"],
+    summary: "Liveness",
+    description: "Answers while the process serves; it asks no store.",
+    responses: { 200: jsonAnswer("Alive.", HealthSchema, { ok: true }) },
+  }),
+  (c) => c.json({ ok: true as const }, 200),
+);
 
-  app(getDashboard, (c) => c.html(DASHBOARD_HTML, 200, HTML_CACHE));
-}
+export const getDashboardRoute = withHandler(
+  defineRoute(anyone, {
+    operationId: "getDashboard",
+    method: "get",
+    path: "/",
+    tags: ["meta"],
+    summary: "The dashboard shell (its data needs a token)",
+    description: "A page that asks for an operator token and reads `GET /v1/jobs` with it.",
+    middleware: [page(["'self'"])] as const,
+    responses: { 200: html("The dashboard page.", '<!doctype html>\n<html lang="en">\n<head>\n<title>mam — jobs</title>\n…') },
+  }),
+  (c) => c.html(DASHBOARD_HTML, 200, HTML_CACHE),
+);

@@ -1,6 +1,5 @@
-import { logEvent, recoverNotifications, releaseNotification as release } from "@mam/core";
-import { operator } from "../access.ts";
-import type { Services } from "../context.ts";
+import { logEvent, recoverNotifications, releaseNotification } from "@mam/core";
+import { operator, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, jsonAnswer, jsonRequest } from "../openapi.ts";
 import {
@@ -10,86 +9,52 @@ import {
   RecoverySweepRequestSchema,
   RecoverySweepResultSchema,
 } from "../wire.ts";
-import { actorOf, type RouteOpener } from "./support.ts";
+import { actorOf, withHandler } from "./support.ts";
 
 const OPTIONAL_BODY = "Optional: no body at all, or JSON.";
 
-export const runRecoverySweep = defineRoute(operator("ops"), {
-  operationId: "runRecoverySweep",
-  method: "post",
-  path: "/v1/recovery-sweeps",
-  tags: ["operations"],
-  summary: "Re-send every owed notification that is due",
-  description:
-    "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep.",
-  request: {
-    body: jsonRequest(
-      RecoverySweepRequestSchema,
-      {
-        empty: { summary: "No options: the service's grace period", value: {} },
-        now: { summary: "Everything due now, fresh intents included", value: { grace_seconds: 0 } },
-      },
-      { required: false, description: OPTIONAL_BODY },
-    ),
-  },
-  responses: {
-    200: jsonAnswer("The sweep's counts and each intent's outcome.", RecoverySweepResultSchema, {
-      owed: 2,
-      sent: 1,
-      failed: 1,
-      quarantined: 0,
-      not_tried: 0,
-      results: [
-        { job_id: EXAMPLE.jobId, intent_id: EXAMPLE.completedJob.pending_notification.id, outcome: "sent" },
-        {
-          job_id: "job-7c1e",
-          intent_id: "5a9d3e7b-2c4f-4a1d-9e8b-0f6c2d4a8e1b",
-          outcome: "failed",
-          error: { code: "publish.refused", message: "the broker refused the publish to mam/jobs/job-7c1e/events" },
-          failures: 1,
-          retry_at: "2026-11-20T10:08:30.000Z",
-        },
-      ],
-    }),
-  },
-});
-
-export const releaseNotification = defineRoute(
-  operator("ops"),
-  {
-    operationId: "releaseNotification",
+export const runRecoverySweepRoute = withHandler(
+  defineRoute(operator("ops"), {
+    operationId: "runRecoverySweep",
     method: "post",
-    path: "/v1/jobs/{job_id}/notification-release",
+    path: "/v1/recovery-sweeps",
     tags: ["operations"],
-    summary: "Release the job's owed notification from quarantine and backoff",
+    summary: "Re-send every owed notification that is due",
     description:
-      "Clears the owed intent's failure count, `retry_at` and `quarantined_at`, so the next sweep tries it. The body may be absent or `{}`; with `intent_id`, only that intent is released. Nothing to release is a 200 with `released: false`.",
+      "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep.",
     request: {
-      params: JobPathSchema,
       body: jsonRequest(
-        NotificationReleaseRequestSchema,
+        RecoverySweepRequestSchema,
         {
-          thisIntent: {
-            summary: "Only if this is still the owed intent",
-            value: { intent_id: EXAMPLE.completedJob.pending_notification.id },
-          },
+          empty: { summary: "No options: the service's grace period", value: {} },
+          now: { summary: "Everything due now, fresh intents included", value: { grace_seconds: 0 } },
         },
         { required: false, description: OPTIONAL_BODY },
       ),
     },
     responses: {
-      200: jsonAnswer("Whether it was released, and the record.", NotificationReleaseResultSchema, {
-        released: true,
-        reason: "released: the next sweep tries it",
-        record: EXAMPLE.completedJob,
+      200: jsonAnswer("The sweep's counts and each intent's outcome.", RecoverySweepResultSchema, {
+        owed: 2,
+        sent: 1,
+        failed: 1,
+        quarantined: 0,
+        not_tried: 0,
+        results: [
+          { job_id: EXAMPLE.jobId, intent_id: EXAMPLE.completedJob.pending_notification.id, outcome: "sent" },
+          {
+            job_id: "job-7c1e",
+            intent_id: "5a9d3e7b-2c4f-4a1d-9e8b-0f6c2d4a8e1b",
+            outcome: "failed",
+            error: { code: "publish.refused", message: "the broker refused the publish to mam/jobs/job-7c1e/events" },
+            failures: 1,
+            retry_at: "2026-11-20T10:08:30.000Z",
+          },
+        ],
       }),
     },
-  },
-  [404],
-);
-
-export function operationRoutes(app: RouteOpener, { deps, logger, sweep, sweepGraceSeconds, sweepBudgetSeconds }: Services): void {
-  app(runRecoverySweep, async (c) => {
+  }),
+  async (c) => {
+    const { deps, logger, sweep, sweepGraceSeconds, sweepBudgetSeconds } = c.var.services;
     const requestId = c.get("requestId");
     const body = c.req.valid("json");
     const r = await recoverNotifications(deps, {
@@ -102,12 +67,52 @@ export function operationRoutes(app: RouteOpener, { deps, logger, sweep, sweepGr
       { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried, results: [...r.results] },
       200,
     );
-  });
+  },
+);
 
-  app(releaseNotification, async (c) => {
+export const releaseNotificationRoute = withHandler(
+  defineRoute(
+    operator("ops"),
+    {
+      operationId: "releaseNotification",
+      method: "post",
+      path: "/v1/jobs/{job_id}/notification-release",
+      tags: ["operations"],
+      summary: "Release the job's owed notification from quarantine and backoff",
+      description:
+        "Clears the owed intent's failure count, `retry_at` and `quarantined_at`, so the next sweep tries it. The body may be absent or `{}`; with `intent_id`, only that intent is released. Nothing to release is a 200 with `released: false`.",
+      request: {
+        params: JobPathSchema,
+        body: jsonRequest(
+          NotificationReleaseRequestSchema,
+          {
+            thisIntent: {
+              summary: "Only if this is still the owed intent",
+              value: { intent_id: EXAMPLE.completedJob.pending_notification.id },
+            },
+          },
+          { required: false, description: OPTIONAL_BODY },
+        ),
+      },
+      responses: {
+        200: jsonAnswer("Whether it was released, and the record.", NotificationReleaseResultSchema, {
+          released: true,
+          reason: "released: the next sweep tries it",
+          record: EXAMPLE.completedJob,
+        }),
+      },
+    },
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
     const { intent_id } = c.req.valid("json");
-    const actor = actorOf(c.get("principal"));
-    const r = await release(deps, c.req.valid("param").job_id, intent_id === undefined ? { actor } : { intentId: intent_id, actor });
+    const actor = actorOf(principalOf(c));
+    const r = await releaseNotification(
+      deps,
+      c.req.valid("param").job_id,
+      intent_id === undefined ? { actor } : { intentId: intent_id, actor },
+    );
     return c.json({ released: r.released, reason: r.reason, record: r.record }, 200);
-  });
-}
+  },
+);

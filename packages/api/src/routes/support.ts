@@ -1,42 +1,55 @@
-import type { OpenAPIHono, RouteConfig } from "@hono/zod-openapi";
+import { defineOpenAPIRoute, type OpenAPIHono, type OpenAPIRoute } from "@hono/zod-openapi";
 import { type Actor, type JobRecord, MamError } from "@mam/core";
 import type { Context, MiddlewareHandler } from "hono";
-import { type Access, bearerAuth, requireAccess } from "../access.ts";
+import { bearerAuth, requireAccess } from "../access.ts";
 import { jsonBody, reportBody } from "../body.ts";
 import type { AppEnv, Services } from "../context.ts";
+import type { MamRoute } from "../openapi.ts";
 import type { Principal } from "../tokens.ts";
 
 export type MamApp = OpenAPIHono<AppEnv>;
 
-/** `app.openapi`, with each route's middleware built from its declaration. */
-export type RouteOpener = MamApp["openapi"];
+/**
+ * A route as one value: its declaration (`defineRoute`) and its handler, which
+ * reads the app's services from its context (`c.var.services`) — zod-openapi's
+ * `defineOpenAPIRoute`, over this app's context.
+ */
+export function withHandler<R extends MamRoute>(route: R, handler: OpenAPIRoute<R, AppEnv>["handler"]): OpenAPIRoute<R, AppEnv> {
+  return defineOpenAPIRoute<R, AppEnv>({ route, handler });
+}
 
 /**
- * What a declaration implies, as per-route middleware, before the route's own
- * validators and handler: for a protected route the bearer token (401), the path
- * and the token's access to it (400, 403); for a body, its limit (413) — Hono's
- * `bodyLimit` and the depth check on a JSON body, the streaming limit on a report.
+ * Registers the routes (`app.openapiRoutes`), each with the middleware its
+ * declaration implies, before the route's own validators and handler: for a
+ * protected route the bearer token (401), the path and the token's access to it
+ * (400, 403); for a body, its limit (413) — Hono's `bodyLimit` and the depth check
+ * on a JSON body, the streaming limit on a report.
  */
-export function routeOpener(app: MamApp, services: Services): RouteOpener {
-  const withMiddleware = <R extends RouteConfig>(route: R): R => {
-    const access = (route as R & { "x-mam-access": Access })["x-mam-access"];
-    const middleware: MiddlewareHandler<AppEnv>[] = [];
-    if (access.kind === "protected") {
-      middleware.push(bearerAuth(services), requireAccess(access, route.request?.params, services));
-    }
-    const body = route.request?.body?.content;
-    if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
-    // Where the store has no upload address of its own, declared uploads come through the report route.
-    // (Asked per request: building the routes, and so the document, touches no store.)
-    else if (body !== undefined) {
-      const uploadsHere = reportBody<AppEnv>(services.reportLimit, services.reportUpload.maxBytes);
-      const bodiesOnly = reportBody<AppEnv>(services.reportLimit);
-      middleware.push((c, next) => (services.deps.reports.uploadUrl === undefined ? uploadsHere : bodiesOnly)(c, next));
-    }
-    const own = route.middleware === undefined ? [] : [route.middleware].flat();
-    return { ...route, middleware: [...middleware, ...own] };
-  };
-  return (route, handler, hook) => app.openapi(withMiddleware(route), handler, hook);
+export function registerRoutes(
+  app: MamApp,
+  services: Services,
+  routes: readonly { readonly route: MamRoute; readonly handler: unknown }[],
+): void {
+  app.openapiRoutes(routes.map(({ route, handler }) => ({ route: withMiddleware(route, services), handler })));
+}
+
+function withMiddleware<R extends MamRoute>(route: R, services: Services): R {
+  const access = route["x-mam-access"];
+  const middleware: MiddlewareHandler<AppEnv>[] = [];
+  if (access.kind === "protected") {
+    middleware.push(bearerAuth(services), requireAccess(access, route.request?.params, services));
+  }
+  const body = route.request?.body?.content;
+  if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
+  // Where the store has no upload address of its own, declared uploads come through the report route.
+  // (Asked per request: building the routes, and so the document, touches no store.)
+  else if (body !== undefined) {
+    const uploadsHere = reportBody<AppEnv>(services.reportLimit, services.reportUpload.maxBytes);
+    const bodiesOnly = reportBody<AppEnv>(services.reportLimit);
+    middleware.push((c, next) => (services.deps.reports.uploadUrl === undefined ? uploadsHere : bodiesOnly)(c, next));
+  }
+  const own = route.middleware === undefined ? [] : [route.middleware].flat();
+  return { ...route, middleware: [...middleware, ...own] };
 }
 
 /** A job record as the answer, with its `ETag` (the record's `transition_seq`). */
@@ -44,10 +57,11 @@ export function recordAnswer<S extends 200 | 201>(c: Context<AppEnv>, record: Jo
   return c.json(record, status, { etag: `"${record.transition_seq}"`, ...headers });
 }
 
-export function actorOf(principal: Principal | undefined): Actor {
-  if (principal?.kind === "agent")
+/** Who a protected route's caller is, as core records it. */
+export function actorOf(principal: Principal): Actor {
+  if (principal.kind === "agent")
     return { kind: "agent", jobId: principal.jobId, attemptId: principal.attemptId, tokenId: principal.tokenId };
-  return principal === undefined ? { kind: "operator" } : { kind: "operator", id: principal.tokenId };
+  return { kind: "operator", id: principal.tokenId };
 }
 
 /** Core names fields relative to the request body (`fields.role`); the API names them from the request (`body.fields.role`). */
