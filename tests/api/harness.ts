@@ -131,7 +131,8 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     ...(opts.reportUploadLimit === undefined ? {} : { reportUploadLimit: opts.reportUploadLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
     ...(opts.publishInline === undefined ? {} : { publishInline: opts.publishInline }),
-    ...(opts.sweepGraceSeconds === undefined ? {} : { sweepGraceSeconds: opts.sweepGraceSeconds }),
+    // The suites sweep intents they just committed: no grace unless a test asks for one (the schema's is 5 s).
+    sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
     ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
     // Through app.request() a stream is read to its end: by default the feed's stream
     // answers the rows there now and ends (as on Lambda); feed suites ask for streaming.

@@ -1,5 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { type Config, type Deps, jsonLogger, type Logger, MamError, type SweepPolicy } from "@mam/core";
+import { type Config, type Deps, jsonLogger, type Logger, MamError, parseConfig } from "@mam/core";
 import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";
@@ -11,43 +11,21 @@ import { ChangeStreams } from "./routes/change-streams.ts";
 import { ROUTES } from "./routes/index.ts";
 import { registerRoutes } from "./routes/support.ts";
 import { appServices } from "./services.ts";
+import { APP_SETTINGS, type AppSettings, appOptionsOf } from "./settings.ts";
 import type { TokenService } from "./tokens.ts";
 import { validationHook } from "./validation.ts";
 import { Scenario } from "./wire.ts";
 
 export type { AppEnv } from "./context.ts";
 
-export const DEFAULT_JSON_BODY_LIMIT = 1024 * 1024;
-export const DEFAULT_REPORT_BODY_LIMIT = 10 * 1024 * 1024;
-export const DEFAULT_REPORT_UPLOAD_LIMIT = 256 * 1024 * 1024;
-export const DEFAULT_REPORT_UPLOAD_TTL_SECONDS = 900;
+/** The schema's defaults, for a setting an embedder leaves out (made once, on the first app). */
+let defaults: AppSettings | undefined;
 
-export interface AppOptions {
+export interface AppOptions extends Partial<AppSettings> {
   readonly deps: Deps;
   readonly tokens: TokenService;
-  /** Bytes; 1 MiB by default. */
-  readonly jsonBodyLimit?: number;
-  /** Bytes; 10 MiB by default. */
-  readonly reportBodyLimit?: number;
-  /** Bytes an upload may declare (`POST .../report/upload`); 256 MiB by default. */
-  readonly reportUploadLimit?: number;
-  /** How long an upload's address is good; 900 s by default. */
-  readonly reportUploadTtlSeconds?: number;
-  /** One JSON line per request (and per unexpected error); console.log by default. */
+  /** Where the app's JSON lines go (one per request, per unexpected error, ...; core's `jsonLogger` writes them); console.log by default. */
   readonly log?: (line: string) => void;
-  /** The recovery sweep's retry and quarantine policy (MAM_SWEEP_*); core's defaults when absent. */
-  readonly sweep?: SweepPolicy;
-  /**
-   * `POST /v1/recovery-sweeps` takes only intents due at least this long ago
-   * (MAM_SWEEP_GRACE_SECONDS; 0 when absent); a request may ask for another grace.
-   */
-  readonly sweepGraceSeconds?: number;
-  /**
-   * `POST /v1/recovery-sweeps` stops trying intents once this much time is spent
-   * (MAM_SWEEP_BUDGET_SECONDS; no budget when absent): the rest are `not_tried`, owed
-   * for the next sweep, so a congested broker cannot hold the request open.
-   */
-  readonly sweepBudgetSeconds?: number;
   /**
    * Whether `POST /v1/jobs/{job_id}/events` publishes the intent it committed itself
    * (true when absent). A root whose process has another path publishing every
@@ -65,47 +43,16 @@ export interface AppOptions {
  * handler's types and its part of the document; access and body limits are
  * per-route middleware built from the declaration; every refusal, from a validator
  * or a handler, becomes its problem in `app.onError`. The same app runs under
- * @hono/node-server (`mam serve`) and hono/aws-lambda.
+ * @hono/node-server (`mam serve`) and hono/aws-lambda. A setting left out is the
+ * configuration schema's default.
  */
-/** What of the app's options the configuration decides, the same for every root (`createApp({ deps, tokens, ...appOptionsOf(config), … })`). */
-export function appOptionsOf(
-  config: Config,
-): Pick<
-  AppOptions,
-  | "jsonBodyLimit"
-  | "reportBodyLimit"
-  | "reportUploadLimit"
-  | "reportUploadTtlSeconds"
-  | "sweep"
-  | "sweepGraceSeconds"
-  | "sweepBudgetSeconds"
-> {
-  return {
-    jsonBodyLimit: config.jsonBodyLimit,
-    reportBodyLimit: config.reportBodyLimit,
-    reportUploadLimit: config.reportUploadLimit,
-    reportUploadTtlSeconds: config.reportUploadTtlSeconds,
-    sweep: config.sweep,
-    sweepGraceSeconds: config.sweepGraceSeconds,
-    sweepBudgetSeconds: config.sweepBudgetSeconds,
-  };
-}
-
 export function createApp(opts: AppOptions): Hono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
   const services: Services = {
     deps: opts.deps,
     tokens: opts.tokens,
-    jsonLimit: opts.jsonBodyLimit ?? DEFAULT_JSON_BODY_LIMIT,
-    reportLimit: opts.reportBodyLimit ?? DEFAULT_REPORT_BODY_LIMIT,
-    reportUpload: {
-      maxBytes: opts.reportUploadLimit ?? DEFAULT_REPORT_UPLOAD_LIMIT,
-      expiresInSeconds: opts.reportUploadTtlSeconds ?? DEFAULT_REPORT_UPLOAD_TTL_SECONDS,
-    },
+    settings: settingsOf(opts),
     logger: jsonLogger(opts.log ?? ((line: string) => console.log(line))),
-    ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
-    sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,
-    ...(opts.sweepBudgetSeconds === undefined ? {} : { sweepBudgetSeconds: opts.sweepBudgetSeconds }),
     publishInline: opts.publishInline ?? true,
     changeStreams: new ChangeStreams(opts.deps, opts.feed),
     document: () => {
@@ -148,6 +95,19 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
       "Agent tokens are minted at dispatch, bound to one job and one attempt, and retired by a newer dispatch of the job.",
   });
   return app;
+}
+
+/** The settings given, and the schema's defaults for the rest (parsed only when one is missing: every root gives them all). */
+function settingsOf(opts: AppOptions): AppSettings {
+  const given = definedOnly(Object.fromEntries(APP_SETTINGS.map((k) => [k, opts[k]])) as Partial<AppSettings>);
+  if (Object.keys(given).length === APP_SETTINGS.length) return given as AppSettings;
+  defaults ??= appOptionsOf(parseConfig({}));
+  return { ...defaults, ...given };
+}
+
+/** `value` without its keys whose value is `undefined` (what `exactOptionalPropertyTypes` keeps apart). */
+function definedOnly<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
 }
 
 /**

@@ -1,7 +1,8 @@
-import type { Deps, Logger, SweepPolicy } from "@mam/core";
+import type { Deps, Logger } from "@mam/core";
 import type { RequestIdVariables } from "hono/request-id";
 import type { Upload } from "./body.ts";
 import type { ChangeStreams, FeedOptions } from "./routes/change-streams.ts";
+import type { AppSettings } from "./settings.ts";
 import type { Principal, TokenService } from "./tokens.ts";
 
 /** What a request carries through the middleware to its handler. */
@@ -22,17 +23,10 @@ export interface AppEnv {
 export interface Services {
   readonly deps: Deps;
   readonly tokens: TokenService;
-  readonly jsonLimit: number;
-  readonly reportLimit: number;
-  /** Reports larger than a body: the largest an upload may declare, and how long its address is good. */
-  readonly reportUpload: { readonly maxBytes: number; readonly expiresInSeconds: number };
+  /** The configuration the app reads (body limits, uploads, the sweep's policy, grace and budget). */
+  readonly settings: AppSettings;
   /** Every line the app writes (JSON lines to `AppOptions.log`). */
   readonly logger: Logger;
-  readonly sweep?: SweepPolicy;
-  /** The sweep's grace period (MAM_SWEEP_GRACE_SECONDS). */
-  readonly sweepGraceSeconds: number;
-  /** Each sweep's time budget (MAM_SWEEP_BUDGET_SECONDS); none when absent. */
-  readonly sweepBudgetSeconds?: number;
   /** Whether a request that commits an intent publishes it itself (false: another path of this process does). */
   readonly publishInline: boolean;
   /** The change feed's streams in this app (`routes/feed.ts`): their settings, slots and shared tail. */

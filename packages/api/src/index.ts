@@ -1,5 +1,5 @@
 export { type Access, type AgentBinding, assertLatestAttempt, authorize, type PathParams } from "./access.ts";
-export { type AppEnv, type AppOptions, appOptionsOf, createApp, DEFAULT_JSON_BODY_LIMIT, DEFAULT_REPORT_BODY_LIMIT } from "./app.ts";
+export { type AppEnv, type AppOptions, createApp } from "./app.ts";
 export { DOCS_ASSETS } from "./docs.ts";
 export {
   HTTP_STATUS,
@@ -12,6 +12,7 @@ export {
 } from "./problem.ts";
 export { type Method, type OperationId, ROUTE_PERMISSIONS, ROUTES, type RouteKey } from "./routes/index.ts";
 export { type SlotBounds, StreamSlots } from "./routes/stream-slots.ts";
+export { type AppSettings, appOptionsOf } from "./settings.ts";
 export {
   createTokenService,
   type MintedAgentToken,

@@ -54,13 +54,13 @@ export const runRecoverySweepRoute = withHandler(
     },
   }),
   async (c) => {
-    const { deps, logger, sweep, sweepGraceSeconds, sweepBudgetSeconds } = c.var.services;
+    const { deps, logger, settings } = c.var.services;
     const requestId = c.get("requestId");
     const body = c.req.valid("json");
     const r = await recoverNotifications(deps, {
-      ...(sweep === undefined ? {} : { policy: sweep }),
-      graceMs: (body.grace_seconds ?? sweepGraceSeconds) * 1000,
-      ...(sweepBudgetSeconds === undefined ? {} : { budgetMs: sweepBudgetSeconds * 1000 }),
+      policy: settings.sweep,
+      graceMs: (body.grace_seconds ?? settings.sweepGraceSeconds) * 1000,
+      budgetMs: settings.sweepBudgetSeconds * 1000,
       log: (entry) => logEvent(logger, { request_id: requestId, ...entry }),
     });
     return c.json(

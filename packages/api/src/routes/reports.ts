@@ -72,14 +72,14 @@ export const stageReportRoute = withHandler(
     ],
   ),
   async (c) => {
-    const { deps, reportLimit, reportUpload } = c.var.services;
+    const { deps, settings } = c.var.services;
     const { job_id: jobId, attempt } = c.req.valid("param");
     const upload = c.get("upload");
-    if (upload === undefined) throw new Error(`the report route runs without its body limit (${reportLimit} bytes)`);
+    if (upload === undefined) throw new Error(`the report route runs without its body limit (${settings.reportBodyLimit} bytes)`);
     if (deps.reports.uploadUrl === undefined) {
       // Here uploads come through this route: a declared one may be larger than a body.
       const declared = await readUploadDeclaration(deps.reports, attemptReportLocation(jobId, attempt));
-      if (declared !== undefined) upload.allow(Math.min(declared.bytes, reportUpload.maxBytes));
+      if (declared !== undefined) upload.allow(Math.min(declared.bytes, settings.reportUploadLimit));
     }
     const actor = actorOf(principalOf(c));
     const staged = await upload
@@ -171,11 +171,20 @@ export const requestUploadRoute = withHandler(
     ],
   ),
   async (c) => {
-    const { deps, reportUpload } = c.var.services;
+    const { deps, settings } = c.var.services;
     const { job_id: jobId, attempt } = c.req.valid("param");
     const declared = c.req.valid("json");
     const actor = actorOf(principalOf(c));
-    const issued = await withBodyPaths(() => requestReportUpload(deps, jobId, attempt, declared, reportUpload, actor));
+    const issued = await withBodyPaths(() =>
+      requestReportUpload(
+        deps,
+        jobId,
+        attempt,
+        declared,
+        { maxBytes: settings.reportUploadLimit, expiresInSeconds: settings.reportUploadTtlSeconds },
+        actor,
+      ),
+    );
     if (issued.target !== undefined) {
       const { url, method, headers, expiresAt } = issued.target;
       return c.json(

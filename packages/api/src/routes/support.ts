@@ -40,12 +40,12 @@ function withMiddleware<R extends MamRoute>(route: R, services: Services): R {
     middleware.push(bearerAuth(services), requireAccess(access, route.request?.params, services));
   }
   const body = route.request?.body?.content;
-  if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.jsonLimit));
+  if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.settings.jsonBodyLimit));
   // Where the store has no upload address of its own, declared uploads come through the report route.
   // (Asked per request: building the routes, and so the document, touches no store.)
   else if (body !== undefined) {
-    const uploadsHere = reportBody<AppEnv>(services.reportLimit, services.reportUpload.maxBytes);
-    const bodiesOnly = reportBody<AppEnv>(services.reportLimit);
+    const uploadsHere = reportBody<AppEnv>(services.settings.reportBodyLimit, services.settings.reportUploadLimit);
+    const bodiesOnly = reportBody<AppEnv>(services.settings.reportBodyLimit);
     middleware.push((c, next) => (services.deps.reports.uploadUrl === undefined ? uploadsHere : bodiesOnly)(c, next));
   }
   const own = route.middleware === undefined ? [] : [route.middleware].flat();
