@@ -85,4 +85,23 @@ describe("issue 19: a start-up failure is one line naming what to change, exit 1
     },
     30_000,
   );
+
+  // A hand-edited credentials.json that lost a quote: the JSON parser's own message
+  // quotes the text around where it stopped, which here is the signing key itself.
+  it("mam serve and the mam command, credentials that are not JSON: the line quotes none of the secrets in them", async () => {
+    const secret = "k3y-0123456789abcdefghijklmnopqrstuvwxyz";
+    const dataDir = join(tmp.dir, "secret-in-bad-json");
+    mkdirSync(dataDir, { mode: 0o700 });
+    writeFileSync(join(dataDir, "credentials.json"), `{"signing_key": ${secret}, "operator_token": "t"}`, { mode: 0o600 });
+    const serve = await refusedServe(dataDir);
+    expect(serve.code, serve.stderr).toBe(1);
+    expect(serve.stderr).toContain("credentials.json");
+    expect(serve.stderr).toContain("not JSON");
+    const run = await runMam(["token", "create", "--scope", "read", "--data-dir", dataDir], { killAfterMs: 20_000 });
+    expect(run.status, run.stderr).toBe(1);
+    expect(run.stderr).toContain("credentials.json");
+    for (const out of [serve.stderr, run.stderr, run.stdout]) {
+      for (let i = 0; i + 6 <= secret.length; i++) expect(out, out).not.toContain(secret.slice(i, i + 6));
+    }
+  }, 30_000);
 });

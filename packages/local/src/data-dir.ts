@@ -100,7 +100,12 @@ function unreadableReason(e: unknown): string {
   const code = (e as { code?: unknown } | null)?.code;
   if (code === "EISDIR") return "a directory, not a file";
   if (code === "EACCES" || code === "EPERM") return "permission denied";
-  if (e instanceof SyntaxError) return `not JSON: ${e.message}`;
+  // Never the parser's own words: V8 quotes the text around where it stopped, which in
+  // credentials.json is the signing key or a token. Where it stopped is enough to look.
+  if (e instanceof SyntaxError) {
+    const at = /at position (\d+)/.exec(e.message)?.[1];
+    return at === undefined ? "not JSON" : `not JSON at position ${at}`;
+  }
   return e instanceof Error ? e.message : String(e);
 }
 
