@@ -23,7 +23,7 @@ describe("docs/configuration.md and the configuration schema", () => {
     const rows = configurationTable()
       .split("\n")
       .slice(2)
-      .map((row) => /^\| `([A-Z0-9_]+)` \|/.exec(row)?.[1]);
+      .map((row) => /^\| `([A-Z0-9_]+)` +\|/.exec(row)?.[1]);
     expect(rows).toEqual(VARIABLES);
     for (const name of VARIABLES) expect(settingDoc(name).meaning.length, name).toBeGreaterThan(10);
   });
