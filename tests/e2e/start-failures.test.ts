@@ -8,6 +8,7 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runMam } from "../support/mam-process.ts";
 import { refusedServe } from "../support/serve-process.ts";
@@ -104,4 +105,27 @@ describe("issue 19: a start-up failure is one line naming what to change, exit 1
       for (let i = 0; i + 6 <= secret.length; i++) expect(out, out).not.toContain(secret.slice(i, i + 6));
     }
   }, 30_000);
+
+  // A database another process holds locked is not a configuration to change, and
+  // moving it away (the remedy for a file that is not a database) would set a live
+  // store aside: it is the store's retryable busy answer, as on any later write.
+  it("the mam command and mam serve on a database another process holds locked: busy, retry; never 'move it away'", async () => {
+    const dataDir = join(tmp.dir, "locked-database");
+    mkdirSync(dataDir, { mode: 0o700 });
+    const holder = new Database(join(dataDir, "mam.db"));
+    try {
+      holder.exec("BEGIN EXCLUSIVE");
+      const run = await runMam(["publish-event", "--job", "j-1", "--event", "started", "--data-dir", dataDir], { killAfterMs: 25_000 });
+      const serve = await refusedServe(dataDir);
+      for (const out of [run.stderr, serve.stderr]) {
+        expect(lines(out), out).toHaveLength(1);
+        expect(out).toMatch(/busy/);
+        expect(out).not.toMatch(/move it away|config|not a database/);
+      }
+      expect(run.status, run.stderr).toBe(2);
+      expect(serve.code, serve.stderr).toBe(2);
+    } finally {
+      holder.close();
+    }
+  }, 40_000);
 });

@@ -5,6 +5,7 @@ import { type CommitHook, type DiskSpace, MamError, type MigrationResult } from 
 import type Database from "better-sqlite3";
 import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
+import { sqlStoreError } from "./sql-job-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
 import { migrateDatabaseFile } from "./sqlite-migrations.ts";
 
@@ -78,6 +79,10 @@ function readingDataDir<T>(path: string, part: keyof typeof UNREADABLE_REMEDY, r
     return read();
   } catch (e) {
     if (e instanceof MamError) throw e;
+    // Busy (another process holds it locked), full, out of descriptors: the store's own
+    // retryable answers, as on any later write; nothing to change, nothing to move away.
+    const retryable = sqlStoreError(e);
+    if (retryable instanceof MamError) throw retryable;
     throw new MamError(
       "config.invalid",
       `the data dir's ${part} ${path} cannot be read (${unreadableReason(e)}): ${UNREADABLE_REMEDY[part]}`,
