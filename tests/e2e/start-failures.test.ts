@@ -47,6 +47,15 @@ const CASES: readonly {
     names: ["mam.db", "a directory", "MAM_DATA_DIR"],
   },
   {
+    // Found only after the broker is up (the reports' directory is made when the store opens).
+    name: "a file where the reports' directory belongs",
+    lay: (dir) => {
+      mkdirSync(dir, { mode: 0o700 });
+      writeFileSync(join(dir, "reports"), "not a directory\n", { mode: 0o600 });
+    },
+    names: ["reports", "a file, not a directory", "move it away"],
+  },
+  {
     name: "the credentials are not JSON",
     lay: (dir) => {
       mkdirSync(dir, { mode: 0o700 });

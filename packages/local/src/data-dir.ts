@@ -65,6 +65,7 @@ export function migrateDataDir(dir: string): MigrationResult {
 /** What a person can do about each part of a data dir that cannot be read. */
 const UNREADABLE_REMEDY = {
   database: "point MAM_DATA_DIR (or --data-dir) at a mam data dir, or move it away to start an empty one",
+  reports: "move it away (a directory of reports is kept there)",
   credentials: "restore it, or move it away to have new ones written (tokens signed with the old key then stop working)",
 } as const;
 
@@ -104,6 +105,7 @@ async function readingDataDirAsync<T>(path: string, part: keyof typeof UNREADABL
 function unreadableReason(e: unknown): string {
   const code = (e as { code?: unknown } | null)?.code;
   if (code === "EISDIR") return "a directory, not a file";
+  if (code === "EEXIST" || code === "ENOTDIR") return "a file, not a directory";
   if (code === "EACCES" || code === "EPERM") return "permission denied";
   // Never the parser's own words: V8 quotes the text around where it stopped, which in
   // credentials.json is the signing key or a token. Where it stopped is enough to look.
@@ -125,7 +127,7 @@ export function openDataDir(
   opts: { allowAbsolute?: boolean } = {},
 ): { jobs: SqliteJobStore; reports: FileReportStore; disk: DiskSpace; close(): void } {
   const p = dataDirPaths(dir);
-  mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
+  readingDataDir(p.reports, "reports", () => mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE }));
   // SQLite would create the database 0644; made first, 0600, it is opened as it is,
   // and SQLite gives its -wal and -shm files the database file's mode.
   const { jobs, close } = readingDataDir(p.database, "database", () => {
