@@ -27,15 +27,22 @@ export function schemaDefault(name: Variable): string | undefined {
 /** A Markdown table cell: its pipes escaped, on one line. */
 const cell = (text: string): string => text.replace(/\|/g, "\\|").replace(/\n/g, " ");
 
-/** The table, one row per variable in the schema's order. */
+/**
+ * The table, one row per variable in the schema's order, its columns padded as Biome
+ * formats a Markdown table (`npm run lint` checks the page too): what this renders is
+ * what `biome check --write` leaves as it is.
+ */
 export function configurationTable(): string {
   const rows = (Object.keys(EnvSchema.shape) as Variable[]).map((name) => {
     const doc = settingDoc(name);
     const dflt = schemaDefault(name);
     const shown = doc.shownDefault ?? (dflt === undefined ? "—" : `\`${dflt}\``);
-    return `| \`${name}\` | ${cell(shown)} | ${cell(doc.usedBy)} | ${cell(doc.meaning)} |`;
+    return [`\`${name}\``, cell(shown), cell(doc.usedBy), cell(doc.meaning)];
   });
-  return ["| variable | default | used by | meaning |", "| --- | --- | --- | --- |", ...rows].join("\n");
+  const header = ["variable", "default", "used by", "meaning"];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: readonly string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join(" | ")} |`;
+  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
 }
 
 /** The page with its table replaced by what the schema says now. */

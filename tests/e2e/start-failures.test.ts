@@ -8,6 +8,7 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runMam } from "../support/mam-process.ts";
 import { refusedServe } from "../support/serve-process.ts";
@@ -44,6 +45,15 @@ const CASES: readonly {
     name: "the database is a directory",
     lay: (dir) => mkdirSync(join(dir, "mam.db"), { recursive: true, mode: 0o700 }),
     names: ["mam.db", "a directory", "MAM_DATA_DIR"],
+  },
+  {
+    // Found only after the broker is up (the reports' directory is made when the store opens).
+    name: "a file where the reports' directory belongs",
+    lay: (dir) => {
+      mkdirSync(dir, { mode: 0o700 });
+      writeFileSync(join(dir, "reports"), "not a directory\n", { mode: 0o600 });
+    },
+    names: ["reports", "a file, not a directory", "move it away"],
   },
   {
     name: "the credentials are not JSON",
@@ -85,4 +95,46 @@ describe("issue 19: a start-up failure is one line naming what to change, exit 1
     },
     30_000,
   );
+
+  // A hand-edited credentials.json that lost a quote: the JSON parser's own message
+  // quotes the text around where it stopped, which here is the signing key itself.
+  it("mam serve and the mam command, credentials that are not JSON: the line quotes none of the secrets in them", async () => {
+    const secret = "k3y-0123456789abcdefghijklmnopqrstuvwxyz";
+    const dataDir = join(tmp.dir, "secret-in-bad-json");
+    mkdirSync(dataDir, { mode: 0o700 });
+    writeFileSync(join(dataDir, "credentials.json"), `{"signing_key": ${secret}, "operator_token": "t"}`, { mode: 0o600 });
+    const serve = await refusedServe(dataDir);
+    expect(serve.code, serve.stderr).toBe(1);
+    expect(serve.stderr).toContain("credentials.json");
+    expect(serve.stderr).toContain("not JSON");
+    const run = await runMam(["token", "create", "--scope", "read", "--data-dir", dataDir], { killAfterMs: 20_000 });
+    expect(run.status, run.stderr).toBe(1);
+    expect(run.stderr).toContain("credentials.json");
+    for (const out of [serve.stderr, run.stderr, run.stdout]) {
+      for (let i = 0; i + 6 <= secret.length; i++) expect(out, out).not.toContain(secret.slice(i, i + 6));
+    }
+  }, 30_000);
+
+  // A database another process holds locked is not a configuration to change, and
+  // moving it away (the remedy for a file that is not a database) would set a live
+  // store aside: it is the store's retryable busy answer, as on any later write.
+  it("the mam command and mam serve on a database another process holds locked: busy, retry; never 'move it away'", async () => {
+    const dataDir = join(tmp.dir, "locked-database");
+    mkdirSync(dataDir, { mode: 0o700 });
+    const holder = new Database(join(dataDir, "mam.db"));
+    try {
+      holder.exec("BEGIN EXCLUSIVE");
+      const run = await runMam(["publish-event", "--job", "j-1", "--event", "started", "--data-dir", dataDir], { killAfterMs: 25_000 });
+      const serve = await refusedServe(dataDir);
+      for (const out of [run.stderr, serve.stderr]) {
+        expect(lines(out), out).toHaveLength(1);
+        expect(out).toMatch(/busy/);
+        expect(out).not.toMatch(/move it away|config|not a database/);
+      }
+      expect(run.status, run.stderr).toBe(2);
+      expect(serve.code, serve.stderr).toBe(2);
+    } finally {
+      holder.close();
+    }
+  }, 40_000);
 });

@@ -8,7 +8,7 @@
 import { readFileSync } from "node:fs";
 import { EnvSchema, settingDoc } from "@mam/core";
 import { describe, expect, it } from "vitest";
-import { CONFIGURATION_DOC, configurationTable, renderConfigurationDoc, schemaDefault } from "../../scripts/configuration-doc.ts";
+import { CONFIGURATION_DOC, renderConfigurationDoc, schemaDefault } from "../../scripts/configuration-doc.ts";
 
 type Variable = keyof typeof EnvSchema.shape;
 const VARIABLES = Object.keys(EnvSchema.shape) as Variable[];
@@ -20,10 +20,12 @@ describe("docs/configuration.md and the configuration schema", () => {
   });
 
   it("documents every variable the schema reads, once, and none it does not", () => {
-    const rows = configurationTable()
+    // The committed page's rows (not the renderer's, which lists the schema's keys by construction).
+    const page = readFileSync(CONFIGURATION_DOC, "utf8");
+    const rows = page
       .split("\n")
-      .slice(2)
-      .map((row) => /^\| `([A-Z0-9_]+)` \|/.exec(row)?.[1]);
+      .map((row) => /^\| `([A-Z0-9_]+)` +\|/.exec(row)?.[1])
+      .filter((name) => name !== undefined);
     expect(rows).toEqual(VARIABLES);
     for (const name of VARIABLES) expect(settingDoc(name).meaning.length, name).toBeGreaterThan(10);
   });

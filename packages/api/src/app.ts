@@ -1,5 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { type Config, type Deps, jsonLogger, type Logger, MamError, parseConfig } from "@mam/core";
+import { type Deps, jsonLogger, type Logger, MamError, parseConfig } from "@mam/core";
 import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";

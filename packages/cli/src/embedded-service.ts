@@ -82,8 +82,16 @@ export async function composeEmbeddedService(
     }),
     config.operatorToken,
   );
-  const published = await servicePublisher(config, credentials, tokens, paths.broker, paths.brokerOwners, logger);
+  // The store before the broker: a data dir refused here leaves nothing listening (a
+  // broker left up would keep the refused process from exiting).
   const store = openDataDir(paths.root, { allowAbsolute: false });
+  let published: Awaited<ReturnType<typeof servicePublisher>>;
+  try {
+    published = await servicePublisher(config, credentials, tokens, paths.broker, paths.brokerOwners, logger);
+  } catch (e) {
+    store.close();
+    throw e;
+  }
   const queue = new JobFlushQueue();
   const relayLog = (jobId: string, outcome: string, detail?: string) =>
     logger.log(outcome === "failed" ? "warn" : "info", "relay", { job_id: jobId, outcome, ...(detail ? { detail } : {}) });

@@ -5,6 +5,7 @@ import { type CommitHook, type DiskSpace, MamError, type MigrationResult } from 
 import type Database from "better-sqlite3";
 import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
+import { sqlStoreError } from "./sql-job-store.ts";
 import { SqliteJobStore } from "./sqlite-job-store.ts";
 import { migrateDatabaseFile } from "./sqlite-migrations.ts";
 
@@ -64,6 +65,7 @@ export function migrateDataDir(dir: string): MigrationResult {
 /** What a person can do about each part of a data dir that cannot be read. */
 const UNREADABLE_REMEDY = {
   database: "point MAM_DATA_DIR (or --data-dir) at a mam data dir, or move it away to start an empty one",
+  reports: "move it away (a directory of reports is kept there)",
   credentials: "restore it, or move it away to have new ones written (tokens signed with the old key then stop working)",
 } as const;
 
@@ -78,6 +80,10 @@ function readingDataDir<T>(path: string, part: keyof typeof UNREADABLE_REMEDY, r
     return read();
   } catch (e) {
     if (e instanceof MamError) throw e;
+    // Busy (another process holds it locked), full, out of descriptors: the store's own
+    // retryable answers, as on any later write; nothing to change, nothing to move away.
+    const retryable = sqlStoreError(e);
+    if (retryable instanceof MamError) throw retryable;
     throw new MamError(
       "config.invalid",
       `the data dir's ${part} ${path} cannot be read (${unreadableReason(e)}): ${UNREADABLE_REMEDY[part]}`,
@@ -99,8 +105,14 @@ async function readingDataDirAsync<T>(path: string, part: keyof typeof UNREADABL
 function unreadableReason(e: unknown): string {
   const code = (e as { code?: unknown } | null)?.code;
   if (code === "EISDIR") return "a directory, not a file";
+  if (code === "EEXIST" || code === "ENOTDIR") return "a file, not a directory";
   if (code === "EACCES" || code === "EPERM") return "permission denied";
-  if (e instanceof SyntaxError) return `not JSON: ${e.message}`;
+  // Never the parser's own words: V8 quotes the text around where it stopped, which in
+  // credentials.json is the signing key or a token. Where it stopped is enough to look.
+  if (e instanceof SyntaxError) {
+    const at = /at position (\d+)/.exec(e.message)?.[1];
+    return at === undefined ? "not JSON" : `not JSON at position ${at}`;
+  }
   return e instanceof Error ? e.message : String(e);
 }
 
@@ -115,7 +127,7 @@ export function openDataDir(
   opts: { allowAbsolute?: boolean } = {},
 ): { jobs: SqliteJobStore; reports: FileReportStore; disk: DiskSpace; close(): void } {
   const p = dataDirPaths(dir);
-  mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE });
+  readingDataDir(p.reports, "reports", () => mkdirSync(p.reports, { recursive: true, mode: REPORT_DIR_MODE }));
   // SQLite would create the database 0644; made first, 0600, it is opened as it is,
   // and SQLite gives its -wal and -shm files the database file's mode.
   const { jobs, close } = readingDataDir(p.database, "database", () => {
