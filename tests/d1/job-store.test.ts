@@ -79,7 +79,7 @@ describe("the SQL store on D1: racing writers", () => {
     const ms = performance.now() - started;
     console.log(`D1 race: ${TRIALS} trials of ${RACERS} racers, ${conflicts} conflicts, ${(ms / TRIALS).toFixed(1)} ms a trial`);
     expect(conflicts).toBe(TRIALS * (RACERS - 1));
-    // 100 trials take ~10 s on a quiet 2-core machine and passed 30 s under a load of 4-9
-    // (other tiers, benches): the bound is for a hang, not a speed goal.
+    // The whole tier took 21 s on a quiet 2-core machine; under a load of 4-9 (other tiers, benches) this test alone passed 30 s
+    // — the bound is for a hang, not a speed goal.
   }, 180_000);
 });
