@@ -1,5 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { type Deps, jsonLogger, type Logger, MamError, parseConfig } from "@mam/core";
+import { type Deps, defaultConfig, jsonLogger, type Logger, MamError, withDefaults } from "@mam/core";
 import type { Context, Hono } from "hono";
 import { HTTPException } from "hono/http-exception";
 import { methodNotAllowed } from "hono/method-not-allowed";
@@ -17,9 +17,6 @@ import { validationHook } from "./validation.ts";
 import { Scenario } from "./wire.ts";
 
 export type { AppEnv } from "./context.ts";
-
-/** The schema's defaults, for a setting an embedder leaves out (made once, on the first app). */
-let defaults: AppSettings | undefined;
 
 export interface AppOptions extends Partial<AppSettings> {
   readonly deps: Deps;
@@ -97,17 +94,9 @@ export function createApp(opts: AppOptions): Hono<AppEnv> {
   return app;
 }
 
-/** The settings given, and the schema's defaults for the rest (parsed only when one is missing: every root gives them all). */
+/** The settings given, the schema's defaults for the rest. */
 function settingsOf(opts: AppOptions): AppSettings {
-  const given = definedOnly(Object.fromEntries(APP_SETTINGS.map((k) => [k, opts[k]])) as Partial<AppSettings>);
-  if (Object.keys(given).length === APP_SETTINGS.length) return given as AppSettings;
-  defaults ??= appOptionsOf(parseConfig({}));
-  return { ...defaults, ...given };
-}
-
-/** `value` without its keys whose value is `undefined` (what `exactOptionalPropertyTypes` keeps apart). */
-function definedOnly<T extends object>(value: T): T {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+  return withDefaults(appOptionsOf(defaultConfig()), Object.fromEntries(APP_SETTINGS.map((k) => [k, opts[k]])));
 }
 
 /**

@@ -588,6 +588,23 @@ type DeepReadonly<T> = T extends readonly (infer U)[]
     ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
     : T;
 
+let defaultsParsed: Config | undefined;
+
+/**
+ * The configuration of an empty environment: every variable's schema default, parsed
+ * once (for an embedder that leaves a setting out: the API's settings, its feed's).
+ */
+export function defaultConfig(): Config {
+  defaultsParsed ??= parseConfig({});
+  return defaultsParsed;
+}
+
+/** Values given over defaults: a key given as `undefined` keeps its default (what `exactOptionalPropertyTypes` keeps apart). */
+export function withDefaults<T extends object>(defaults: T, given: { readonly [K in keyof T]?: T[K] | undefined }): T {
+  const defined = Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined));
+  return { ...defaults, ...defined };
+}
+
 /** Flags for tests and embedders, from the same schema. */
 export function parseFlags(env: Readonly<Record<string, string | undefined>> = {}): Flags {
   return parseConfig(env).flags;

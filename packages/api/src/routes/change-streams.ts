@@ -1,4 +1,4 @@
-import type { Deps } from "@mam/core";
+import { type Config, type Deps, defaultConfig, withDefaults } from "@mam/core";
 import { FeedTail } from "./feed-tail.ts";
 import { StreamSlots } from "./stream-slots.ts";
 
@@ -30,30 +30,19 @@ export interface FeedOptions {
   readonly shutdown?: AbortSignal;
 }
 
-export const FEED_DEFAULTS = {
-  /** How often an open stream looks for rows no signal announced (another process's commits). */
-  pollMs: 1000,
-  /** Open streams per process; past it, a stream answers what is there and ends (the client reconnects). */
-  maxStreams: 64,
-  /** Open streams per agent token's (job, attempt); past it, 429 `stream.tooMany`. */
-  perAgent: 4,
-  /** Open streams per operator token; past it, 429 `stream.tooMany`. */
-  perOperator: 16,
-  /** Of `maxStreams`, kept for operator tokens: a crowd of agents never locks an operator out. */
-  operatorReserve: 16,
-  /** A write that does not complete within this closes the stream (a reader that stopped reading). */
-  writeTimeoutMs: 10_000,
+/** What the configuration does not set: how long a stream stays open, and what its client waits before reconnecting. */
+const STREAM_LIFETIME = {
   /** A stream ends after this long, whatever happens; the client reconnects with Last-Event-ID. */
   maxStreamMs: 15 * 60 * 1000,
   /** What a client waits before reconnecting (`retry:`). */
   retryMs: 2000,
-} as const;
+};
 
-/** The feed's settings in this process: what the root gave, the defaults for the rest. */
-export type FeedSettings = ReturnType<typeof feedSettingsOf>;
+/** The feed's settings in this process: what the root gave; for the rest the configuration schema's defaults (MAM_FEED_*). */
+export type FeedSettings = Omit<FeedOptions, "slots"> & Config["feedStreams"] & typeof STREAM_LIFETIME;
 
-function feedSettingsOf({ slots: _, ...given }: FeedOptions) {
-  return { ...FEED_DEFAULTS, ...definedOnly(given) };
+function feedSettingsOf({ slots: _, ...given }: FeedOptions): FeedSettings {
+  return withDefaults<FeedSettings>({ ...defaultConfig().feedStreams, ...STREAM_LIFETIME }, given);
 }
 
 /**
@@ -80,8 +69,4 @@ export class ChangeStreams {
     this.#tail ??= new FeedTail(this.#deps.jobs, this.settings.pollMs / 2);
     return this.#tail;
   }
-}
-
-function definedOnly<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
