@@ -23,12 +23,24 @@ import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-p
 import { type AppEnv, appOptionsOf, createApp, createTokenService, statusOf } from "@mam/api";
 import { AWS_LIMITS, type AwsNotifierDeps, type AwsOverrides, awsDeps, awsNotifierDeps, feedRedriver, readSigningKey } from "@mam/aws/deps";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
-import { ERROR_TABLE, MamError, type MetricsSink, NO_METRICS, once, parseConfig, problemType, recoverNotifications } from "@mam/core";
+import {
+  ERROR_TABLE,
+  jsonLogger,
+  type Logger,
+  logEvent,
+  MamError,
+  type MetricsSink,
+  NO_METRICS,
+  once,
+  parseConfig,
+  problemType,
+  recoverNotifications,
+} from "@mam/core";
 import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { Hono } from "hono";
 import { type APIGatewayProxyResult, handle, type LambdaContext, type LambdaEvent } from "hono/aws-lambda";
 import { flushStreamRecord, writeFeedRecord } from "./job-stream.ts";
-import { type LogSink, logEventLine, stdoutLines } from "./log.ts";
+import { type LogSink, stdoutLines } from "./log.ts";
 import { createMetrics } from "./metrics.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -70,14 +82,14 @@ export async function composeNotifier(env: Env, overrides: Overrides = {}, metri
  * version — is one log line, `<function>_start_failed` with its code and the message
  * naming what to change, and is thrown again: the invocation fails, the next builds again.
  */
-function startOnce<T>(fn: "http" | "stream" | "sweep", log: LogSink, build: () => Promise<T>): () => Promise<T> {
+function startOnce<T>(fn: "http" | "stream" | "sweep", logger: Logger, build: () => Promise<T>): () => Promise<T> {
   const get = once(build);
   return async () => {
     try {
       return await get();
     } catch (err) {
       const code = err instanceof MamError ? err.code : "internal";
-      logEventLine(log, { level: "error", event: `${fn}_start_failed`, code, message: err instanceof Error ? err.message : String(err) });
+      logEvent(logger, { level: "error", event: `${fn}_start_failed`, code, message: err instanceof Error ? err.message : String(err) });
       throw err;
     }
   };
@@ -92,9 +104,9 @@ export type HttpHandler = (event: LambdaEvent, context?: LambdaContext) => Promi
  * the cause goes to the log, not to the caller.
  */
 export function createHttpHandler(env: Env, overrides: Overrides = {}): HttpHandler {
-  const log = overrides.log ?? stdoutLines;
+  const logger = jsonLogger(overrides.log ?? stdoutLines);
   const metrics = createMetrics(env);
-  const lambda = startOnce("http", log, async () => handle(await composeHttpApp(env, overrides, metrics.sink)));
+  const lambda = startOnce("http", logger, async () => handle(await composeHttpApp(env, overrides, metrics.sink)));
   return async (event, context) => {
     let run: Awaited<ReturnType<typeof lambda>>;
     try {
@@ -145,16 +157,16 @@ export type StreamPublisherHandler = (event: DynamoDBStreamEvent, context?: Cont
 function streamBatchHandler(
   env: Env,
   overrides: Overrides,
-  handle: (deps: AwsNotifierDeps, record: DynamoDBRecord, log: LogSink) => Promise<void>,
+  handle: (deps: AwsNotifierDeps, record: DynamoDBRecord, logger: Logger) => Promise<void>,
 ): StreamPublisherHandler {
-  const log = overrides.log ?? stdoutLines;
+  const logger = jsonLogger(overrides.log ?? stdoutLines);
   const metrics = createMetrics(env);
-  const deps = startOnce("stream", log, () => composeNotifier(env, overrides, metrics.sink));
+  const deps = startOnce("stream", logger, () => composeNotifier(env, overrides, metrics.sink));
   // DynamoDBStreams, not SQS: the type decides which field names a failed record.
   const processor = new BatchProcessor(EventType.DynamoDBStreams);
   return async (event, context) => {
     const d = await deps();
-    const recordHandler = (record: DynamoDBRecord): Promise<void> => handle(d, record, log);
+    const recordHandler = (record: DynamoDBRecord): Promise<void> => handle(d, record, logger);
     try {
       return await processPartialResponse(event, recordHandler, processor, {
         ...(context === undefined ? {} : { context }),
@@ -206,9 +218,9 @@ export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) =>
  * could not run at all (the store unreachable) fails the invocation.
  */
 export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}): RecoverySweepHandler {
-  const log = overrides.log ?? stdoutLines;
+  const logger = jsonLogger(overrides.log ?? stdoutLines);
   const metrics = createMetrics(env);
-  const config = startOnce("sweep", log, async () => {
+  const config = startOnce("sweep", logger, async () => {
     const parsed = parseConfig(env);
     const deps = awsNotifierDeps(parsed, overrides, metrics.sink);
     return {
@@ -225,11 +237,11 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     let feedRedrive: FeedRedriveCounts | undefined;
     try {
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
-      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logEventLine(log, entry) });
+      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logEvent(logger, entry) });
       // After the notifications (what subscribers are owed first); a redrive that cannot
       // run (the queue or the stream unreachable) is logged and tried again next time.
-      feedRedrive = await redrive?.((entry) => logEventLine(log, entry)).catch((err: unknown) => {
-        logEventLine(log, { level: "warn", event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
+      feedRedrive = await redrive?.((entry) => logEvent(logger, entry)).catch((err: unknown) => {
+        logEvent(logger, { level: "warn", event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
         return undefined;
       });
     } finally {
@@ -243,7 +255,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       not_tried: result.not_tried,
       ...(feedRedrive === undefined ? {} : { feed_redrive: feedRedrive }),
     };
-    logEventLine(log, { level: "info", event: "recovery_sweep", ...counts });
+    logEvent(logger, { level: "info", event: "recovery_sweep", ...counts });
     return counts;
   };
 }

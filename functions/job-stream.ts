@@ -19,9 +19,8 @@
 
 import type { AwsNotifierDeps } from "@mam/aws/deps";
 import { isJobImage, jobRecordOfNewImage, owedIntentIdOfImage } from "@mam/aws/job-item";
-import { flushRecord, type JobRecord, MamError } from "@mam/core";
+import { flushRecord, type JobRecord, type Logger, logEvent, MamError } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
-import { type LogSink, logEventLine } from "./log.ts";
 
 /** The job record whose intent this stream record committed, or undefined when it owes nothing. */
 export function owedJobRecord(record: DynamoDBRecord): JobRecord | undefined {
@@ -43,12 +42,12 @@ export async function writeFeedRecord(deps: AwsNotifierDeps, record: DynamoDBRec
 }
 
 /** Publish and settle the intent a stream record committed; throws if that failed, so the record is retried. */
-export async function flushStreamRecord(deps: AwsNotifierDeps, record: DynamoDBRecord, log: LogSink): Promise<void> {
+export async function flushStreamRecord(deps: AwsNotifierDeps, record: DynamoDBRecord, logger: Logger): Promise<void> {
   const job = owedJobRecord(record);
   if (job === undefined) return;
   const result = await flushRecord(deps, job);
   if (result.outcome !== "failed") return;
-  logEventLine(log, {
+  logEvent(logger, {
     level: "warn",
     event: "stream_publish_failed",
     job_id: job.job_id,
