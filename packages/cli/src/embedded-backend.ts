@@ -11,13 +11,12 @@ import {
   MamError,
   OPERATOR,
   REPORT_NAME,
-  randomIds,
   STAGED_REPORT_NAME,
   systemClock,
   verificationAnswer,
   verifyManifest,
 } from "@mam/core";
-import { brokerOf, dataDirPaths, FileReportStore, MqttPublisher, openDataDir, readCredentials } from "@mam/local";
+import { brokerOf, dataDirDeps, dataDirPaths, FileReportStore, MqttPublisher, openDataDir, readCredentials } from "@mam/local";
 import type { Backend, VerificationAnswer } from "./backend.ts";
 
 export interface EmbeddedOptions {
@@ -177,13 +176,7 @@ async function openStore(opts: EmbeddedOptions): Promise<Deps & { close(): Promi
   const store = openDataDir(paths.root);
   const publisher = new MqttPublisher({ url: broker.url, publishTimeoutMs: config.publishTimeoutMs, ...broker.login });
   return {
-    jobs: store.jobs,
-    reports: store.reports,
-    disk: store.disk,
-    publisher,
-    clock: systemClock,
-    ids: randomIds,
-    flags: config.flags,
+    ...dataDirDeps(store, publisher, config.flags),
     async close() {
       await publisher.close();
       store.close();

@@ -1,21 +1,12 @@
 import { timingSafeEqual } from "node:crypto";
 import { createTokenService, SCOPES, type TokenService, verifySubscriberLogin } from "@mam/api";
-import {
-  type Clock,
-  type Config,
-  type Deps,
-  flushRecord,
-  type JobRecord,
-  type Logger,
-  type Publisher,
-  randomIds,
-  systemClock,
-} from "@mam/core";
+import { type Clock, type Config, type Deps, flushRecord, type JobRecord, type Logger, type Publisher, systemClock } from "@mam/core";
 import {
   brokerOf,
   type Credentials,
   changeRelay,
   DEFAULT_DRAIN_TIMEOUT_MS,
+  dataDirDeps,
   dataDirPaths,
   type EmbeddedBroker,
   JobFlushQueue,
@@ -107,15 +98,7 @@ export async function composeEmbeddedService(
   //   commit a1 ─ commit a2 ─┐   flush: takes a2, sends it, settles a2   flush: nothing left
   const newest = new Map<string, JobRecord>();
   const jobs = store.jobs;
-  const ports: Deps = {
-    jobs,
-    reports: store.reports,
-    disk: store.disk,
-    publisher: published.publisher,
-    clock: deps.clock,
-    ids: randomIds,
-    flags: config.flags,
-  };
+  const ports = dataDirDeps(store, published.publisher, config.flags, deps.clock);
   jobs.onCommitted(
     changeRelay((record) => {
       newest.set(record.job_id, record);

@@ -1,7 +1,18 @@
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { type CommitHook, type DiskSpace, MamError, type MigrationResult } from "@mam/core";
+import {
+  type Clock,
+  type CommitHook,
+  type Deps,
+  type DiskSpace,
+  type Flags,
+  MamError,
+  type MigrationResult,
+  type Publisher,
+  randomIds,
+  systemClock,
+} from "@mam/core";
 import type Database from "better-sqlite3";
 import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
@@ -72,34 +83,32 @@ const UNREADABLE_REMEDY = {
 /**
  * `read()`, with a part of the data dir that is not what mam keeps there (not a
  * database, a directory where a file belongs, no right to it, not JSON) refused as
- * one line naming the file and what to change (`config.invalid`, exit 1), instead of
- * the driver's or the file system's own words. A refusal of ours passes as it is.
+ * one line naming the file and what to change (`dataDirRefusal`).
  */
 function readingDataDir<T>(path: string, part: keyof typeof UNREADABLE_REMEDY, read: () => T): T {
   try {
     return read();
   } catch (e) {
-    if (e instanceof MamError) throw e;
-    // Busy (another process holds it locked), full, out of descriptors: the store's own
-    // retryable answers, as on any later write; nothing to change, nothing to move away.
-    const retryable = sqlStoreError(e);
-    if (retryable instanceof MamError) throw retryable;
-    throw new MamError(
-      "config.invalid",
-      `the data dir's ${part} ${path} cannot be read (${unreadableReason(e)}): ${UNREADABLE_REMEDY[part]}`,
-      { cause: e },
-    );
+    throw dataDirRefusal(path, part, e);
   }
 }
 
-async function readingDataDirAsync<T>(path: string, part: keyof typeof UNREADABLE_REMEDY, read: () => Promise<T>): Promise<T> {
-  try {
-    return await read();
-  } catch (e) {
-    return readingDataDir(path, part, () => {
-      throw e;
-    });
-  }
+/**
+ * What a failure to read a part of the data dir is answered with: a refusal of ours as
+ * it is; busy (another process holds it locked), full, out of descriptors as the
+ * store's own retryable answers, as on any later write (nothing to change, nothing to
+ * move away); anything else `config.invalid` (exit 1), naming the file and what to
+ * change, instead of the driver's or the file system's own words.
+ */
+function dataDirRefusal(path: string, part: keyof typeof UNREADABLE_REMEDY, e: unknown): MamError {
+  if (e instanceof MamError) return e;
+  const retryable = sqlStoreError(e);
+  if (retryable instanceof MamError) return retryable;
+  return new MamError(
+    "config.invalid",
+    `the data dir's ${part} ${path} cannot be read (${unreadableReason(e)}): ${UNREADABLE_REMEDY[part]}`,
+    { cause: e },
+  );
 }
 
 function unreadableReason(e: unknown): string {
@@ -114,6 +123,15 @@ function unreadableReason(e: unknown): string {
     return at === undefined ? "not JSON" : `not JSON at position ${at}`;
   }
   return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * Core's ports over an open data dir (`openDataDir`): its stores, the publisher the
+ * caller connected (to the broker `brokerOf` chose), the configuration's flags —
+ * what `mam serve` and the `mam` command on a data dir both run core over.
+ */
+export function dataDirDeps(store: ReturnType<typeof openDataDir>, publisher: Publisher, flags: Flags, clock: Clock = systemClock): Deps {
+  return { jobs: store.jobs, reports: store.reports, disk: store.disk, publisher, clock, ids: randomIds, flags };
 }
 
 /**
@@ -149,14 +167,14 @@ export interface Credentials {
 /** `<data dir>/credentials.json`, written by `mam serve` on first start; undefined if absent. */
 export async function readCredentials(dir: string): Promise<Credentials | undefined> {
   const path = dataDirPaths(dir).credentials;
-  return readingDataDirAsync(path, "credentials", async () => {
-    let text: string;
-    try {
-      text = await readFile(path, "utf8");
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-      throw e;
-    }
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw dataDirRefusal(path, "credentials", e);
+  }
+  return readingDataDir(path, "credentials", () => {
     const credentials = JSON.parse(text) as Partial<Credentials> | null;
     if (typeof credentials?.signing_key !== "string" || typeof credentials.operator_token !== "string") {
       throw new Error("no signing_key and operator_token in it");

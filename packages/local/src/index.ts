@@ -3,6 +3,7 @@ export { changeRelay, JobFlushQueue } from "./change-relay.ts";
 export { type D1DatabaseLike, D1Driver, type D1PreparedStatementLike, type D1ResultLike } from "./d1-driver.ts";
 export {
   type Credentials,
+  dataDirDeps,
   dataDirPaths,
   migrateDataDir,
   openDataDir,
