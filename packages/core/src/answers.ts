@@ -113,9 +113,8 @@ export async function answerPublishEvent(
   try {
     return publishEventAnswer(await publishAgentEvent(deps, jobId, input, actor, opts));
   } catch (refusal) {
-    const record = input.event === "completed" ? await completedAlready(deps, jobId, refusal, actor, opts.resent) : undefined;
-    if (record === undefined) throw refusal;
-    return { already_completed: true, record };
+    if (input.event !== "completed") throw refusal;
+    return await alreadyCompletedOr(refusal, deps, jobId, actor, opts.resent);
   }
 }
 
@@ -130,10 +129,21 @@ export async function answerFinalize(
   try {
     return finalizedAnswer(await finalizeAttemptReport(deps, jobId, attemptId, sideEffects, actor));
   } catch (refusal) {
-    const record = await completedAlready(deps, jobId, refusal, actor, { stored: "finalize" });
-    if (record === undefined) throw refusal;
-    return { already_completed: true, record };
+    return await alreadyCompletedOr(refusal, deps, jobId, actor, { stored: "finalize" });
   }
+}
+
+/** The refusal, unless it is the caller's own completion sent again (`completedAlready`): then that it is done. */
+async function alreadyCompletedOr(
+  refusal: unknown,
+  deps: Parameters<typeof completedAlready>[0],
+  jobId: string,
+  actor: Actor,
+  resent: ResentReport,
+): Promise<AlreadyCompletedAnswer> {
+  const record = await completedAlready(deps, jobId, refusal, actor, resent);
+  if (record === undefined) throw refusal;
+  return { already_completed: true, record };
 }
 
 /**
