@@ -31,6 +31,8 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "GET /v1/events/stream": { kind: "protected", scope: "read", agent: "self" },
       "POST /v1/recovery-sweeps": { kind: "protected", scope: "ops" },
       "POST /v1/jobs/{job_id}/notification-release": { kind: "protected", scope: "ops" },
+      "POST /v1/jobs/{job_id}/observations": { kind: "protected", scope: "observe", agent: "job" },
+      "GET /v1/jobs/{job_id}/gate": { kind: "protected", scope: "read" },
       "GET /openapi.json": { kind: "public" },
       "GET /docs": { kind: "public" },
       "GET /docs/assets/{file}": { kind: "public" },

@@ -242,6 +242,57 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       await expectMamError(store.holdLease("nobody-here", "finalize", first, { freeAt: at(4) }), "job.notFound");
     });
 
+    it("writeObservations writes the set iff the job is not terminal, its latest attempt is the set's and the stored rev is the one expected; it bumps evidence_seq only when asked, never transition_seq; a refused write writes nothing; an unknown job is job.notFound", async () => {
+      const record = job("obs", { status: "running", transition_seq: 2, evidence_seq: 1, latest_attempt: 1, updated_at: at(3) });
+      await store.create(record);
+      const entry = (seq: number, state: "working" | "idle", received: string, lastSeen = received) => ({
+        seq,
+        source: "watcher:herdr-1",
+        source_kind: "pane_status",
+        state,
+        agent_session_uuid: "sess-1",
+        pane_process_generation: 3,
+        pane_id: "%12",
+        observed_at: received,
+        received_at: received,
+        last_seen_received_at: lastSeen,
+        sightings: 1,
+      });
+      const first = { attempt_id: 1, rev: 1, entries: [entry(1, "working", at(4))] };
+      const written = await store.writeObservations("obs", 0, first, { bump: true });
+      expect(written).toEqual({ ...record, evidence_seq: 2, observations: first });
+      expect(await store.get("obs")).toEqual({ ...record, evidence_seq: 2, observations: first });
+      // A writer that read rev 0 lost: nothing written.
+      expect(await store.writeObservations("obs", 0, { ...first, entries: [] }, { bump: true })).toBeUndefined();
+      // A repeat (no bump): the set moves, no counter does.
+      const repeat = { attempt_id: 1, rev: 2, entries: [{ ...entry(1, "working", at(4), at(5)), sightings: 2 }] };
+      expect(await store.writeObservations("obs", 1, repeat, { bump: false })).toEqual({
+        ...record,
+        evidence_seq: 2,
+        observations: repeat,
+      });
+      // Another attempt than the latest: refused, whatever the rev.
+      expect(await store.writeObservations("obs", 2, { attempt_id: 2, rev: 3, entries: [] }, { bump: true })).toBeUndefined();
+      // The seq a caller read is still good: observations are evidence, never a transition.
+      const cancelled = await store.transition("obs", 2, { from: ["running"], set: { status: "cancelled", updated_at: at(6) } });
+      expect(cancelled.observations).toEqual(repeat);
+      // A terminal job takes no observation.
+      expect(await store.writeObservations("obs", 2, { ...repeat, rev: 3 }, { bump: true })).toBeUndefined();
+      expect(await store.get("obs")).toEqual(cancelled);
+      await expectMamError(store.writeObservations("nobody-here", 0, first, { bump: true }), "job.notFound");
+      // A set whose rev does not follow the one expected is core's own bug: refused before any storage is asked.
+      await expectMamError(store.writeObservations("obs", 5, first, { bump: true }), "internal");
+    });
+
+    it("a transition never sets the observations: they are core's writeObservations' alone", async () => {
+      await store.create(job("obs-set", { status: "running", transition_seq: 1, latest_attempt: 1 }));
+      await expectMamError(
+        store.transition("obs-set", 1, { from: ["running"], set: { observations: { attempt_id: 1, rev: 1, entries: [] } } as never }),
+        "internal",
+      );
+      expect((await store.get("obs-set"))?.observations).toBeUndefined();
+    });
+
     it("a transition never sets a lease: the fields are core's holdLease's alone", async () => {
       await store.create(job("lease-set", { status: "running", transition_seq: 1 }));
       const forged = { id: "x", attempt_id: 1, since: at(1), expires_at: at(2) };

@@ -17,7 +17,7 @@ import { parseConfig } from "@mam/core";
 import type { Metafile } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempDirSync } from "../support/temp-dir.ts";
-import { type Resource, runPackage, type Template } from "./package.ts";
+import { holdPackagingLock, type Resource, runPackage, type Template } from "./package.ts";
 import { zipEntries } from "./zip-entries.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
@@ -56,13 +56,18 @@ let outDir: string;
 let template: Template;
 let output: string;
 
-beforeAll(() => {
+let releasePackaging: (() => Promise<void>) | undefined;
+
+// This file reads `.build/` after packaging: no other file may rebuild it meanwhile.
+beforeAll(async () => {
+  releasePackaging = await holdPackagingLock();
   outDir = tempDirSync("package").dir;
   ({ template, output } = runPackage(outDir, []));
 }, 300_000);
 
-afterAll(() => {
+afterAll(async () => {
   if (outDir !== undefined) rmSync(outDir, { recursive: true, force: true });
+  await releasePackaging?.();
 });
 
 const resource = (logicalId: string): Resource => {

@@ -101,6 +101,11 @@ const note: fc.Arbitrary<ChangeNote | undefined> = fc.option(
         { sha256: hex("e"), bytes: 4096 },
       ]),
       declared: maybe([{ sha256: hex("f"), bytes: 12 }]),
+      observed: maybe([
+        { source: "watcher:herdr-1", source_kind: "pane_status", state: "idle" },
+        { source: "agent:claude-code", source_kind: "hook.stop", state: "done" },
+      ]),
+      overflowed: maybe([{ source: "agent:codex", bound: "count" }]),
     })
     .map((n) => defined<ChangeNote>(n)),
   { nil: undefined, freq: 4 },

@@ -3,7 +3,8 @@
  * as rules (packages/core/src/feed.ts at 25d1c6c, copied verbatim): the oracle the
  * rules' property tests compare against (tests/unit/feed-rules.test.ts,
  * tests/contract/sql-feed-rules.test.ts, tests/d1/sql-feed-rules.test.ts). Never edit
- * it to make a test pass: it is what the feed meant before the rules existed.
+ * it to make a test pass: it is what the feed meant before the rules existed. The row
+ * kinds added since (the observations') are written beside it, marked as such.
  */
 import {
   type ChangeDraft,
@@ -69,6 +70,14 @@ export function oracleChangeRowsOf(before: JobRecord | undefined, after: JobReco
     if (finalized()) return rows;
     const attempt = after.latest_attempt;
     const attemptData = attempt === undefined ? {} : { attempt_id: attempt };
+    // Added with the observations (issue 20), beside the 25d1c6c copy: the kinds it did not know.
+    if (note.observed !== undefined) {
+      const { source, source_kind, state } = note.observed;
+      return [row("observation.recorded", { data: { ...attemptData, source, source_kind, state } })];
+    }
+    if (note.overflowed !== undefined) {
+      return [row("observation.overflowed", { data: { ...attemptData, source: note.overflowed.source, bound: note.overflowed.bound } })];
+    }
     if (note.declared !== undefined) {
       return [row("report.upload_declared", { data: { ...attemptData, sha256: note.declared.sha256, bytes: note.declared.bytes } })];
     }

@@ -15,6 +15,8 @@ describe("parseConfig", () => {
       // Room kept on the data dir's disk for the service's own records (issue 17).
       diskFloorBytes: 64 * 1024 * 1024,
       leases: { uploadSeconds: 900, finalizeSeconds: 300 },
+      observationSkewSeconds: 5,
+      quiescenceRules: ["watcher.pane_status"],
     });
     expect(config).toMatchObject({
       host: "127.0.0.1",
@@ -54,6 +56,8 @@ describe("parseConfig", () => {
       MAM_DISK_FLOOR_BYTES: "0",
       MAM_REPORT_UPLOAD_TTL_SECONDS: "120",
       MAM_FINALIZE_LEASE_SECONDS: "30",
+      MAM_OBSERVATION_SKEW_SECONDS: "30",
+      MAM_AUTO_COMPLETE_SOURCES: "agent.claude-code.stop",
     });
     expect(config.flags).toEqual({
       autoComplete: true,
@@ -62,8 +66,26 @@ describe("parseConfig", () => {
       quotas: { jobEvents: 50, attemptBytes: 2 * 1024 * 1024, jobBytes: 4 * 1024 * 1024 },
       diskFloorBytes: 0,
       leases: { uploadSeconds: 120, finalizeSeconds: 30 },
+      observationSkewSeconds: 30,
+      quiescenceRules: ["agent.claude-code.stop"],
     });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });
+  });
+
+  it("issue 20: MAM_AUTO_COMPLETE_SOURCES names the policy's rules; an unknown name is config.invalid naming it and the rules there are", () => {
+    expect(parseConfig({ MAM_AUTO_COMPLETE_SOURCES: "watcher.pane_status, agent.claude-code.stop" }).flags.quiescenceRules).toEqual([
+      "watcher.pane_status",
+      "agent.claude-code.stop",
+    ]);
+    let error: unknown;
+    try {
+      parseConfig({ MAM_AUTO_COMPLETE_SOURCES: "watcher.pane_status,hermes.idle" });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({ code: "config.invalid" });
+    expect(String((error as Error).message)).toContain("hermes.idle");
+    expect(String((error as Error).message)).toContain("agent.claude-code.stop");
   });
 
   it("an empty variable means unset", () => {

@@ -132,6 +132,29 @@ export const EXAMPLE = {
     expires_at: "2026-11-21T09:59:02.000Z",
   },
 
+  observationRequest: {
+    state: "idle",
+    source_kind: "pane_status",
+    attempt_id: 1,
+    agent_session_uuid: SESSION,
+    pane_process_generation: 3,
+    pane_id: "%12",
+    observed_at: "2026-11-20T10:05:00Z",
+  },
+  observation: {
+    seq: 2,
+    source: "watcher:herdr-1",
+    source_kind: "pane_status",
+    state: "idle",
+    agent_session_uuid: SESSION,
+    pane_process_generation: 3,
+    pane_id: "%12",
+    observed_at: "2026-11-20T10:05:00Z",
+    received_at: "2026-11-20T10:05:00.412Z",
+    last_seen_received_at: "2026-11-20T10:05:00.412Z",
+    sightings: 1,
+  },
+
   report: REPORT,
   staged: { sha256: REPORT_SHA, bytes: REPORT_BYTES },
 

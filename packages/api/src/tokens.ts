@@ -9,13 +9,17 @@ import * as z from "zod";
  * constant-time comparison.
  *
  * Two kinds:
- * - operator: carries scopes (a subset of `read`, `write`, `gate`, `ops`); expires
- *   only if minted with a TTL (the embedded bootstrap token does not).
+ * - operator: carries scopes (a subset of `read`, `write`, `gate`, `ops`, `observe`);
+ *   expires only if minted with a TTL (the embedded bootstrap token does not). A
+ *   token minted before `observe` existed (no `sv` claim) with every scope there was
+ *   then (the bootstrap token of an older data dir) holds `observe` too: a token with
+ *   every scope keeps every scope as scopes are added. A token minted since carries
+ *   `sv` and exactly the scopes it names.
  * - agent: minted at dispatch, bound to one job and one attempt, always expiring.
  *   A newer dispatch of the same job retires it: the API checks, on every agent
  *   request, that the token's attempt is still the job's latest dispatch.
  */
-export const SCOPES = ["read", "write", "gate", "ops"] as const;
+export const SCOPES = ["read", "write", "gate", "ops", "observe"] as const;
 export const ScopeSchema = z.enum(SCOPES);
 export type Scope = z.infer<typeof ScopeSchema>;
 
@@ -73,6 +77,17 @@ const MIN_KEY_LENGTH = 32;
 const MAX_TOKEN_LENGTH = 4096;
 const VERIFIED_CACHE_SIZE = 1024;
 
+/** Every scope there was before `observe` was added: a token minted then holding them all was minted with every scope. */
+const SCOPES_BEFORE_OBSERVE: readonly Scope[] = ["read", "write", "gate", "ops"];
+/** The scope set operator tokens are minted against now (their `sv` claim). */
+const SCOPE_VERSION = 2;
+
+/** An older token's scopes (no `sv`), with those added since when it was minted with every scope there was. */
+function withAddedScopes(scopes: readonly Scope[]): readonly Scope[] {
+  if (scopes.includes("observe") || !SCOPES_BEFORE_OBSERVE.every((s) => scopes.includes(s))) return scopes;
+  return [...scopes, "observe"];
+}
+
 /** A token's name: what a subscriber's persistent sessions belong to (letters, digits, `.`, `_`, `-`; at most 64). */
 export const TokenName = z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, "a name is 1 to 64 letters, digits, '.', '_' or '-'");
 
@@ -88,6 +103,8 @@ const ClaimsSchema = z.discriminatedUnion("kind", [
     scopes: z.array(ScopeSchema).min(1),
     exp: z.number().int().optional(),
     name: TokenName.optional(),
+    /** The scope set it was minted against: 2 since `observe` (absent: minted before it). */
+    sv: z.literal(SCOPE_VERSION).optional(),
   }),
   z.strictObject({ ...Common, kind: z.literal("agent"), job_id: JobId, attempt_id: AttemptId, exp: z.number().int() }),
 ]);
@@ -138,6 +155,7 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
         jti: newTokenId(),
         iat,
         scopes: [...new Set(parsed.data)],
+        sv: SCOPE_VERSION,
         ...(mintOpts.ttlSeconds === undefined ? {} : { exp: iat + mintOpts.ttlSeconds }),
         ...(mintOpts.name === undefined ? {} : { name: mintOpts.name }),
       });
@@ -201,7 +219,7 @@ export function createTokenService(opts: TokenServiceOptions): TokenService {
         principal: {
           kind: "operator",
           tokenId: c.jti,
-          scopes: c.scopes,
+          scopes: c.sv === undefined ? withAddedScopes(c.scopes) : c.scopes,
           ...(c.exp === undefined ? {} : { expiresAt: new Date(c.exp * 1000).toISOString() }),
           ...(c.name === undefined ? {} : { name: c.name }),
         },

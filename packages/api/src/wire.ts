@@ -15,6 +15,8 @@ import {
   JobRecordSchema,
   LeaseSchema,
   ManifestSchema,
+  ObservationRequestSchema,
+  ObservationSchema,
   PublishEventRequestSchema,
   RegisterJobSchema,
   ScenarioSchema,
@@ -145,6 +147,27 @@ export const TransitionRequest = TransitionRequestSchema.extend({
 export const DispatchRequest = core(DispatchRequestSchema).openapi("DispatchRequest", {
   description: "A dispatch of the job: the attempt (greater than the latest) and where it runs.",
 });
+/** What only mam sets of an observation: a body carrying one of these is a 400 naming it. */
+const SET_BY_MAM = (what: string) =>
+  z
+    .unknown()
+    .refine(() => false, { error: `${what} is set by mam (who recorded it from the token, when from its own clock); leave it out` })
+    .optional()
+    .openapi({ description: `Refused: ${what} is set by mam, never by the sender.` });
+
+export const ObservationRequest = ObservationRequestSchema.extend({
+  source: SET_BY_MAM("source"),
+  recorded_by: SET_BY_MAM("recorded_by"),
+  received_at: SET_BY_MAM("received_at"),
+}).openapi("ObservationRequest", {
+  description:
+    "What was seen of the job's latest dispatch: the state, the kind of signal, the dispatch identity (attempt and session always; a watcher also the process generation, and the pane where the dispatch recorded one) and when the sender saw it.",
+});
+export const Observation = core(ObservationSchema).openapi("Observation", {
+  description:
+    "An observation as mam recorded it: `source` from the token (`watcher:<name>`, `agent:<backend>`), `received_at` from mam's clock; a coalesced repeat moves `last_seen_received_at` and counts `sightings`.",
+});
+
 export const PublishEventRequest = PublishEventRequestSchema.extend({
   expected_seq: core(PublishEventRequestSchema.shape.expected_seq).openapi({
     description: "The `transition_seq` the event's transition expects; without it, the current one.",
@@ -171,9 +194,10 @@ export const ScenarioInputSchema = z.unknown().superRefine((value, ctx) => {
 });
 export const EvaluationRequestSchema = z
   .strictObject({
-    scenario: ScenarioInputSchema.openapi({
+    scenario: ScenarioInputSchema.optional().openapi({
       allOf: [{ $ref: "#/components/schemas/Scenario" }],
-      description: "Read raw by the gate: a scenario it cannot read is a hold (200), not a 400.",
+      description:
+        "Read raw by the gate: a scenario it cannot read is a hold (200), not a 400. Absent: the gate builds a `mam.scenario/v2` from what mam recorded of the latest dispatch (its observations, the finalized report) and evaluates that.",
     }),
   })
   .openapi("EvaluationRequest");
@@ -216,6 +240,16 @@ export const DispatchResponseSchema = z
   })
   .openapi("DispatchResponse");
 export type DispatchResponse = z.infer<typeof DispatchResponseSchema>;
+
+export const ObservationAnswerSchema = z
+  .strictObject({
+    observation: Observation,
+    coalesced: z
+      .boolean()
+      .describe("a repeat of the source's last state for the dispatch, folded into it (200); a new observation is a 201"),
+    evidence_seq: z.number().int().min(0).describe("the job's evidence_seq after the write (a repeat does not bump it)"),
+  })
+  .openapi("ObservationAnswer");
 
 export const StagedReportSchema = z
   .strictObject({
@@ -271,8 +305,22 @@ export const GateResponseSchema = z
     reason: z.string(),
     decision: z.union([Decision, z.null()]),
     record: JobRecord.optional(),
+    scenario: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe("the `mam.scenario/v2` the gate built from what mam recorded, when it built one"),
   })
   .openapi("GateResponse");
+
+export const GateDryRunSchema = z
+  .strictObject({
+    would_commit: z.boolean().describe("whether an evaluation now would complete the job; a dry run writes nothing"),
+    reason: z.string(),
+    decision: z.union([Decision, z.null()]),
+    scenario: z.record(z.string(), z.unknown()).optional().describe("the `mam.scenario/v2` the gate built, when it got that far"),
+    evaluated_at: IsoTime,
+  })
+  .openapi("GateDryRun");
 export type GateResponse = z.infer<typeof GateResponseSchema>;
 
 export const PublishEventResponseSchema = z

@@ -571,6 +571,11 @@ function conditionExpression(c: RecordCondition, x: Expressions): string {
       const below = `${x.name("latest_attempt")} < ${x.value(c.attempt)}`;
       return c.attempt > 0 ? absentOr("latest_attempt", below) : below;
     }
+    case "observationsRevIs": {
+      // No observations yet: rev 0.
+      const is = `${x.name("observations")}.rev = ${x.value(c.rev)}`;
+      return c.rev === 0 ? absentOr("observations", is) : is;
+    }
     case "intentIs":
       return `${x.name("pending_notification")}.id = ${x.value(c.id)}`;
     case "usageIs": {

@@ -369,7 +369,7 @@ the store) cannot be reached, with the --after that resumes.`,
   },
   "token create": {
     summary: "mint an operator token with narrower scopes, signed with the data dir's key",
-    usage: `mam token create --scope read[,write,gate,ops] [--ttl SECONDS] [--name NAME] [--data-dir DIR] [--json]
+    usage: `mam token create --scope read[,write,gate,ops,observe] [--ttl SECONDS] [--name NAME] [--data-dir DIR] [--json]
 
 Reads the signing key from <data dir>/credentials.json (written by mam serve on
 first start), or MAM_TOKEN_SIGNING_KEY, and prints a new operator token with just

@@ -26,6 +26,7 @@ export const EXIT_CODES = {
   "dispatch.exists": 1,
   "dispatch.outOfOrder": 1,
   "dispatch.notFound": 1,
+  "observation.mismatch": 1,
   "report.notFound": 1,
   "report.frozen": 1,
   "report.notLatest": 1,
@@ -34,6 +35,7 @@ export const EXIT_CODES = {
   "report.mismatch": 1,
   "quota.bytes": 1,
   "quota.events": 1,
+  "quota.observations": 1,
   // Another upload or finalize of the attempt holds it: a refusal, nothing was written
   // (try again once it ends or expires, as its message says). Not 2: nothing is
   // unreachable, and no commit stands.

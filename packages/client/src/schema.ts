@@ -167,6 +167,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/v1/jobs/{job_id}/observations": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Record what a watcher or an agent hook saw of the job's latest dispatch
+     * @description Who recorded it is set from the token: a watcher token (the `observe` scope) records `watcher:<its name>` (unnamed: its id), the job's agent token `agent:<the job's backend>` for its own attempt. mam records when it received it; an `observed_at` later than that by more than `MAM_OBSERVATION_SKEW_SECONDS`, or before the dispatch's anchor, is a 400. A repeat of the source's last state is coalesced into it (200, nothing bumped, no feed row); a new state is a 201 and a feed row `observation.recorded`. Past the source class's bound for the attempt a new state is not stored: 429 `quota.observations`, and the attempt's evidence is marked overflowed (the gate holds until the next dispatch). Every other refusal writes nothing.
+     */
+    post: operations["recordObservation"];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/v1/jobs/{job_id}/evaluations": {
     parameters: {
       query?: never;
@@ -181,6 +201,26 @@ export interface paths {
      * @description A decision, commit or refusal, is a 200. The scenario is read by the gate fail-closed: one it cannot read is a hold, not a 400 — except one over 256 KiB of JSON or nested deeper than 16 levels, refused 400 before the gate runs.
      */
     post: operations["evaluateJob"];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/v1/jobs/{job_id}/gate": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * The gate's dry run: what an evaluation would answer now, and why
+     * @description The same evaluation as `POST .../evaluations` without a scenario (built from what mam recorded), writing nothing: `would_commit`, the first reason it holds or the rule that would approve, and the scenario it built.
+     */
+    get: operations["dryRunGate"];
+    put?: never;
+    post?: never;
     delete?: never;
     options?: never;
     head?: never;
@@ -499,6 +539,14 @@ export interface components {
         evidence_location: string;
         /** Format: date-time */
         verified_at: string;
+        /** @enum {string} */
+        evidence?: "recorded" | "posted";
+        posted_by?: string;
+        observations_rev?: number;
+        rule?: string;
+        sources?: string[];
+        /** @enum {string} */
+        quiescence?: "watcher-observed" | "agent-attested";
       };
       pending_notification?: {
         id: string;
@@ -555,6 +603,34 @@ export interface components {
           /** @enum {string} */
           type: "agent" | "operator" | "service";
           token_id?: string;
+        };
+      };
+      observations?: {
+        attempt_id: number;
+        rev: number;
+        entries: {
+          seq: number;
+          source: string;
+          source_kind: string;
+          /** @enum {string} */
+          state: "working" | "idle" | "done" | "blocked" | "unknown";
+          agent_session_uuid: string;
+          pane_process_generation?: number;
+          pane_id?: string;
+          /** Format: date-time */
+          observed_at: string;
+          /** Format: date-time */
+          received_at: string;
+          /** Format: date-time */
+          last_seen_received_at: string;
+          sightings: number;
+        }[];
+        overflow?: {
+          source: string;
+          /** @enum {string} */
+          bound: "count" | "bytes";
+          /** Format: date-time */
+          at: string;
         };
       };
       /** Format: date-time */
@@ -758,21 +834,84 @@ export interface components {
         evidence_location: string;
       };
     };
+    ObservationAnswer: {
+      observation: components["schemas"]["Observation"];
+      /** @description a repeat of the source's last state for the dispatch, folded into it (200); a new observation is a 201 */
+      coalesced: boolean;
+      /** @description the job's evidence_seq after the write (a repeat does not bump it) */
+      evidence_seq: number;
+    };
+    /** @description An observation as mam recorded it: `source` from the token (`watcher:<name>`, `agent:<backend>`), `received_at` from mam's clock; a coalesced repeat moves `last_seen_received_at` and counts `sightings`. */
+    Observation: {
+      seq: number;
+      source: string;
+      source_kind: string;
+      /** @enum {string} */
+      state: "working" | "idle" | "done" | "blocked" | "unknown";
+      agent_session_uuid: string;
+      pane_process_generation?: number;
+      pane_id?: string;
+      /** Format: date-time */
+      observed_at: string;
+      /** Format: date-time */
+      received_at: string;
+      /** Format: date-time */
+      last_seen_received_at: string;
+      sightings: number;
+    };
+    /** @description What was seen of the job's latest dispatch: the state, the kind of signal, the dispatch identity (attempt and session always; a watcher also the process generation, and the pane where the dispatch recorded one) and when the sender saw it. */
+    ObservationRequest: {
+      /** @enum {string} */
+      state: "working" | "idle" | "done" | "blocked" | "unknown";
+      source_kind: string;
+      attempt_id: number;
+      agent_session_uuid: string;
+      pane_process_generation?: number;
+      pane_id?: string;
+      /** Format: date-time */
+      observed_at: string;
+      /** @description Refused: source is set by mam, never by the sender. */
+      source?: unknown;
+      /** @description Refused: recorded_by is set by mam, never by the sender. */
+      recorded_by?: unknown;
+      /** @description Refused: received_at is set by mam, never by the sender. */
+      received_at?: unknown;
+    };
     GateResponse: {
       committed: boolean;
       reason: string;
       decision: components["schemas"]["Decision"] | null;
       record?: components["schemas"]["JobRecord"];
+      /** @description the `mam.scenario/v2` the gate built from what mam recorded, when it built one */
+      scenario?: {
+        [key: string]: unknown;
+      };
     };
     /** @description The policy's decision on a scenario. */
     Decision: {
       /** @enum {string} */
       decision: "candidate_approved" | "hold";
       reason: string;
+      rule?: string;
+      sources?: string[];
+      /** @enum {string} */
+      quiescence?: "watcher-observed" | "agent-attested";
     };
     EvaluationRequest: {
-      /** @description Read raw by the gate: a scenario it cannot read is a hold (200), not a 400. */
-      scenario: components["schemas"]["Scenario"];
+      /** @description Read raw by the gate: a scenario it cannot read is a hold (200), not a 400. Absent: the gate builds a `mam.scenario/v2` from what mam recorded of the latest dispatch (its observations, the finalized report) and evaluates that. */
+      scenario?: components["schemas"]["Scenario"];
+    };
+    GateDryRun: {
+      /** @description whether an evaluation now would complete the job; a dry run writes nothing */
+      would_commit: boolean;
+      reason: string;
+      decision: components["schemas"]["Decision"] | null;
+      /** @description the `mam.scenario/v2` the gate built, when it got that far */
+      scenario?: {
+        [key: string]: unknown;
+      };
+      /** Format: date-time */
+      evaluated_at: string;
     };
     PublishEventResponse: {
       record: components["schemas"]["JobRecord"];
@@ -846,6 +985,8 @@ export interface components {
         | "report.staged"
         | "report.upload_declared"
         | "report.finalized"
+        | "observation.recorded"
+        | "observation.overflowed"
         | "intent.published"
         | "intent.failed"
         | "intent.superseded"
@@ -1248,7 +1389,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -1722,7 +1863,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2055,7 +2196,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2364,7 +2505,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2629,7 +2770,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -2922,7 +3063,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -3276,6 +3417,332 @@ export interface operations {
       };
     };
   };
+  recordObservation: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description The job id. */
+        job_id: string;
+      };
+      cookie?: never;
+    };
+    /** @description JSON, at most the configured body limit (`MAM_JSON_BODY_LIMIT`, 1 MiB by default) and 64 levels deep; unknown fields are refused. */
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ObservationRequest"];
+      };
+    };
+    responses: {
+      /** @description A repeat of the source's last state, coalesced into it. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "observation": {
+           *         "seq": 2,
+           *         "source": "watcher:herdr-1",
+           *         "source_kind": "pane_status",
+           *         "state": "idle",
+           *         "agent_session_uuid": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "pane_process_generation": 3,
+           *         "pane_id": "%12",
+           *         "observed_at": "2026-11-20T10:05:00Z",
+           *         "received_at": "2026-11-20T10:05:00.412Z",
+           *         "last_seen_received_at": "2026-11-20T10:05:45.020Z",
+           *         "sightings": 4
+           *       },
+           *       "coalesced": true,
+           *       "evidence_seq": 4
+           *     }
+           */
+          "application/json": components["schemas"]["ObservationAnswer"];
+        };
+      };
+      /** @description A new observation, recorded. */
+      201: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "observation": {
+           *         "seq": 2,
+           *         "source": "watcher:herdr-1",
+           *         "source_kind": "pane_status",
+           *         "state": "idle",
+           *         "agent_session_uuid": "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa",
+           *         "pane_process_generation": 3,
+           *         "pane_id": "%12",
+           *         "observed_at": "2026-11-20T10:05:00Z",
+           *         "received_at": "2026-11-20T10:05:00.412Z",
+           *         "last_seen_received_at": "2026-11-20T10:05:00.412Z",
+           *         "sightings": 1
+           *       },
+           *       "coalesced": false,
+           *       "evidence_seq": 4
+           *     }
+           */
+          "application/json": components["schemas"]["ObservationAnswer"];
+        };
+      };
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
+      400: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      409: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/observation.mismatch",
+           *       "title": "The observation does not match the job's latest recorded dispatch",
+           *       "status": 409,
+           *       "detail": "agent_session_uuid does not match attempt 1's recorded dispatch (another session's observation)",
+           *       "code": "observation.mismatch",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.agent_session_uuid",
+           *           "message": "does not match the recorded dispatch"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
+      413: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
+      415: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/quota.observations",
+           *       "title": "The source class's observation bound for this attempt is reached",
+           *       "status": 429,
+           *       "detail": "the agent sources of attempt 1 have recorded 64 observations, their bound: this state was not stored, and the attempt's evidence is marked overflowed (the gate holds until the next dispatch)",
+           *       "code": "quota.observations",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
   evaluateJob: {
     parameters: {
       query?: never;
@@ -3497,6 +3964,187 @@ export interface operations {
            *       "status": 415,
            *       "detail": "this route takes application/json, not \"text/plain\"",
            *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
+  dryRunGate: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description The job id. */
+        job_id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description What the gate would answer now. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "would_commit": false,
+           *       "reason": "the policy holds: watcher.pane_status: quiescent for 12s by its last sighting, less than the 30s settle window",
+           *       "decision": {
+           *         "decision": "hold",
+           *         "reason": "watcher.pane_status: quiescent for 12s by its last sighting, less than the 30s settle window"
+           *       },
+           *       "evaluated_at": "2026-11-20T10:05:12.000Z"
+           *     }
+           */
+          "application/json": components["schemas"]["GateDryRun"];
+        };
+      };
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
+      400: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -3937,7 +4585,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
       409: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -4032,7 +4680,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `quota.events`: The job's event quota is spent; `stream.tooMany`: This token already holds as many open streams as it may */
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may */
       429: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -4409,7 +5057,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `quota.events`: The job's event quota is spent; `stream.tooMany`: This token already holds as many open streams as it may */
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may */
       429: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */

@@ -36,6 +36,18 @@ export const FREE_FORM_MAX_BYTES = {
 } as const;
 
 /**
+ * How much of an attempt's observations the job record keeps, per source class, so
+ * one class filling its share can neither refuse nor evict the other's: at most
+ * `count` observations and `bytes` of them (their JSON, UTF-8). Coalesced repeats add
+ * nothing. Both classes full, the set stays below 64 KiB of the record (DynamoDB's
+ * item is 400 KB; every write of a job item is billed by its size).
+ */
+export const OBSERVATION_BOUNDS = {
+  watcher: { count: 64, bytes: 24 * 1024 },
+  agent: { count: 64, bytes: 24 * 1024 },
+} as const;
+
+/**
  * A JSON request body nested deeper than this is refused before it is parsed: no
  * schema accepts one (a free-form value of 16 levels lies at most 3 levels inside a
  * body), and nothing downstream ever holds a value deep enough to overflow a stack.

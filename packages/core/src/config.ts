@@ -1,6 +1,7 @@
 import * as z from "zod";
 import { allowedBackends } from "./allowlist.ts";
 import { MamError } from "./errors.ts";
+import { enabledRules, QUIESCENCE_RULE_NAMES } from "./quiescence-rules.ts";
 
 const bit = (name: string, dflt: "0" | "1") =>
   z
@@ -73,6 +74,21 @@ export const EnvSchema = z.object({
     "gate",
     "Comma list that narrows the evidence-backed allowlist (`claude`, `claude-code`, `codex`, `grok`); names without recorded evidence are dropped, never added (B-20).",
     "(all evidence-backed)",
+  ),
+  MAM_AUTO_COMPLETE_SOURCES: setting(
+    list.superRefine((names, ctx) => {
+      for (const name of names ?? []) {
+        if (!QUIESCENCE_RULE_NAMES.includes(name)) {
+          ctx.addIssue({
+            code: "custom",
+            message: `MAM_AUTO_COMPLETE_SOURCES names ${JSON.stringify(name)}, which is no rule of the policy (rules: ${QUIESCENCE_RULE_NAMES.join(", ")})`,
+          });
+        }
+      }
+    }),
+    "gate",
+    "Comma list of the policy's quiescence rules the gate may apply to evidence mam recorded (`watcher.pane_status`, `agent.claude-code.stop`; docs/decisions.md lists what each proves). Unset: every rule backed by recorded observations, no rule backed only by an agent's documentation. Set: only the rules it names; a documented rule is on only when named. An unknown name is a start-up error. Never adds a backend (B-19, B-20).",
+    "(the observed rules)",
   ),
   MAM_ENGINE_CAS: setting(
     bit("MAM_ENGINE_CAS", "1"),
@@ -227,6 +243,11 @@ export const EnvSchema = z.object({
     int("MAM_DISK_FLOOR_BYTES", 64 * 1024 * 1024, 0, 2 ** 50),
     "core (`mam serve`, CLI)",
     "Free bytes an agent's write must leave on the data dir's disk (statfs `bavail * bsize`, read on each agent write), 0 (no floor) to 1 PiB; an agent's event (`POST .../events`), report body (`PUT .../report`: its Content-Length, else the body limit), upload declaration (its `bytes`) or finalize (`POST .../finalize`) that would leave less is `507 store.insufficientSpace` naming the free bytes, the floor and this variable, nothing written. Operators' writes and the service's own records (log lines, bookkeeping, feed rows, settles) are never refused by it; they use the room below it until the disk is really full (503). Not used on AWS (DynamoDB and S3 have no disk to starve).",
+  ),
+  MAM_OBSERVATION_SKEW_SECONDS: setting(
+    int("MAM_OBSERVATION_SKEW_SECONDS", 5, 0, 300),
+    "core (API)",
+    "How far an observation's `observed_at` may lie after the moment mam received it (its sender's clock running ahead), 0 to 300; later is `400` naming `observed_at`, nothing written. Also how far a posted scenario's times may lie after mam's clock.",
   ),
   // How long a finalize in progress holds its attempt at most (issue 17): a process that
   // crashed mid-finalize wedges the attempt for no longer than this.
@@ -385,6 +406,8 @@ export interface Flags {
   readonly engineCas: boolean;
   /** The evidence-backed allowlist, narrowed by MAM_AUTO_COMPLETE_BACKENDS. */
   readonly allowedBackends: readonly string[];
+  /** The policy's quiescence rules the gate applies to recorded evidence (MAM_AUTO_COMPLETE_SOURCES; quiescence-rules.ts). */
+  readonly quiescenceRules: readonly string[];
   /** What one job's agents may send (`chargeAgentUsage`). */
   readonly quotas: Quotas;
   /**
@@ -395,6 +418,8 @@ export interface Flags {
   readonly diskFloorBytes: number;
   /** How long an upload in flight and a finalize in progress hold their attempt at most (`takeLease`). */
   readonly leases: LeaseBounds;
+  /** How far a sender's `observed_at` may lie after mam received it, in seconds (MAM_OBSERVATION_SKEW_SECONDS). */
+  readonly observationSkewSeconds: number;
 }
 
 /** Bounds on the one upload in flight and the one finalize in progress of an attempt (issue 17). */
@@ -479,9 +504,11 @@ function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined
     autoComplete: e.MAM_AUTO_COMPLETE,
     engineCas: e.MAM_ENGINE_CAS,
     allowedBackends: allowedBackends(e.MAM_AUTO_COMPLETE_BACKENDS),
+    quiescenceRules: enabledRules(e.MAM_AUTO_COMPLETE_SOURCES),
     quotas: { jobEvents: e.MAM_QUOTA_JOB_EVENTS, attemptBytes: e.MAM_QUOTA_ATTEMPT_BYTES, jobBytes: e.MAM_QUOTA_JOB_BYTES },
     diskFloorBytes: e.MAM_DISK_FLOOR_BYTES,
     leases: { uploadSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS, finalizeSeconds: e.MAM_FINALIZE_LEASE_SECONDS },
+    observationSkewSeconds: e.MAM_OBSERVATION_SKEW_SECONDS,
   };
   const sweep: SweepPolicy = { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 };
   return deepFreeze({

@@ -57,7 +57,10 @@ export type FeedBeforeField = (typeof FEED_BEFORE_FIELDS)[number];
 export type FeedRef =
   | { readonly op: "ref"; readonly side: "before"; readonly path: readonly [FeedBeforeField, ...string[]] }
   | { readonly op: "ref"; readonly side: "after"; readonly path: readonly [string, ...string[]] }
-  | { readonly op: "ref"; readonly side: "note"; readonly path: readonly ["staged" | "declared", ...string[]] };
+  | { readonly op: "ref"; readonly side: "note"; readonly path: readonly [NoteFact, ...string[]] };
+
+/** The facts of a `ChangeNote` a rule may read (the actor is every row's). */
+type NoteFact = "staged" | "declared" | "observed" | "overflowed";
 
 /**
  * A value: a field (`ref`), a literal, the first present of two (`coalesce`), the
@@ -105,7 +108,7 @@ export interface FeedRule {
 
 const before = (...path: [FeedBeforeField, ...string[]]): FeedRef => ({ op: "ref", side: "before", path });
 const after = (...path: [string, ...string[]]): FeedRef => ({ op: "ref", side: "after", path });
-const note = (...path: ["staged" | "declared", ...string[]]): FeedRef => ({ op: "ref", side: "note", path });
+const note = (...path: [NoteFact, ...string[]]): FeedRef => ({ op: "ref", side: "note", path });
 const literal = (value: string | number): FeedValue => ({ op: "literal", value });
 const coalesce = (value: FeedValue, otherwise: FeedValue): FeedValue => ({ op: "coalesce", values: [value, otherwise] });
 const NOTHING: FeedValue = { op: "nothing" };
@@ -151,8 +154,11 @@ const FINALIZED = all(
 );
 /** An evidence write that moved the latest attempt: a dispatch. */
 const DISPATCHED = all(present(after("latest_attempt")), ne(after("latest_attempt"), before("latest_attempt")));
-/** An evidence write that is neither a dispatch nor a finalize: a report's stage or an upload's declaration. */
-const REPORT_WRITE = all(EVIDENCE, not(DISPATCHED), not(FINALIZED));
+/** An evidence write that recorded an observation, or a source's overflow, as its note says. */
+const OBSERVED = all(EVIDENCE, not(DISPATCHED), not(FINALIZED), present(note("observed")));
+const OVERFLOWED = all(EVIDENCE, not(DISPATCHED), not(FINALIZED), absent(note("observed")), present(note("overflowed")));
+/** An evidence write that is neither a dispatch, a finalize nor an observation: a report's stage or an upload's declaration. */
+const REPORT_WRITE = all(EVIDENCE, not(DISPATCHED), not(FINALIZED), absent(note("observed")), absent(note("overflowed")));
 
 const QUARANTINED = all(
   SAME_INTENT,
@@ -193,7 +199,8 @@ const ACTION: FeedValue = {
  *   `report.finalized` when it committed a finalize, and `intent.superseded` when it
  *   replaced an owed intent that was never settled (`data.by` the newer one);
  * - else `evidence_seq` moved: `dispatch.recorded` (the latest attempt moved), else
- *   `report.finalized` (the finalized report changed), else `report.upload_declared`
+ *   `report.finalized` (the finalized report changed), else `observation.recorded`
+ *   or `observation.overflowed` (the note says which), else `report.upload_declared`
  *   (the note declares an upload), else `report.staged`;
  * - else (bookkeeping on the owed intent): `intent.published` (settled),
  *   `intent.superseded` (replaced), `intent.quarantined`, `intent.failed` or
@@ -233,6 +240,21 @@ export const FEED_RULES: readonly FeedRule[] = [
     kind: "report.staged",
     when: all(REPORT_WRITE, absent(note("declared"))),
     data: { attempt_id: after("latest_attempt"), sha256: note("staged", "sha256"), bytes: note("staged", "bytes") },
+  },
+  {
+    kind: "observation.recorded",
+    when: OBSERVED,
+    data: {
+      attempt_id: after("latest_attempt"),
+      source: note("observed", "source"),
+      source_kind: note("observed", "source_kind"),
+      state: note("observed", "state"),
+    },
+  },
+  {
+    kind: "observation.overflowed",
+    when: OVERFLOWED,
+    data: { attempt_id: after("latest_attempt"), source: note("overflowed", "source"), bound: note("overflowed", "bound") },
   },
   {
     kind: "intent.published",

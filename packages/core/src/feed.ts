@@ -18,6 +18,8 @@ export const CHANGE_KINDS = [
   "report.staged",
   "report.upload_declared",
   "report.finalized",
+  "observation.recorded",
+  "observation.overflowed",
   "intent.published",
   "intent.failed",
   "intent.superseded",
@@ -69,12 +71,18 @@ export interface ChangeNote {
   readonly staged?: { readonly sha256: string; readonly bytes: number };
   /** An upload's declaration (`requestReportUpload`): what the uploader said it will send. Nothing is staged yet. */
   readonly declared?: { readonly sha256: string; readonly bytes: number };
+  /** A new observation (not a coalesced repeat): who recorded it, the kind of signal and the state. */
+  readonly observed?: { readonly source: string; readonly source_kind: string; readonly state: string };
+  /** A source's class passed its bound (`evidence_overflow`): who, and which bound. */
+  readonly overflowed?: { readonly source: string; readonly bound: string };
 }
 
 export const ChangeNoteSchema = z.strictObject({
   actor: ChangeActorSchema.optional(),
   staged: z.strictObject({ sha256: z.string().max(64), bytes: z.number().int().min(0) }).optional(),
   declared: z.strictObject({ sha256: z.string().max(64), bytes: z.number().int().min(0) }).optional(),
+  observed: z.strictObject({ source: z.string().max(140), source_kind: z.string().max(64), state: z.string().max(16) }).optional(),
+  overflowed: z.strictObject({ source: z.string().max(140), bound: z.string().max(16) }).optional(),
 });
 
 /** The feed actor of an engine actor: an operator or an agent, with its token's id when a token was used. */

@@ -3,6 +3,8 @@ import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
 import { GATE_REASON_CLASS, type GateRefusal } from "./metrics.ts";
+import { buildScenario } from "./observations.ts";
+import type { RecordedScenario } from "./policy.ts";
 import * as policy from "./policy.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
 import type { Decision, DispatchRecord, JobRecord } from "./schemas.ts";
@@ -14,12 +16,24 @@ export interface GateResult {
   readonly decision: Decision | null;
   /** The committed record, when it committed. */
   readonly record?: JobRecord;
+  /** A dry run: whether the gate would have committed (it wrote nothing). */
+  readonly wouldCommit?: boolean;
+  /** The scenario the policy read, when the gate built it from what mam recorded. */
+  readonly scenario?: RecordedScenario;
 }
 
 export interface EvaluateInput {
   readonly jobId: string;
-  /** The scenario as the watcher sent it: read raw, validated by the policy. */
+  /**
+   * The scenario as the watcher sent it: read raw, validated by the policy; or
+   * `RECORDED`: the gate builds it from what mam recorded of the latest dispatch
+   * (`buildScenario`, a `mam.scenario/v2`).
+   */
   readonly scenario: unknown;
+  /** Who posted the scenario (the token's id), recorded in the completion's evidence. */
+  readonly postedBy?: string | undefined;
+  /** Decide, and write nothing: the answer says whether it would have committed. */
+  readonly dryRun?: boolean | undefined;
   /**
    * Where the attempt's report tree is; absent means the gate cannot verify, so it
    * refuses. The service passes a function of the latest dispatch (it derives the
@@ -50,6 +64,9 @@ const refuse = (refusal: GateRefusal, reason: string, decision: Decision | null 
 
 const VERDICT = /\[VERDICT: (PASS|FAIL)\]/;
 
+/** The scenario an evaluation asks the gate to build from what mam recorded. */
+export const RECORDED = Symbol.for("mam.recordedScenario");
+
 /**
  * The auto-completion gate. Commits only if every condition holds, checked in
  * DESIGN.md's order; returns the first that fails and writes nothing. A refusal is
@@ -58,6 +75,7 @@ const VERDICT = /\[VERDICT: (PASS|FAIL)\]/;
  */
 export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promise<GateResult> {
   const { refusal, ...answer } = await decide(deps, input);
+  if (input.dryRun === true) return answer;
   if (answer.committed) deps.metrics?.gateAnswer("committed");
   else deps.metrics?.gateAnswer("refused", GATE_REASON_CLASS[refusal ?? "lost_race"]);
   return answer;
@@ -87,9 +105,14 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   const dispatch = job.latest_attempt === undefined ? undefined : await deps.jobs.getDispatch(job.job_id, job.latest_attempt);
   if (!dispatch) return refuse("no_dispatch", `job ${job.job_id} has no recorded dispatch`);
 
+  const now = deps.clock.now();
+  const built = input.scenario === RECORDED ? buildScenario(job, dispatch, now) : undefined;
+  const withScenario = (answer: Answer): Answer => (built === undefined ? answer : { ...answer, scenario: built });
+  const posted: unknown = built ?? input.scenario;
+
   // Bind the evidence to the target before anything else reads the scenario:
   // raw values, so a mismatch of value or of type is refused naming the field.
-  const scenario = input.scenario as { dispatch_context?: unknown } | null;
+  const scenario = posted as { dispatch_context?: unknown } | null;
   const ctx = typeof scenario === "object" && scenario !== null ? scenario.dispatch_context : undefined;
   if (typeof ctx !== "object" || ctx === null)
     return refuse("context_mismatch", "invalid scenario: dispatch_context is missing or not an object");
@@ -132,13 +155,29 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
     return refuse("no_verdict", "the reviewer's report has no verdict token ([VERDICT: PASS] or [VERDICT: FAIL])");
   }
 
+  // The policy is pure and reads only the scenario's times: the evaluation, which
+  // knows the clock, holds a posted scenario that says it saw the future.
+  if (built === undefined) {
+    const future = laterThan(posted, now.getTime() + deps.flags.observationSkewSeconds * 1000);
+    if (future !== undefined) {
+      return refuse(
+        "policy_holds",
+        `the scenario's ${future.path} (${future.at}) is later than mam's clock (${now.toISOString()}) by more than ${deps.flags.observationSkewSeconds} s (MAM_OBSERVATION_SKEW_SECONDS): evidence from the future is no evidence`,
+      );
+    }
+  }
+
   let decision: Decision;
   try {
-    decision = (deps.decide ?? policy.decide)(input.scenario, { notBefore: dispatch.anchor.started_at });
+    decision = (deps.decide ?? policy.decide)(posted, { notBefore: dispatch.anchor.started_at, rules: flags.quiescenceRules });
   } catch (e) {
-    return refuse("policy_error", `policy error: ${e instanceof Error ? e.message : String(e)}`);
+    return withScenario(refuse("policy_error", `policy error: ${e instanceof Error ? e.message : String(e)}`));
   }
-  if (decision.decision !== "candidate_approved") return refuse("policy_holds", `the policy holds: ${decision.reason}`, decision);
+  if (decision.decision !== "candidate_approved")
+    return withScenario(refuse("policy_holds", `the policy holds: ${decision.reason}`, decision));
+  if (input.dryRun === true) {
+    return withScenario({ committed: false, wouldCommit: true, reason: `would complete on evidence: ${decision.reason}`, decision });
+  }
 
   // A finalize in progress (issue 17's lease) does not make the gate hold: mid-finalize
   // the gate either verifies the tree `finalized_report` names (and the finalize's own
@@ -148,24 +187,43 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   // completion by its TTL.
   //   gate: read record (T, E) .. verify .. policy .. commit if seq = T and evidence_seq = E
   //   agent:                 stage / finalize / dispatch: evidence_seq E -> E+1   => the gate loses
-  const now = deps.clock.now().toISOString();
+  const at = now.toISOString();
+  const rested = {
+    ...(built === undefined
+      ? { evidence: "posted" as const, ...(input.postedBy === undefined ? {} : { posted_by: input.postedBy }) }
+      : { evidence: "recorded" as const, observations_rev: built.built_from?.observations_rev ?? 0 }),
+    ...(decision.rule === undefined ? {} : { rule: decision.rule }),
+    ...(decision.sources === undefined ? {} : { sources: decision.sources }),
+    ...(decision.quiescence === undefined ? {} : { quiescence: decision.quiescence }),
+  };
   try {
     const record = await deps.jobs.transition(job.job_id, job.transition_seq, {
       from: ["running"],
       set: {
         status: "completed",
         completed_by: "auto_complete",
-        completed_evidence: { ...verification.evidence, verified_at: now },
-        updated_at: now,
+        completed_evidence: { ...verification.evidence, verified_at: at, ...rested },
+        updated_at: at,
         pending_notification: newIntent(deps, "completed", job.transition_seq + 1, "auto_complete", "gate"),
       },
       evidence: { seq: job.evidence_seq, attempt: dispatch.attempt_id },
       note: { actor: { type: "gate" } },
     });
-    return { committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record };
+    return withScenario({ committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record });
   } catch (e) {
     if (isMamError(e, "job.") || isMamError(e, "report."))
-      return refuse("lost_race", `the job moved while the gate was deciding: ${e.message}`, decision);
+      return withScenario(refuse("lost_race", `the job moved while the gate was deciding: ${e.message}`, decision));
     throw e;
   }
+}
+
+/** The first time in a posted scenario's timeline later than `limit` (ms): where, and what it says. */
+function laterThan(scenario: unknown, limit: number): { path: string; at: string } | undefined {
+  const timeline = (scenario as { timeline?: unknown } | null)?.timeline;
+  if (!Array.isArray(timeline)) return undefined;
+  for (const [i, item] of timeline.entries()) {
+    const at = (item as { at?: unknown } | null)?.at;
+    if (typeof at === "string" && Date.parse(at) > limit) return { path: `timeline[${i}].at`, at };
+  }
+  return undefined;
 }

@@ -34,6 +34,8 @@ export interface NotificationPayload {
     readonly reason?: string;
     /** Who caused the change (for a terminal one, who ended the job): agent, operator or gate. */
     readonly by?: string;
+    /** A completion whose quiescence rests on the agent's own sources alone says so: `agent-attested`. */
+    readonly quiescence?: string;
   };
 }
 
@@ -50,6 +52,7 @@ export function notificationPayload(record: JobRecord, intent: NotificationInten
       ...(record.completed_by === undefined ? {} : { completed_by: record.completed_by }),
       ...(intent.reason === undefined ? {} : { reason: intent.reason }),
       ...(intent.by === undefined ? {} : { by: intent.by }),
+      ...(record.completed_evidence?.quiescence === undefined ? {} : { quiescence: record.completed_evidence.quiescence }),
     },
   };
 }

@@ -12,6 +12,7 @@ import {
   type JobChange,
   type JobStore,
   type LeaseExpectation,
+  type ObservationWriteOptions,
   type OwedQuery,
   type Page,
   UNSETTABLE_JOB_FIELDS,
@@ -43,6 +44,8 @@ import {
   LeaseSchema,
   NON_TERMINAL,
   type NotificationIntent,
+  type ObservationSet,
+  ObservationSetSchema,
   type Status,
   zodIssues,
 } from "./schemas.ts";
@@ -292,6 +295,39 @@ export abstract class JobStoreBase implements JobStore {
     });
   }
 
+  async writeObservations(
+    jobId: string,
+    expectedRev: number,
+    next: ObservationSet,
+    opts: ObservationWriteOptions,
+  ): Promise<JobRecord | undefined> {
+    assertJobId(jobId);
+    const set = checkObservations(expectedRev, next);
+    const write: RecordWrite = {
+      jobId,
+      conditions: [
+        { kind: "statusIn", statuses: NON_TERMINAL },
+        { kind: "latestAttemptIs", attempt: set.attempt_id },
+        { kind: "observationsRevIs", rev: expectedRev },
+      ],
+      set: { observations: set },
+      unset: [],
+      bump: opts.bump ? ["evidence_seq"] : [],
+      keys: {},
+      // A coalesced repeat tells the feed nothing (no row): only a write that bumps does.
+      ...(opts.bump ? { feed: checkNote(opts.note) ?? {} } : {}),
+    };
+    const outcome = await this.#write(
+      "writeObservations",
+      jobId,
+      () => this.updateRecord(write),
+      (o) => (o.written ? { committed: true, record: o.record } : { committed: false }),
+    );
+    if (outcome.written) return outcome.record;
+    if (outcome.current === undefined) throw notFound(jobId);
+    return undefined;
+  }
+
   /** A write that answers whether it wrote: false when its condition lost, `job.notFound` when there is no record. */
   async #boolWrite(method: WriteMethod, write: RecordWrite, missing: "notFound" | "false" = "notFound"): Promise<boolean> {
     const outcome = await this.#write(
@@ -528,6 +564,7 @@ export const WRITE_METHODS = [
   "recordEvidence",
   "chargeUsage",
   "holdLease",
+  "writeObservations",
   "recordDispatch",
   "appendEvent",
   "replaceNotification",
@@ -563,6 +600,18 @@ const SETTABLE: ReadonlySet<string> = new Set(
 const UNSETTABLE: ReadonlySet<string> = new Set(UNSETTABLE_JOB_FIELDS);
 /** What an evidence write may set besides its counters. */
 const EVIDENCE_SETTABLE: ReadonlySet<string> = new Set(["finalized_report"]);
+
+/** An observation set is core's own: a valid `ObservationSet` whose `rev` follows the one it expects. Otherwise `internal`. */
+function checkObservations(expectedRev: number, next: ObservationSet): ObservationSet {
+  const parsed = ObservationSetSchema.safeParse(next);
+  if (!parsed.success) {
+    throw new MamError("internal", "an observation set is not valid", { issues: zodIssues(parsed.error, "observations") });
+  }
+  if (!Number.isSafeInteger(expectedRev) || expectedRev < 0 || parsed.data.rev !== expectedRev + 1) {
+    throw new MamError("internal", `an observation set's rev must follow the one it expects (${expectedRev})`);
+  }
+  return parsed.data as ObservationSet;
+}
 
 /** The refusal of a limit that is not a positive integer: the same on every store. */
 export function invalidLimit(limit: unknown): MamError {

@@ -1,5 +1,6 @@
 import * as z from "zod";
 import { DEFAULT_SETTLE_WINDOW_MS, evidenceFor } from "./allowlist.ts";
+import { QUIESCENCE_RULES, type QuiescenceRule } from "./quiescence-rules.ts";
 import type { Decision } from "./schemas.ts";
 import { IsoTime } from "./schemas.ts";
 
@@ -43,7 +44,44 @@ export const QUIESCENT_STATES = ["done", "idle"] as const;
 export interface DecideContext {
   /** The dispatch's execution anchor: evidence from before it is ignored. */
   readonly notBefore?: string | undefined;
+  /** The quiescence rules a `mam.scenario/v2` may be approved by (`Flags.quiescenceRules`); none when absent. */
+  readonly rules?: readonly string[] | undefined;
 }
+
+/** The source kind of the one timeline item of a built scenario that is mam's own clock: when it was built. */
+export const CLOCK_SOURCE_KIND = "mam.clock";
+
+/**
+ * A scenario mam built from what it recorded of the job's latest dispatch
+ * (`buildScenario`, observations.ts): every observation with who recorded it and when
+ * mam received it (`received_at`, the first receipt; `last_seen_at`, the last sighting
+ * of a coalesced repeat), the report's state, an overflow if the attempt's evidence
+ * passed a bound, and one item of its own source kind (`mam.clock`): when it was built.
+ */
+export const RecordedScenarioSchema = z.looseObject({
+  schema: z.literal("mam.scenario/v2"),
+  dispatch_context: z.looseObject({ ...Identifiers, pane_id: Identifiers.pane_id.optional() }),
+  timeline: z.array(
+    z.looseObject({
+      source: z.string().min(1),
+      source_kind: z.string().min(1),
+      state: z.string().min(1),
+      received_at: IsoTime,
+      last_seen_at: IsoTime,
+      sightings: z.number().int().min(1),
+      agent_session_uuid: z.string().optional(),
+      pane_process_generation: z.number().int().optional(),
+      pane_id: z.string().optional(),
+    }),
+  ),
+  filesystem: z.looseObject({ manifest_committed: z.boolean() }),
+  evidence_overflow: z.looseObject({ source: z.string(), bound: z.string(), at: IsoTime }).optional(),
+  /** What it was built from: the record's sequences and its observations' `rev`. */
+  built_from: z
+    .looseObject({ evidence_seq: z.number().int(), transition_seq: z.number().int(), observations_rev: z.number().int() })
+    .optional(),
+});
+export type RecordedScenario = z.infer<typeof RecordedScenarioSchema>;
 
 const hold = (reason: string): Decision => ({ decision: "hold", reason });
 
@@ -57,17 +95,9 @@ const hold = (reason: string): Decision => ({ decision: "hold", reason });
  *                       ^ first quiescent    ^ last
  */
 export function decide(scenario: unknown, ctx: DecideContext = {}): Decision {
+  if ((scenario as { schema?: unknown } | null)?.schema === "mam.scenario/v2") return decideRecorded(scenario, ctx);
   const parsed = ScenarioSchema.safeParse(scenario);
-  if (!parsed.success) {
-    const i = parsed.error.issues[0];
-    const path = i
-      ? i.path
-          .map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`))
-          .join("")
-          .replace(/^\./, "")
-      : "";
-    return hold(`invalid scenario: ${path || "(root)"}: ${i?.message ?? "unreadable"}`);
-  }
+  if (!parsed.success) return invalid(parsed.error);
   const s = parsed.data;
   const ctxIds = s.dispatch_context;
   const notBefore = ctx.notBefore === undefined ? Number.NEGATIVE_INFINITY : Date.parse(ctx.notBefore);
@@ -127,4 +157,130 @@ export function decide(scenario: unknown, ctx: DecideContext = {}): Decision {
     decision: "candidate_approved",
     reason: `manifest committed; pane quiescent for ${span / 1000}s over ${run.length} observations after its last working`,
   };
+}
+
+function invalid(error: z.ZodError): Decision {
+  const i = error.issues[0];
+  const path = i
+    ? i.path
+        .map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`))
+        .join("")
+        .replace(/^\./, "")
+    : "";
+  return hold(`invalid scenario: ${path || "(root)"}: ${i?.message ?? "unreadable"}`);
+}
+
+type Item = RecordedScenario["timeline"][number];
+
+/**
+ * A `mam.scenario/v2` (what mam recorded), pure as `decide` is: every identifier of
+ * every observation agrees with the dispatch context; the attempt's evidence did not
+ * overflow; the report's manifest is committed; some source saw the agent working;
+ * and one of the rules `ctx.rules` enables, for the context's backend, finds it
+ * quiescent after the last sighting of `working` (by any source) across the settle
+ * window. Every other observation after the quiescent one must be quiescent too.
+ */
+function decideRecorded(scenario: unknown, ctx: DecideContext): Decision {
+  const parsed = RecordedScenarioSchema.safeParse(scenario);
+  if (!parsed.success) return invalid(parsed.error);
+  const s = parsed.data;
+  const ids = s.dispatch_context;
+  for (const [index, item] of s.timeline.entries()) {
+    for (const field of ["agent_session_uuid", "pane_process_generation", "pane_id"] as const) {
+      const v = item[field];
+      if (v !== undefined && v !== ids[field]) {
+        return hold(`timeline[${index}].${field} is ${JSON.stringify(v)}, but dispatch_context.${field} is ${JSON.stringify(ids[field])}`);
+      }
+    }
+  }
+  if (s.evidence_overflow !== undefined) {
+    const o = s.evidence_overflow;
+    return hold(
+      `the attempt's evidence overflowed: ${o.source} passed its class's ${o.bound} bound at ${o.at}, so what was seen after is not recorded; the gate holds until the next dispatch`,
+    );
+  }
+  if (!s.filesystem.manifest_committed) return hold("no committed report manifest was observed");
+  const rules = QUIESCENCE_RULES.filter((r) => r.backends.includes(ids.backend));
+  if (rules.length === 0) return hold(`backend ${JSON.stringify(ids.backend)} has no quiescence rule (no quiescent-state evidence)`);
+  const enabled = rules.filter((r) => ctx.rules?.includes(r.name) === true);
+  if (enabled.length === 0) {
+    const off = rules.map((r) => `${r.name} (${r.evidence === "documented" ? "documented, not observed" : "observed"})`).join(", ");
+    return hold(`no quiescence rule for ${ids.backend} is enabled: ${off}; MAM_AUTO_COMPLETE_SOURCES names the rules the gate may apply`);
+  }
+  const notBefore = ctx.notBefore === undefined ? Number.NEGATIVE_INFINITY : Date.parse(ctx.notBefore);
+  const seen = s.timeline
+    .map((item, index) => ({ item, index, first: Date.parse(item.received_at), last: Date.parse(item.last_seen_at) }))
+    .filter((o) => o.item.source_kind !== CLOCK_SOURCE_KIND && o.first >= notBefore)
+    .sort((a, b) => a.first - b.first || a.index - b.index);
+  const clock = s.timeline.find((item) => item.source_kind === CLOCK_SOURCE_KIND);
+  if (seen.length === 0) return hold(`nothing was observed of attempt ${ids.attempt_id} after its dispatch`);
+  const working = seen.filter((o) => o.item.state === "working");
+  if (working.length === 0) return hold("the agent was never observed working after the dispatch");
+  const lastWorking = Math.max(...working.map((o) => o.last));
+  const quiescent: readonly string[] = evidenceFor(ids.backend)?.quiescentStates ?? QUIESCENT_STATES;
+  const windowMs = evidenceFor(ids.backend)?.settleWindowMs ?? DEFAULT_SETTLE_WINDOW_MS;
+  const after = seen.filter((o) => o.first > lastWorking);
+  const unsettled = after.find((o) => !quiescent.includes(o.item.state));
+  if (unsettled !== undefined) {
+    return hold(
+      `${unsettled.item.source} saw ${unsettled.item.state} (${unsettled.item.source_kind}) at ${unsettled.item.received_at}, after the last working`,
+    );
+  }
+  const reasons: string[] = [];
+  for (const rule of enabled) {
+    const answer = applyRule(rule, after, seen, clock, windowMs);
+    if (answer.decision === "candidate_approved") return answer;
+    reasons.push(`${rule.name}: ${answer.reason}`);
+  }
+  const off = rules.filter((r) => !enabled.includes(r));
+  if (off.length > 0) {
+    const names = off.map((r) => `${r.name}${r.evidence === "documented" ? " (documented, not observed)" : ""}`).join(", ");
+    reasons.push(`not applied: ${names}; MAM_AUTO_COMPLETE_SOURCES names the rules the gate may apply`);
+  }
+  return hold(reasons.join("; "));
+}
+
+/** One rule on the observations after the last working (`after`, all quiescent), `seen` being all of them. */
+function applyRule(
+  rule: QuiescenceRule,
+  after: readonly { item: Item; first: number; last: number }[],
+  seen: readonly { item: Item; first: number; last: number }[],
+  clock: Item | undefined,
+  windowMs: number,
+): Decision {
+  const mine = after.filter((o) => o.item.source_kind === rule.sourceKind && o.item.source.startsWith(`${rule.sourceClass}:`));
+  if (mine.length === 0) return hold(`no ${rule.sourceClass} ${rule.sourceKind} observation saw it quiescent after the last working`);
+  const approve = (span: number, sources: readonly string[], how: string): Decision => ({
+    decision: "candidate_approved",
+    reason: `manifest committed; quiescent for ${span / 1000}s (${how}) after the last working, by rule ${rule.name}`,
+    rule: rule.name,
+    sources: [...sources],
+    quiescence: sources.every((src) => src.startsWith("agent:")) ? "agent-attested" : "watcher-observed",
+  });
+  if (rule.span === "polling") {
+    // Each source on its own: its first quiescent receipt to its last sighting; mam's clock never closes it.
+    let best = 0;
+    for (const source of new Set(mine.map((o) => o.item.source))) {
+      const own = mine.filter((o) => o.item.source === source);
+      const sightings = own.reduce((n, o) => n + o.item.sightings, 0);
+      const span = Math.max(...own.map((o) => o.last)) - Math.min(...own.map((o) => o.first));
+      if (sightings >= 2 && span >= windowMs) return approve(span, [source], `${sightings} sightings by ${source}`);
+      best = Math.max(best, span);
+    }
+    return hold(
+      `quiescent for ${best / 1000}s by its last sighting, less than the ${windowMs / 1000}s settle window (mam's clock does not extend a watcher's span)`,
+    );
+  }
+  // An event: the last thing recorded of the attempt, by any source, closed by mam's clock.
+  const latest = mine[mine.length - 1] as { item: Item; first: number; last: number };
+  const later = seen.find((o) => o !== latest && o.last > latest.first);
+  if (later !== undefined) {
+    return hold(`${later.item.source} recorded ${later.item.state} at ${later.item.last_seen_at}, after ${rule.sourceKind}`);
+  }
+  if (clock === undefined)
+    return hold(`mam's clock (${CLOCK_SOURCE_KIND}) is not in the scenario, so the span after ${rule.sourceKind} cannot be closed`);
+  const span = Date.parse(clock.received_at) - latest.first;
+  if (span < windowMs)
+    return hold(`${span / 1000}s since ${rule.sourceKind} with nothing after it, less than the ${windowMs / 1000}s settle window`);
+  return approve(span, [latest.item.source], `nothing recorded after ${rule.sourceKind}, closed by mam's clock`);
 }

@@ -9,13 +9,15 @@ import {
   type LeaseKind,
   NON_TERMINAL,
   type NotificationIntent,
+  type ObservationSet,
   type Status,
 } from "./schemas.ts";
 
 /**
  * Fields no change writes: the job's identity, its two counters (the store bumps them),
  * its birth, what its agents sent (`chargeUsage` alone writes that), and the upload in
- * flight and finalize in progress (`holdLease` alone writes those).
+ * flight and finalize in progress (`holdLease` alone writes those), and the
+ * observations (`writeObservations` alone).
  */
 export const FIXED_JOB_FIELDS = [
   "job_id",
@@ -25,6 +27,7 @@ export const FIXED_JOB_FIELDS = [
   "agent_usage",
   "upload_in_flight",
   "finalize_in_progress",
+  "observations",
 ] as const;
 /** The optional fields a change may remove (`JobChange.unset`). */
 export const UNSETTABLE_JOB_FIELDS = ["completed_by", "completed_evidence", "pending_notification", "agent_session", "progress"] as const;
@@ -196,6 +199,28 @@ export interface JobRecords {
    * condition did not hold (nothing written). `job.notFound` if there is no such job.
    */
   holdLease(jobId: string, kind: LeaseKind, lease: Lease | null, expect: LeaseExpectation): Promise<boolean>;
+  /**
+   * Observation bookkeeping (`recordObservation`): write `next` as the job's
+   * `observations` iff the job is not terminal, its latest attempt is
+   * `next.attempt_id`, and the stored set's `rev` is `expectedRev` (none: 0), which
+   * `next.rev` follows by one. One conditional write; it never bumps
+   * `transition_seq`; it bumps `evidence_seq` and adds the feed rows of `opts.note`
+   * only with `opts.bump` (a new observation or an overflow: what the gate reads
+   * changed), never for a coalesced repeat. The record written; undefined when a
+   * condition did not hold (nothing written). `job.notFound` if there is no such job.
+   */
+  writeObservations(
+    jobId: string,
+    expectedRev: number,
+    next: ObservationSet,
+    opts: ObservationWriteOptions,
+  ): Promise<JobRecord | undefined>;
+}
+
+/** What a `writeObservations` call asks besides the set: whether it bumps `evidence_seq` (and tells the feed, by `note`). */
+export interface ObservationWriteOptions {
+  readonly bump: boolean;
+  readonly note?: ChangeNote;
 }
 
 /** What `holdLease` requires of the stored lease: free (by the clock's `freeAt`), or the one with id `heldBy`. */

@@ -43,6 +43,8 @@ export type RecordCondition =
   | { readonly kind: "latestAttemptAbsentOrIs"; readonly attempt: number }
   /** `latest_attempt` (absent: 0) is below `attempt`. */
   | { readonly kind: "latestAttemptBelow"; readonly attempt: number }
+  /** `observations.rev` (no observations: 0) is `rev`. */
+  | { readonly kind: "observationsRevIs"; readonly rev: number }
   /** The owed intent's id is `id` (none owed: never holds). */
   | { readonly kind: "intentIs"; readonly id: string }
   /** `agent_usage` counts exactly `events` and `bytes` (absent: 0 and 0). */
@@ -136,6 +138,8 @@ export function conditionHolds(record: JobRecord, condition: RecordCondition): b
       return record.latest_attempt === undefined || record.latest_attempt === condition.attempt;
     case "latestAttemptBelow":
       return (record.latest_attempt ?? 0) < condition.attempt;
+    case "observationsRevIs":
+      return (record.observations?.rev ?? 0) === condition.rev;
     case "intentIs":
       return record.pending_notification?.id === condition.id;
     case "usageIs":

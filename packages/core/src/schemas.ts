@@ -55,6 +55,10 @@ export type NotificationIntent = z.infer<typeof NotificationIntentSchema>;
 
 const Sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, "sha256 is 64 lowercase hex digits");
 
+/** How a completion's quiescence was established: a watcher saw it, or it rests on the agent's own sources alone. */
+export const QUIESCENCE_BASES = ["watcher-observed", "agent-attested"] as const;
+export type QuiescenceBasis = (typeof QUIESCENCE_BASES)[number];
+
 export const CompletedEvidenceSchema = z.strictObject({
   attempt_id: AttemptId,
   report_sha256: Sha256Hex,
@@ -63,6 +67,19 @@ export const CompletedEvidenceSchema = z.strictObject({
   /** The write-once, content-addressed copy of the verified bytes: `<attempt tree>/evidence/<report_sha256>`. */
   evidence_location: z.string(),
   verified_at: IsoTime,
+  /**
+   * What the quiescence rested on: a scenario mam built from what it recorded
+   * (`recorded`: rebuilt from the record's `observations` at `observations_rev`, as of
+   * `verified_at`), or one a caller posted (`posted`, by the token `posted_by`).
+   * Absent on completions from before it was recorded.
+   */
+  evidence: z.enum(["recorded", "posted"]).optional(),
+  posted_by: z.string().max(128).optional(),
+  observations_rev: z.number().int().min(0).optional(),
+  /** The policy's rule that approved, and the sources it rested on (`watcher:<name>`, `agent:<backend>`). */
+  rule: z.string().max(64).optional(),
+  sources: z.array(z.string().max(140)).max(16).optional(),
+  quiescence: z.enum(QUIESCENCE_BASES).optional(),
 });
 export type CompletedEvidence = z.infer<typeof CompletedEvidenceSchema>;
 
@@ -136,6 +153,85 @@ export type Lease = z.infer<typeof LeaseSchema>;
 export const LEASE_FIELDS = { upload: "upload_in_flight", finalize: "finalize_in_progress" } as const;
 export type LeaseKind = keyof typeof LEASE_FIELDS;
 
+/**
+ * What an observation says the agent's pane or session was doing (herdr's statuses):
+ * `idle` and `done` are quiescent; `working` is activity; `blocked` (waiting on a
+ * person) and `unknown` are neither.
+ */
+export const OBSERVED_STATES = ["working", "idle", "done", "blocked", "unknown"] as const;
+export const ObservedStateSchema = z.enum(OBSERVED_STATES);
+export type ObservedState = z.infer<typeof ObservedStateSchema>;
+
+/** Who recorded an observation, by class: a watcher token (`watcher:<name>`) or an agent's own token (`agent:<backend>`). */
+export const SOURCE_CLASSES = ["watcher", "agent"] as const;
+export type SourceClass = (typeof SOURCE_CLASSES)[number];
+/** `<class>:<who>`, set by mam from the token, never by a caller. */
+export const ObservationSource = z.string().regex(/^(watcher|agent):[^\s:]{1,128}$/, "a source is watcher:<name> or agent:<backend>");
+/** The kind of signal (`pane_status`, `hook.stop`, `turn_end`, …): lowercase letters, digits, `_`, `.`, `-`. */
+export const SourceKind = z
+  .string()
+  .regex(/^[a-z][a-z0-9_.-]{0,63}$/, "a source kind is 1-64 lowercase letters, digits, '_', '.' or '-', starting with a letter");
+
+/**
+ * One observation mam recorded of a dispatch: what was seen (`state`, by a signal of
+ * `source_kind`), by whom (`source`, from the token), of which dispatch (its session,
+ * process generation and pane where they were given), when the source says it saw it
+ * (`observed_at`, a claim) and when mam received it (`received_at`, mam's clock, which
+ * orders observations and measures every span). A repeat of the source's last state
+ * is coalesced into it: `last_seen_received_at` moves and `sightings` counts.
+ */
+export const ObservationSchema = z.strictObject({
+  /** Its place in the attempt's observations, from 1; never reused. */
+  seq: z.number().int().min(1),
+  source: ObservationSource,
+  source_kind: SourceKind,
+  state: ObservedStateSchema,
+  agent_session_uuid: z.string().min(1).max(128),
+  pane_process_generation: z.number().int().min(0).optional(),
+  pane_id: z.string().min(1).max(128).optional(),
+  observed_at: IsoTime,
+  received_at: IsoTime,
+  last_seen_received_at: IsoTime,
+  sightings: z.number().int().min(1),
+});
+export type Observation = z.infer<typeof ObservationSchema>;
+
+/** Why a source's next observation was not stored: its class's count or bytes bound (`OBSERVATION_BOUNDS`). */
+export const OverflowSchema = z.strictObject({
+  source: ObservationSource,
+  bound: z.enum(["count", "bytes"]),
+  at: IsoTime,
+});
+export type Overflow = z.infer<typeof OverflowSchema>;
+
+/**
+ * The observations of the job's latest dispatched attempt, kept in the job record (one
+ * conditional write each, bounded per source class: bounds.ts `OBSERVATION_BOUNDS`).
+ * `rev` grows by one with every write of it (a new observation, a coalesced repeat,
+ * an overflow), across attempts too, so a write conditional on the `rev` it read
+ * loses to any other. `overflow`: a source's class passed its bound on this attempt;
+ * the gate holds until the next dispatch.
+ */
+export const ObservationSetSchema = z.strictObject({
+  attempt_id: AttemptId,
+  rev: z.number().int().min(1),
+  entries: z.array(ObservationSchema),
+  overflow: OverflowSchema.optional(),
+});
+export type ObservationSet = z.infer<typeof ObservationSetSchema>;
+
+/** What a watcher or an agent hook posts (`POST /v1/jobs/{id}/observations`): who recorded it is mam's, from the token. */
+export const ObservationRequestSchema = z.strictObject({
+  state: ObservedStateSchema,
+  source_kind: SourceKind,
+  attempt_id: AttemptId,
+  agent_session_uuid: z.string().min(1).max(128),
+  pane_process_generation: z.number().int().min(0).optional(),
+  pane_id: z.string().min(1).max(128).optional(),
+  observed_at: IsoTime,
+});
+export type ObservationRequest = z.infer<typeof ObservationRequestSchema>;
+
 export const JobRecordSchema = z.strictObject({
   job_id: JobId,
   prompt: z.string().max(65536),
@@ -163,6 +259,8 @@ export const JobRecordSchema = z.strictObject({
   agent_usage: AgentUsageSchema.optional(),
   upload_in_flight: LeaseSchema.optional(),
   finalize_in_progress: LeaseSchema.optional(),
+  /** What mam recorded of the latest dispatch (`recordObservation`); written only by `writeObservations`. */
+  observations: ObservationSetSchema.optional(),
   created_at: IsoTime,
   updated_at: IsoTime,
 });
@@ -264,6 +362,11 @@ export type PublishEventRequest = z.infer<typeof PublishEventRequestSchema>;
 export const DecisionSchema = z.strictObject({
   decision: z.enum(["candidate_approved", "hold"]),
   reason: z.string(),
+  /** On a scenario mam built (`mam.scenario/v2`), the rule that approved (quiescence-rules.ts). */
+  rule: z.string().optional(),
+  /** The sources the approval rested on (`watcher:<name>`, `agent:<backend>`). */
+  sources: z.array(z.string()).optional(),
+  quiescence: z.enum(QUIESCENCE_BASES).optional(),
 });
 export type Decision = z.infer<typeof DecisionSchema>;
 

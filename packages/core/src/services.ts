@@ -476,9 +476,20 @@ export interface PinnedVerification {
 }
 
 /** The gate over the service's own report tree: the location comes from the latest dispatch. */
-export async function evaluateJob(deps: GateDeps, jobId: string, scenario: unknown): Promise<GateResult> {
+/**
+ * The gate on one job, the report location derived from its latest dispatch:
+ * `scenario` as posted, or `RECORDED` (built from what mam recorded); `postedBy` the
+ * posting token's id, kept in the completion's evidence; `dryRun` decides and writes
+ * nothing (`GET /v1/jobs/{id}/gate`).
+ */
+export async function evaluateJob(
+  deps: GateDeps,
+  jobId: string,
+  scenario: unknown,
+  opts: { readonly postedBy?: string | undefined; readonly dryRun?: boolean | undefined } = {},
+): Promise<GateResult> {
   const job = await getJob(deps, jobId);
-  return evaluateGate(deps, { jobId, job, scenario, reportLocation: (d) => attemptReportLocation(jobId, d.attempt_id) });
+  return evaluateGate(deps, { jobId, job, scenario, reportLocation: (d) => attemptReportLocation(jobId, d.attempt_id), ...opts });
 }
 
 export const EVENT_ACTIONS = { started: "claim", progress: "progress", completed: "completed", error: "error" } as const satisfies Record<

@@ -401,6 +401,8 @@ function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
       return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), ?) = ?", params: [c.attempt, c.attempt] };
     case "latestAttemptBelow":
       return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?", params: [c.attempt] };
+    case "observationsRevIs":
+      return { sql: "coalesce(json_extract(doc, '$.observations.rev'), 0) = ?", params: [c.rev] };
     case "intentIs":
       return { sql: "owed_intent_id = ?", params: [c.id] };
     case "usageIs":

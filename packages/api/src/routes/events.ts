@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { answerPublishEvent, attemptReportLocation, evaluateJob, getJob, MamError } from "@mam/core";
+import { answerPublishEvent, attemptReportLocation, evaluateJob, getJob, MamError, RECORDED } from "@mam/core";
 import { operator, operatorOrAgent, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, jsonRequest } from "../openapi.ts";
@@ -7,6 +7,7 @@ import {
   AlreadyCompletedSchema,
   EvaluationRequestSchema,
   EventLogSchema,
+  GateDryRunSchema,
   GateResponseSchema,
   JobPathSchema,
   ListEventsQuerySchema,
@@ -46,9 +47,61 @@ export const evaluateJobRoute = withHandler(
   ),
   async (c) => {
     const { deps } = c.var.services;
-    const r = await evaluateJob(deps, c.req.valid("param").job_id, c.req.valid("json").scenario);
+    const { scenario } = c.req.valid("json");
+    const r = await evaluateJob(deps, c.req.valid("param").job_id, scenario === undefined ? RECORDED : scenario, {
+      postedBy: scenario === undefined ? undefined : principalOf(c).tokenId,
+    });
     return c.json(
-      { committed: r.committed, reason: r.reason, decision: r.decision, ...(r.record === undefined ? {} : { record: r.record }) },
+      {
+        committed: r.committed,
+        reason: r.reason,
+        decision: r.decision,
+        ...(r.record === undefined ? {} : { record: r.record }),
+        ...(r.scenario === undefined ? {} : { scenario: r.scenario }),
+      },
+      200,
+    );
+  },
+);
+
+export const dryRunGateRoute = withHandler(
+  defineRoute(
+    operator("read"),
+    {
+      operationId: "dryRunGate",
+      method: "get",
+      path: "/v1/jobs/{job_id}/gate",
+      tags: ["gate"],
+      summary: "The gate's dry run: what an evaluation would answer now, and why",
+      description:
+        "The same evaluation as `POST .../evaluations` without a scenario (built from what mam recorded), writing nothing: `would_commit`, the first reason it holds or the rule that would approve, and the scenario it built.",
+      request: { params: JobPathSchema },
+      responses: {
+        200: jsonAnswer("What the gate would answer now.", GateDryRunSchema, {
+          would_commit: false,
+          reason: "the policy holds: watcher.pane_status: quiescent for 12s by its last sighting, less than the 30s settle window",
+          decision: {
+            decision: "hold",
+            reason: "watcher.pane_status: quiescent for 12s by its last sighting, less than the 30s settle window",
+          },
+          evaluated_at: "2026-11-20T10:05:12.000Z",
+        }),
+      },
+    },
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    const evaluatedAt = deps.clock.now().toISOString();
+    const r = await evaluateJob(deps, c.req.valid("param").job_id, RECORDED, { dryRun: true });
+    return c.json(
+      {
+        would_commit: r.wouldCommit === true,
+        reason: r.reason,
+        decision: r.decision,
+        ...(r.scenario === undefined ? {} : { scenario: r.scenario }),
+        evaluated_at: evaluatedAt,
+      },
       200,
     );
   },

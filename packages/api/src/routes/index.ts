@@ -1,8 +1,9 @@
 import type { Access } from "../access.ts";
-import { evaluateJobRoute, listEventsRoute, publishEventRoute } from "./events.ts";
+import { dryRunGateRoute, evaluateJobRoute, listEventsRoute, publishEventRoute } from "./events.ts";
 import { listChangesRoute, streamChangesRoute } from "./feed.ts";
 import { getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
 import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
+import { recordObservationRoute } from "./observations.ts";
 import { releaseNotificationRoute, runRecoverySweepRoute } from "./operations.ts";
 import { finalizeReportRoute, requestUploadRoute, stageReportRoute, verifyReportRoute } from "./reports.ts";
 
@@ -21,7 +22,9 @@ export const ROUTES = [
   requestUploadRoute,
   finalizeReportRoute,
   verifyReportRoute,
+  recordObservationRoute,
   evaluateJobRoute,
+  dryRunGateRoute,
   publishEventRoute,
   listEventsRoute,
   listChangesRoute,
