@@ -38,6 +38,7 @@ const SMOKE: Readonly<Record<string, Readonly<Record<string, string>>>> = {
   hash: { MAM_BENCH_HASH_BYTES: "4M" },
   http: { MAM_BENCH_HTTP_ROUNDS: "1", MAM_BENCH_HTTP_SECONDS: "1" },
   notify: { MAM_BENCH_NOTIFY: "200", MAM_BENCH_NOTIFY_RATE: "200", MAM_BENCH_NOTIFY_WORKERS: "4" },
+  observe: { MAM_BENCH_OBSERVE_JOBS: "4", MAM_BENCH_OBSERVE_PER_JOB: "6", MAM_BENCH_OBSERVE_ROUNDS: "1" },
   subscribers: {
     MAM_BENCH_SUBSCRIBERS_N: "20",
     MAM_BENCH_SUBSCRIBERS_SESSIONS: "40",
