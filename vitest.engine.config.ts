@@ -18,6 +18,8 @@ export default defineConfig({
       "tests/contract/aws.test.ts",
       "tests/seed/*.test.ts",
       "tests/api/aws.test.ts",
+      "tests/api/observations-aws.test.ts",
+      "tests/evidence/*.test.ts",
       "tests/api/properties.test.ts",
       "tests/costs/*.test.ts",
       "tests/races/*.test.ts",

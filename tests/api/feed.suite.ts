@@ -173,6 +173,47 @@ export function apiFeedSuite(name: string, factory: PortsFactory): void {
       ]);
     });
 
+    it("issue 20: a new observation is observation.recorded (who, kind, state) by the watcher's token; a coalesced repeat adds no row", async () => {
+      const h = await harness();
+      const jobId = await register(h);
+      const session = randomUUID();
+      const res = await h.call("POST", `/v1/jobs/${jobId}/dispatches`, {
+        token: h.operator,
+        json: { attempt_id: 1, agent_session_uuid: session, pane_process_generation: 1 },
+      });
+      expect(res.status, res.text).toBe(201);
+      const watcher = h.tokens.mintOperator(["observe"], { name: "herdr-1" });
+      const observe = (state: string) =>
+        h.call("POST", `/v1/jobs/${jobId}/observations`, {
+          token: watcher,
+          json: {
+            state,
+            source_kind: "pane_status",
+            attempt_id: 1,
+            agent_session_uuid: session,
+            pane_process_generation: 1,
+            observed_at: h.clock.now().toISOString(),
+          },
+        });
+      expect((await observe("working")).status).toBe(201);
+      expect((await observe("idle")).status).toBe(201);
+      expect((await observe("idle")).status).toBe(200);
+      const rows = (await feed(h, h.operator)).body.items.slice(2);
+      const watcherJti = h.tokens.verify(watcher).tokenId;
+      expect(rows.map((r: { kind: string; actor: unknown; data: unknown }) => [r.kind, r.actor, r.data])).toEqual([
+        [
+          "observation.recorded",
+          { type: "operator", token_id: watcherJti },
+          { attempt_id: 1, source: "watcher:herdr-1", source_kind: "pane_status", state: "working" },
+        ],
+        [
+          "observation.recorded",
+          { type: "operator", token_id: watcherJti },
+          { attempt_id: 1, source: "watcher:herdr-1", source_kind: "pane_status", state: "idle" },
+        ],
+      ]);
+    });
+
     it("an agent token reads only its own job's rows", async () => {
       const h = await harness();
       const mine = await register(h);

@@ -143,6 +143,44 @@ export function changeFeedContract(name: string, make: () => Promise<{ store: Jo
       ]);
     });
 
+    it("issue 20: a new observation is observation.recorded, an overflow observation.overflowed, by their actor; a coalesced repeat writes no row", async () => {
+      await store.create(job("obs-1"));
+      await store.recordEvidence("obs-1", { guard: { newAttempt: 1 }, note: operator });
+      const entry = {
+        seq: 1,
+        source: "watcher:herdr-1",
+        source_kind: "pane_status",
+        state: "idle" as const,
+        agent_session_uuid: "s-1",
+        pane_process_generation: 1,
+        observed_at: at(1),
+        received_at: at(1),
+        last_seen_received_at: at(1),
+        sightings: 1,
+      };
+      const observed = { source: "watcher:herdr-1", source_kind: "pane_status", state: "idle" };
+      await store.writeObservations(
+        "obs-1",
+        0,
+        { attempt_id: 1, rev: 1, entries: [entry] },
+        { bump: true, note: { ...operator, observed } },
+      );
+      const repeat = { ...entry, last_seen_received_at: at(2), sightings: 2 };
+      await store.writeObservations("obs-1", 1, { attempt_id: 1, rev: 2, entries: [repeat] }, { bump: false });
+      const overflow = { source: "agent:codex", bound: "count" as const, at: at(3) };
+      await store.writeObservations(
+        "obs-1",
+        2,
+        { attempt_id: 1, rev: 3, entries: [repeat], overflow },
+        { bump: true, note: { ...agent, overflowed: { source: "agent:codex", bound: "count" } } },
+      );
+      const rows = (await readAll()).slice(2);
+      expect(rows.map((r) => [r.kind, r.data, r.actor])).toEqual([
+        ["observation.recorded", { attempt_id: 1, ...observed }, operator.actor],
+        ["observation.overflowed", { attempt_id: 1, source: "agent:codex", bound: "count" }, agent.actor],
+      ]);
+    });
+
     it("a finalize committed with a transition is report.finalized and job.transitioned, in one write", async () => {
       await store.create(job("fin-1", { status: "running", transition_seq: 1, latest_attempt: 1 }));
       const finalized = { attempt_id: 1, report_sha256: "d".repeat(64), manifest_sha256: "e".repeat(64), finalized_at: at(4) };
