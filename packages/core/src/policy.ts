@@ -220,10 +220,12 @@ function decideRecorded(scenario: unknown, ctx: DecideContext): Decision {
   const quiescent: readonly string[] = evidenceFor(ids.backend)?.quiescentStates ?? QUIESCENT_STATES;
   const windowMs = evidenceFor(ids.backend)?.settleWindowMs ?? DEFAULT_SETTLE_WINDOW_MS;
   const after = seen.filter((o) => o.first > lastWorking);
-  const unsettled = after.find((o) => !quiescent.includes(o.item.state));
+  // Every sighting after the last working counts, a coalesced repeat's too: a source whose
+  // first `blocked` came before that working but which kept reporting it after is not settled.
+  const unsettled = seen.find((o) => o.last > lastWorking && !quiescent.includes(o.item.state));
   if (unsettled !== undefined) {
     return hold(
-      `${unsettled.item.source} saw ${unsettled.item.state} (${unsettled.item.source_kind}) at ${unsettled.item.received_at}, after the last working`,
+      `${unsettled.item.source} saw ${unsettled.item.state} (${unsettled.item.source_kind}) at ${unsettled.item.last_seen_at}, after the last working`,
     );
   }
   const reasons: string[] = [];
