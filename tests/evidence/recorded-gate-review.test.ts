@@ -55,4 +55,23 @@ describeBackends("review 20: the gate on recorded evidence holds", (backend) => 
     expect(result.reason).toContain("blocked");
     expect((await deps.jobs.get(job.jobId))?.status).toBe("running");
   });
+
+  it("a posted mam.scenario/v2 dated 2031 is held like a v1 one: the future check reads every time in the timeline", async () => {
+    const { deps, clock, job } = await ready();
+    await see(deps, job, "working");
+    clock.advance(1_000);
+    await see(deps, job, "idle");
+    clock.advance(1_000);
+    await see(deps, job, "idle");
+    const dry = await evaluateJob(deps, job.jobId, RECORDED, { dryRun: true });
+    const forged = structuredClone(dry.scenario) as NonNullable<typeof dry.scenario>;
+    // The idle's last sighting, and mam's own clock, moved to 2031.
+    for (const item of forged.timeline) {
+      if (item.state === "idle" || item.source_kind === "mam.clock") item.last_seen_at = item.last_seen_at.replace(/^2026/, "2031");
+    }
+    const result = await evaluateJob(deps, job.jobId, forged, { postedBy: "tok-1" });
+    expect(result.committed, result.reason).toBe(false);
+    expect(result.reason).toContain("later than mam's clock");
+    expect((await deps.jobs.get(job.jobId))?.status).toBe("running");
+  });
 });

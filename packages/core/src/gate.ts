@@ -217,13 +217,19 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   }
 }
 
-/** The first time in a posted scenario's timeline later than `limit` (ms): where, and what it says. */
+/** The times a posted scenario's timeline item may carry: v1's `at`; v2's receipts, last sightings and claims. */
+const TIME_FIELDS = ["at", "received_at", "last_seen_at", "observed_at"] as const;
+
+/** The first time in a posted scenario (its timeline, its overflow) later than `limit` (ms): where, and what it says. */
 function laterThan(scenario: unknown, limit: number): { path: string; at: string } | undefined {
-  const timeline = (scenario as { timeline?: unknown } | null)?.timeline;
-  if (!Array.isArray(timeline)) return undefined;
-  for (const [i, item] of timeline.entries()) {
-    const at = (item as { at?: unknown } | null)?.at;
-    if (typeof at === "string" && Date.parse(at) > limit) return { path: `timeline[${i}].at`, at };
+  const s = scenario as { timeline?: unknown; evidence_overflow?: unknown } | null;
+  const items: [string, unknown][] = Array.isArray(s?.timeline) ? s.timeline.map((item, i) => [`timeline[${i}]`, item]) : [];
+  if (s?.evidence_overflow !== undefined) items.push(["evidence_overflow", s.evidence_overflow]);
+  for (const [path, item] of items) {
+    for (const field of TIME_FIELDS) {
+      const at = (item as Record<string, unknown> | null)?.[field];
+      if (typeof at === "string" && Date.parse(at) > limit) return { path: `${path}.${field}`, at };
+    }
   }
   return undefined;
 }
