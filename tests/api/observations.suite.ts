@@ -204,6 +204,13 @@ export function apiObservationSuite(name: string, factory: PortsFactory): void {
         ],
         ["an unknown state", () => observe(h, d, d.watcher, seen(d, "asleep")), 400, "input.invalid", "body.state"],
         [
+          "mam's own source kind",
+          () => observe(h, d, d.watcher, seen(d, "idle", { source_kind: "mam.clock" })),
+          400,
+          "input.invalid",
+          "body.source_kind",
+        ],
+        [
           "a body claiming its source",
           () => observe(h, d, d.watcher, seen(d, "idle", { source: "watcher:someone-else" })),
           400,

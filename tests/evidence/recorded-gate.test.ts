@@ -171,6 +171,36 @@ describeBackends("issue 20: the gate on recorded evidence", (backend) => {
     expect(result.committed).toBe(false);
   });
 
+  it("a gate racing a coalesced working (another watcher sighting its working again) loses: the commit is conditional on the observations it was built from", async () => {
+    const { deps, clock, job } = await ready();
+    const other: Observer = { kind: "watcher", name: "herdr-2" };
+    await see(deps, job, "working", other);
+    clock.advance(1_000);
+    await see(deps, job, "idle");
+    clock.advance(40_000);
+    await see(deps, job, "idle");
+    const racing: Deps = {
+      ...deps,
+      jobs: new Proxy(deps.jobs, {
+        get(target, prop) {
+          const value = Reflect.get(target, prop, target);
+          if (prop !== "transition" || typeof value !== "function") return typeof value === "function" ? value.bind(target) : value;
+          return async (...args: unknown[]) => {
+            // A repeat: no evidence_seq bump, only the set's rev moves.
+            expect((await see(deps, job, "working", other)).coalesced).toBe(true);
+            return (value as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        },
+      }),
+    };
+    const result = await evaluateJob(racing, job.jobId, RECORDED);
+    expect(result.committed).toBe(false);
+    expect(result.reason).toContain("observations changed");
+    expect((await deps.jobs.get(job.jobId))?.status).toBe("running");
+    // Evaluated again, the working sighted after the idle holds it.
+    expect((await evaluateJob(deps, job.jobId, RECORDED)).committed).toBe(false);
+  });
+
   it("the dry run writes nothing and answers what the evaluation then answers", async () => {
     const { b, deps, clock, job } = await ready();
     await see(deps, job, "working");

@@ -80,5 +80,12 @@ export function conflictFor(
       current,
     );
   }
+  if (evidence.observationsRev !== undefined && (current.observations?.rev ?? 0) !== evidence.observationsRev) {
+    return new TransitionConflict(
+      "job.evidenceConflict",
+      `job ${id}'s observations changed (rev ${evidence.observationsRev} is now ${current.observations?.rev ?? 0}): an observation landed first; evaluate again`,
+      current,
+    );
+  }
   return new TransitionConflict("job.transitionRefused", `job ${id} did not take the change (status ${current.status})`, current);
 }

@@ -206,7 +206,13 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
         updated_at: at,
         pending_notification: newIntent(deps, "completed", job.transition_seq + 1, "auto_complete", "gate"),
       },
-      evidence: { seq: job.evidence_seq, attempt: dispatch.attempt_id },
+      // On recorded evidence, also the observation set it was built from: a coalesced
+      // repeat (a `working` sighted again) bumps no evidence_seq, but moves the set's rev.
+      evidence: {
+        seq: job.evidence_seq,
+        attempt: dispatch.attempt_id,
+        ...(built === undefined ? {} : { observationsRev: built.built_from?.observations_rev ?? 0 }),
+      },
       note: { actor: { type: "gate" } },
     });
     return withScenario({ committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record });

@@ -275,7 +275,8 @@ export function buildScenario(job: JobRecord, dispatch: DispatchRecord, now: Dat
       backend: job.agent,
       ...(dispatch.pane_id === undefined ? {} : { pane_id: dispatch.pane_id }),
     },
-    built_from: { evidence_seq: job.evidence_seq, transition_seq: job.transition_seq, observations_rev: set?.rev ?? 0 },
+    // The stored set's rev, whichever attempt it is of: the gate's commit is conditional on it.
+    built_from: { evidence_seq: job.evidence_seq, transition_seq: job.transition_seq, observations_rev: job.observations?.rev ?? 0 },
     timeline: [
       ...(set?.entries ?? []).map((e) => ({
         seq: e.seq,

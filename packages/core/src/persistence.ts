@@ -709,6 +709,7 @@ function evidenceConditions(evidence: EvidenceGuard): RecordCondition[] {
   if (evidence.attempt !== undefined) conditions.push({ kind: "latestAttemptIs", attempt: evidence.attempt });
   if (evidence.currentAttempt !== undefined) conditions.push({ kind: "latestAttemptAbsentOrIs", attempt: evidence.currentAttempt });
   if (evidence.newAttempt !== undefined) conditions.push({ kind: "latestAttemptBelow", attempt: evidence.newAttempt });
+  if (evidence.observationsRev !== undefined) conditions.push({ kind: "observationsRevIs", rev: evidence.observationsRev });
   return conditions;
 }
 

@@ -172,6 +172,9 @@ function invalid(error: z.ZodError): Decision {
 
 type Item = RecordedScenario["timeline"][number];
 
+/** mam's own clock item: its source kind, recorded by mam itself (no caller's observation is of a `mam.` kind). */
+const isClock = (item: Item): boolean => item.source_kind === CLOCK_SOURCE_KIND && item.source === "mam";
+
 /**
  * A `mam.scenario/v2` (what mam recorded), pure as `decide` is: every identifier of
  * every observation agrees with the dispatch context; the attempt's evidence did not
@@ -210,9 +213,9 @@ function decideRecorded(scenario: unknown, ctx: DecideContext): Decision {
   const notBefore = ctx.notBefore === undefined ? Number.NEGATIVE_INFINITY : Date.parse(ctx.notBefore);
   const seen = s.timeline
     .map((item, index) => ({ item, index, first: Date.parse(item.received_at), last: Date.parse(item.last_seen_at) }))
-    .filter((o) => o.item.source_kind !== CLOCK_SOURCE_KIND && o.first >= notBefore)
+    .filter((o) => !isClock(o.item) && o.first >= notBefore)
     .sort((a, b) => a.first - b.first || a.index - b.index);
-  const clock = s.timeline.find((item) => item.source_kind === CLOCK_SOURCE_KIND);
+  const clock = s.timeline.find(isClock);
   if (seen.length === 0) return hold(`nothing was observed of attempt ${ids.attempt_id} after its dispatch`);
   const working = seen.filter((o) => o.item.state === "working");
   if (working.length === 0) return hold("the agent was never observed working after the dispatch");

@@ -63,6 +63,11 @@ export interface EvidenceGuard {
   readonly currentAttempt?: number;
   /** `latest_attempt` must be absent or below this one, which becomes the latest (a dispatch). */
   readonly newAttempt?: number;
+  /**
+   * `observations.rev` (none: 0) must still be this: no observation, a coalesced
+   * repeat included, landed since the scenario was built from them.
+   */
+  readonly observationsRev?: number;
   /** Bump `evidence_seq` by one. */
   readonly bump?: boolean;
 }

@@ -170,7 +170,8 @@ export const ObservationSource = z.string().regex(/^(watcher|agent):[^\s:]{1,128
 /** The kind of signal (`pane_status`, `hook.stop`, `turn_end`, …): lowercase letters, digits, `_`, `.`, `-`. */
 export const SourceKind = z
   .string()
-  .regex(/^[a-z][a-z0-9_.-]{0,63}$/, "a source kind is 1-64 lowercase letters, digits, '_', '.' or '-', starting with a letter");
+  .regex(/^[a-z][a-z0-9_.-]{0,63}$/, "a source kind is 1-64 lowercase letters, digits, '_', '.' or '-', starting with a letter")
+  .refine((kind) => !kind.startsWith("mam."), "source kinds starting with mam. are mam's own (its clock in a built scenario)");
 
 /**
  * One observation mam recorded of a dispatch: what was seen (`state`, by a signal of
