@@ -25,6 +25,23 @@ import { TestClock } from "../support/clock.ts";
 const WATCHER: Observer = { kind: "watcher", name: "herdr-1" };
 const SESSION = "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa";
 
+/** `deps` whose store runs `first` (a real write, by another writer) just before each transition: the gate's commit. */
+function beforeTransition(deps: Deps, first: () => Promise<void>): Deps {
+  return {
+    ...deps,
+    jobs: new Proxy(deps.jobs, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        if (prop !== "transition" || typeof value !== "function") return typeof value === "function" ? value.bind(target) : value;
+        return async (...args: unknown[]) => {
+          await first();
+          return (value as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    }),
+  };
+}
+
 describeBackends("issue 20: the gate on recorded evidence", (backend) => {
   async function ready(env: Record<string, string> = {}, b: SeedBackend = backend()) {
     const clock = new TestClock("2026-11-20T10:10:00.000Z");
@@ -179,20 +196,10 @@ describeBackends("issue 20: the gate on recorded evidence", (backend) => {
     await see(deps, job, "idle");
     clock.advance(40_000);
     await see(deps, job, "idle");
-    const racing: Deps = {
-      ...deps,
-      jobs: new Proxy(deps.jobs, {
-        get(target, prop) {
-          const value = Reflect.get(target, prop, target);
-          if (prop !== "transition" || typeof value !== "function") return typeof value === "function" ? value.bind(target) : value;
-          return async (...args: unknown[]) => {
-            // A repeat: no evidence_seq bump, only the set's rev moves.
-            expect((await see(deps, job, "working", other)).coalesced).toBe(true);
-            return (value as (...a: unknown[]) => unknown).apply(target, args);
-          };
-        },
-      }),
-    };
+    const racing = beforeTransition(deps, async () => {
+      // A repeat: no evidence_seq bump, only the set's rev moves.
+      expect((await see(deps, job, "working", other)).coalesced).toBe(true);
+    });
     const result = await evaluateJob(racing, job.jobId, RECORDED);
     expect(result.committed).toBe(false);
     expect(result.reason).toContain("observations changed");
@@ -247,24 +254,55 @@ describeBackends("issue 20: the gate on recorded evidence", (backend) => {
     clock.advance(40_000);
     await see(deps, job, "idle");
     // The gate's own write is the transition: the watcher's working commits just before it.
-    const racing: Deps = {
-      ...deps,
-      jobs: new Proxy(deps.jobs, {
-        get(target, prop) {
-          const value = Reflect.get(target, prop, target);
-          if (prop !== "transition" || typeof value !== "function") return typeof value === "function" ? value.bind(target) : value;
-          return async (...args: unknown[]) => {
-            await see(deps, job, "working");
-            return (value as (...a: unknown[]) => unknown).apply(target, args);
-          };
-        },
-      }),
-    };
+    const racing = beforeTransition(deps, async () => {
+      await see(deps, job, "working");
+    });
     const result = await evaluateJob(racing, job.jobId, RECORDED);
     expect(result.committed).toBe(false);
     expect(result.reason).toContain("moved while the gate was deciding");
     const record = await deps.jobs.get(job.jobId);
     expect(record?.status).toBe("running");
     expect(record?.observations?.entries.at(-1)?.state).toBe("working");
+  });
+
+  it("a source still reporting blocked after the last working holds the gate, though its first blocked was received before that working", async () => {
+    const { deps, clock, job } = await ready();
+    const agent: Observer = { kind: "agent", attempt: job.attemptId };
+    await see(deps, job, "working");
+    clock.advance(1_000);
+    // The agent's hook says it waits on a person, and keeps saying so (coalesced).
+    await see(deps, job, "blocked", agent, "hook.notification");
+    clock.advance(1_000);
+    expect((await see(deps, job, "working")).coalesced).toBe(true);
+    clock.advance(1_000);
+    await see(deps, job, "idle");
+    clock.advance(20_000);
+    expect((await see(deps, job, "blocked", agent, "hook.notification")).coalesced).toBe(true);
+    clock.advance(20_000);
+    expect((await see(deps, job, "idle")).coalesced).toBe(true);
+    expect((await see(deps, job, "blocked", agent, "hook.notification")).coalesced).toBe(true);
+    const result = await evaluateJob(deps, job.jobId, RECORDED);
+    expect(result.committed, result.reason).toBe(false);
+    expect(result.reason).toContain("blocked");
+    expect((await deps.jobs.get(job.jobId))?.status).toBe("running");
+  });
+
+  it("a posted mam.scenario/v2 dated 2031 is held like a v1 one: the future check reads every time in the timeline", async () => {
+    const { deps, clock, job } = await ready();
+    await see(deps, job, "working");
+    clock.advance(1_000);
+    await see(deps, job, "idle");
+    clock.advance(1_000);
+    await see(deps, job, "idle");
+    const dry = await evaluateJob(deps, job.jobId, RECORDED, { dryRun: true });
+    const forged = structuredClone(dry.scenario) as NonNullable<typeof dry.scenario>;
+    // The idle's last sighting, and mam's own clock, moved to 2031.
+    for (const item of forged.timeline) {
+      if (item.state === "idle" || item.source_kind === "mam.clock") item.last_seen_at = item.last_seen_at.replace(/^2026/, "2031");
+    }
+    const result = await evaluateJob(deps, job.jobId, forged, { postedBy: "tok-1" });
+    expect(result.committed, result.reason).toBe(false);
+    expect(result.reason).toContain("later than mam's clock");
+    expect((await deps.jobs.get(job.jobId))?.status).toBe("running");
   });
 });
