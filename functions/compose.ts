@@ -25,6 +25,7 @@ import { AWS_LIMITS, type AwsNotifierDeps, type AwsOverrides, awsDeps, awsNotifi
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import {
   ERROR_TABLE,
+  type EvaluationResult,
   jsonLogger,
   type Logger,
   logEvent,
@@ -34,7 +35,8 @@ import {
   once,
   parseConfig,
   problemType,
-  recoverNotifications,
+  type SweepPassResult,
+  sweepPass,
 } from "@mam/core";
 import type { Context, DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent, ScheduledEvent } from "aws-lambda";
 import type { Hono } from "hono";
@@ -205,6 +207,8 @@ export interface SweepCounts {
   readonly failed: number;
   readonly quarantined: number;
   readonly not_tried: number;
+  /** The due candidates the pass evaluated, after the notifications (issue 20). */
+  readonly candidates: Omit<EvaluationResult, "results">;
   /** The feed's redrive (absent when no feed failure queue is configured). */
   readonly feed_redrive?: FeedRedriveCounts;
 }
@@ -212,34 +216,38 @@ export interface SweepCounts {
 export type RecoverySweepHandler = (event: ScheduledEvent, context?: Context) => Promise<SweepCounts>;
 
 /**
- * Scheduled: re-send every owed notification that is due. A failed send is counted,
- * not thrown: the intent stays owed, backs off, and is quarantined after
+ * Scheduled: one sweep pass (core's `sweepPass`): re-send every owed notification that
+ * is due, then evaluate the due candidates within their own budget. A failed send is
+ * counted, not thrown: the intent stays owed, backs off, and is quarantined after
  * MAM_SWEEP_MAX_FAILURES failures of its own (one log line each). Only a sweep that
- * could not run at all (the store unreachable) fails the invocation.
+ * could not run at all (the store unreachable) fails the invocation. Composed from
+ * the same deps as the http function (`awsDeps`): evaluating reads reports, and the
+ * report store is built at the first evaluation only.
  */
 export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}): RecoverySweepHandler {
   const logger = jsonLogger(overrides.log ?? stdoutLines);
   const metrics = createMetrics(env);
   const config = startOnce("sweep", logger, async () => {
     const parsed = parseConfig(env);
-    const deps = awsNotifierDeps(parsed, overrides, metrics.sink);
+    const deps = awsDeps(parsed, overrides, metrics.sink);
     return {
       policy: parsed.sweep,
       graceMs: parsed.sweepGraceSeconds * 1000,
       budgetMs: parsed.sweepBudgetSeconds * 1000,
+      evaluation: parsed.sweepEvaluation,
       deps,
       redrive: await feedRedriver(parsed, overrides, deps),
     };
   });
   return async () => {
-    const { policy, graceMs, budgetMs, deps, redrive } = await config();
-    let result: Awaited<ReturnType<typeof recoverNotifications>>;
+    const { policy, graceMs, budgetMs, evaluation, deps, redrive } = await config();
+    let result: SweepPassResult;
     let feedRedrive: FeedRedriveCounts | undefined;
     try {
       // Fresh intents are the stream publisher's: the sweep takes only what it missed.
-      result = await recoverNotifications(deps, { policy, graceMs, budgetMs, log: (entry) => logEvent(logger, entry) });
-      // After the notifications (what subscribers are owed first); a redrive that cannot
-      // run (the queue or the stream unreachable) is logged and tried again next time.
+      result = await sweepPass(deps, { policy, graceMs, budgetMs, evaluation, log: (entry) => logEvent(logger, entry) });
+      // After the notifications and the evaluations; a redrive that cannot run (the
+      // queue or the stream unreachable) is logged and tried again next time.
       feedRedrive = await redrive?.((entry) => logEvent(logger, entry)).catch((err: unknown) => {
         logEvent(logger, { level: "warn", event: "feed_redrive_failed", reason: err instanceof Error ? err.message : String(err) });
         return undefined;
@@ -247,12 +255,15 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     } finally {
       await metrics.flush();
     }
+    const { notifications: n, candidates } = result;
+    const { results: _each, ...evaluated } = candidates;
     const counts: SweepCounts = {
-      owed: result.owed,
-      sent: result.sent,
-      failed: result.failed,
-      quarantined: result.quarantined,
-      not_tried: result.not_tried,
+      owed: n.owed,
+      sent: n.sent,
+      failed: n.failed,
+      quarantined: n.quarantined,
+      not_tried: n.not_tried,
+      candidates: evaluated,
       ...(feedRedrive === undefined ? {} : { feed_redrive: feedRedrive }),
     };
     logEvent(logger, { level: "info", event: "recovery_sweep", ...counts });

@@ -51,7 +51,16 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
     peers.refusedTopics.add("mam/jobs/sweep-refused/events");
     const log = memoryLog();
     const clock = new TestClock("2025-01-15T12:10:00.000Z");
-    const counts = (owed: number, sent: number, failed: number, quarantined = 0) => ({ owed, sent, failed, quarantined, not_tried: 0 });
+    // MAM_AUTO_COMPLETE is off here: the pass's evaluation part reads nothing.
+    const off = { due: 0, completed: 0, held: 0, kept: 0, failed: 0, not_tried: 0, bytes_hashed: 0, disabled: true };
+    const counts = (owed: number, sent: number, failed: number, quarantined = 0) => ({
+      owed,
+      sent,
+      failed,
+      quarantined,
+      not_tried: 0,
+      candidates: off,
+    });
     try {
       const env = peers.env(table, { MAM_SWEEP_MAX_FAILURES: "2", MAM_SWEEP_BACKOFF_SECONDS: "60" });
       const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: log.sink, clock });

@@ -406,14 +406,17 @@ describe("the CloudFormation template", () => {
     expect(http.map((s) => [actionsOf(s.statement), list(s.statement.Resource)])).toEqual([
       [["s3:DeleteObject"], ["<ReportBucket.Arn>/reports/*/evidence/*"]],
     ]);
-    // the other roles cannot touch report objects at all
-    for (const f of [FUNCTIONS.streamPublisher, FUNCTIONS.recoverySweep]) {
-      expect(grants(roleOf(f.id)).filter((g) => g.action.startsWith("s3:"))).toEqual([]);
-    }
+    // the stream publisher cannot touch report objects at all; the sweep only reads them (the gate re-hashes)
+    expect(grants(roleOf(FUNCTIONS.streamPublisher.id)).filter((g) => g.action.startsWith("s3:"))).toEqual([]);
+    const sweepS3 = grants(roleOf(FUNCTIONS.recoverySweep.id)).filter((g) => g.action.startsWith("s3:"));
+    expect(sweepS3.map((g) => `${g.action} ${g.resource}`).sort()).toEqual([
+      "s3:GetObject <ReportBucket.Arn>/reports/*",
+      "s3:ListBucket <ReportBucket.Arn>",
+    ]);
   });
 
-  it("the stream functions and the sweep read one item of the table: its schema version (pk SCHEMA), by a condition on the key", () => {
-    for (const f of [FUNCTIONS.streamPublisher, FUNCTIONS.feedWriter, FUNCTIONS.recoverySweep]) {
+  it("the stream functions read one item of the table: its schema version (pk SCHEMA), by a condition on the key", () => {
+    for (const f of [FUNCTIONS.streamPublisher, FUNCTIONS.feedWriter]) {
       const reads = grants(roleOf(f.id)).filter((g) => g.action === "dynamodb:GetItem");
       expect(reads, f.id).toEqual([
         {
@@ -440,15 +443,25 @@ describe("the CloudFormation template", () => {
     expect(grants(role).some((g) => g.resource.includes("ReportBucket") || g.action.startsWith("ssm:"))).toBe(false);
   });
 
-  it("the recovery sweep role: query the owed index only, settle and log on the table, publish", () => {
+  it("the recovery sweep role: query the owed index and the candidates' index only, read items for the gate, settle, log and commit on the table, read report objects, publish (issue 20: exactly what evaluating needs)", () => {
     const role = roleOf(FUNCTIONS.recoverySweep.id);
     expect(actionsOn(role, "<JobTable.Arn>/index/owed")).toEqual(["dynamodb:Query"]);
-    // GetItem: the schema version item only.
-    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]);
-    expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
+    // The due candidates: their partition of the overloaded feed-by-job index (packages/aws job-table.ts).
+    expect(actionsOn(role, "<JobTable.Arn>/index/feed-by-job")).toEqual(["dynamodb:Query"]);
     expect(
-      grants(role).some((g) => g.action === "dynamodb:Scan" || g.resource.includes("ReportBucket") || g.action.startsWith("ssm:")),
-    ).toBe(false);
+      grants(role)
+        .filter((g) => g.resource.startsWith("<JobTable.Arn>/index/"))
+        .map((g) => g.resource)
+        .sort(),
+    ).toEqual(["<JobTable.Arn>/index/feed-by-job", "<JobTable.Arn>/index/owed"]);
+    // GetItem: the schema version item, and the gate's reads (the latest dispatch); UpdateItem: settle, commit, clear a mark.
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    expect(actionsOn(role, "<ReportBucket.Arn>/reports/*")).toEqual(["s3:GetObject"]);
+    expect(actionsOn(role, "<ReportBucket.Arn>")).toEqual(["s3:ListBucket"]);
+    expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
+    expect(grants(role).some((g) => g.action === "dynamodb:Scan" || g.action.startsWith("ssm:") || g.action.startsWith("kms:"))).toBe(
+      false,
+    );
   });
 });
 

@@ -224,7 +224,7 @@ describe("JobStoreBase: conditional writes as data", () => {
     expect(store.calls).toEqual([
       {
         method: "insertRecord",
-        args: [job("j"), { status: "pending", recency: job("j").updated_at, owed: null }, {}],
+        args: [job("j"), { status: "pending", recency: job("j").updated_at, owed: null, candidate: null }, {}],
       },
       {
         method: "updateRecord",
@@ -237,13 +237,15 @@ describe("JobStoreBase: conditional writes as data", () => {
               { kind: "latestAttemptBelow", attempt: 1 },
             ],
             set: { status: "running", updated_at: "2025-01-15T13:00:00Z", pending_notification: intent, latest_attempt: 1 },
-            unset: ["progress"],
+            // A new dispatch removes the candidate mark in the same write (issue 20).
+            unset: ["progress", "candidate_at"],
             bump: ["transition_seq", "evidence_seq"],
             // The recency key is the sortable form of updated_at; the owed place is derived from the intent.
             keys: {
               status: "running",
               recency: "2025-01-15T13:00:00.000Z",
               owed: { part: "due", at: "2025-01-15T12:00:00.000Z", intentId: "i-1" },
+              candidate: null,
             },
             feed: {},
           },
@@ -359,6 +361,7 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
   chargeUsage: (s) => s.chargeUsage("j", undefined, { attempt_id: 1, events: 1, bytes: 0, attempt_bytes: 0 } as never),
   holdLease: (s) => s.holdLease("j", "finalize", { id: "l-1", attempt_id: 1, since: AT, expires_at: AT }, { freeAt: AT }),
   writeObservations: (s) => s.writeObservations("j", 0, { attempt_id: 1, rev: 1, entries: [] }, { bump: false }),
+  clearCandidate: (s) => s.clearCandidate("j", { evidenceSeq: 1, observationsRev: 0 }),
   recordDispatch: (s) =>
     s.recordDispatch({
       job_id: "j",
@@ -382,6 +385,7 @@ describe("JobStoreBase: every write method reaches the commit hooks and the cach
       "get",
       "list",
       "listOwed",
+      "listCandidates",
       "listQuarantined",
       "listEvents",
       "listChanges",

@@ -93,7 +93,7 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
         msg: "job database upgraded",
         from: 1,
         to: SQLITE_SCHEMA_VERSION,
-        steps: [expect.objectContaining({ version: 2 }), expect.objectContaining({ version: 3 })],
+        steps: [expect.objectContaining({ version: 2 }), expect.objectContaining({ version: 3 }), expect.objectContaining({ version: 4 })],
       }),
     );
     expect(layoutOf(db).version).toBe(SQLITE_SCHEMA_VERSION);
@@ -162,7 +162,7 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
   it("running the migration again is a no-op; running a step's up twice changes nothing", async () => {
     const { dir, db } = await copy();
     const started = performance.now();
-    expect(migrateDataDir(dir)).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }] });
+    expect(migrateDataDir(dir)).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }, { version: 4 }] });
     const ms = performance.now() - started;
     const after = layoutOf(db);
     expect(migrateDataDir(dir)).toEqual({ from: SQLITE_SCHEMA_VERSION, to: SQLITE_SCHEMA_VERSION, applied: [] });
@@ -241,7 +241,7 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
       const failing = [SQLITE_STEPS[0]!, { ...SQLITE_STEPS[1]!, up: halfWay }];
       expect(() => migrateSqlite(conn, { steps: failing })).toThrow("half way");
       expect(conn.pragma("user_version", { simple: true })).toBe(1);
-      expect(migrateSqlite(conn)).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }] });
+      expect(migrateSqlite(conn)).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }, { version: 4 }] });
     } finally {
       conn.close();
     }
@@ -264,10 +264,10 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
     } catch (e) {
       expect(e).toMatchObject({ code: "store.version", details: { found_version: 99, known_version: SQLITE_SCHEMA_VERSION } });
     }
-    expect(() => new SqliteJobStore(db)).toThrow(/schema version 99, newer than this mam knows \(version 3\)/);
+    expect(() => new SqliteJobStore(db)).toThrow(/schema version 99, newer than this mam knows \(version 4\)/);
     const served = await refusedServe(dir);
     expect(served.code).toBe(1);
-    expect(served.stderr).toMatch(/mam serve: the job database .*mam\.db is at schema version 99, newer than this mam knows \(version 3\)/);
+    expect(served.stderr).toMatch(/mam serve: the job database .*mam\.db is at schema version 99, newer than this mam knows \(version 4\)/);
     expect(served.stderr).not.toMatch(/\n\s+at /);
     const io = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir, "--json"], io)).toBe(1);
@@ -279,9 +279,9 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
     const { dir } = await copy();
     const io = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir, "--json"], io)).toBe(0);
-    expect(JSON.parse(io.out.join(""))).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }] });
+    expect(JSON.parse(io.out.join(""))).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }, { version: 4 }] });
     const again = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir], again)).toBe(0);
-    expect(again.out.join("")).toMatch(/at schema version 3, nothing to do/);
+    expect(again.out.join("")).toMatch(/at schema version 4, nothing to do/);
   });
 });

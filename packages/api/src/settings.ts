@@ -13,6 +13,7 @@ export const APP_SETTINGS = [
   "sweep",
   "sweepGraceSeconds",
   "sweepBudgetSeconds",
+  "sweepEvaluation",
 ] as const satisfies readonly (keyof Config)[];
 
 /** The configuration the app reads (`APP_SETTINGS`), as `parseConfig` made it. */

@@ -2,6 +2,7 @@ import { z } from "@hono/zod-openapi";
 import {
   ArtifactKind,
   AttemptId,
+  CANDIDATE_OUTCOMES,
   DecisionSchema,
   DispatchRecordSchema,
   DispatchRequestSchema,
@@ -379,6 +380,29 @@ export const SweepIntentOutcomeSchema = z
   })
   .openapi("SweepIntentOutcome");
 
+export const SweepEvaluationSchema = z
+  .strictObject({
+    due: count.describe("candidates due that the pass read (at most MAM_SWEEP_EVALUATIONS)"),
+    completed: count,
+    held: count.describe("the gate held: the mark is cleared until the job's evidence moves"),
+    kept: count.describe("still candidates: a finalize in progress, or another write won the race"),
+    failed: count,
+    not_tried: count.describe("left for the next pass (the bytes budget, MAM_SWEEP_EVALUATION_MIB, or an unreachable store)"),
+    bytes_hashed: count.describe("bytes of reports the gate hashed in this pass"),
+    disabled: z.literal(true).optional().describe("auto-completion is off (MAM_AUTO_COMPLETE=0): nothing was read, evaluated or cleared"),
+    results: z
+      .array(
+        z.strictObject({
+          job_id: z.string(),
+          outcome: z.enum(CANDIDATE_OUTCOMES),
+          reason: z.string().optional(),
+        }),
+      )
+      .describe("one per candidate read, oldest due first"),
+  })
+  .describe("The pass's second part, after the notifications: the due candidates the gate evaluated on recorded evidence.")
+  .openapi("SweepEvaluation");
+
 export const RecoverySweepResultSchema = z
   .strictObject({
     owed: count.describe("owed notifications due now that the sweep read (quarantined ones are not read)"),
@@ -387,6 +411,7 @@ export const RecoverySweepResultSchema = z
     quarantined: count.describe("quarantined by this sweep"),
     not_tried: count,
     results: z.array(SweepIntentOutcomeSchema).describe("one per intent read, in the order tried"),
+    candidates: SweepEvaluationSchema,
   })
   .openapi("RecoverySweepResult");
 export type RecoverySweepResult = z.infer<typeof RecoverySweepResultSchema>;

@@ -36,6 +36,7 @@ import {
 import type { DynamoDBRecord } from "aws-lambda";
 import {
   ALL_JOBS,
+  CANDIDATES,
   dispatchSk,
   dueBound,
   EVENT_PREFIX,
@@ -286,6 +287,21 @@ export class DynamoJobStore extends JobStoreBase {
       },
       limit,
       "list owed notifications",
+    );
+    return items.map((i) => jobRecordOfItem(i));
+  }
+
+  protected async queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]> {
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: JOB_TABLE_INDEX.feedByJob,
+        KeyConditionExpression: "feed_job = :c AND feed_job_sk <= :due",
+        ExpressionAttributeValues: { ":c": CANDIDATES, ":due": dueBound(dueBy) },
+        ScanIndexForward: true,
+      },
+      limit,
+      "list due candidates",
     );
     return items.map((i) => jobRecordOfItem(i));
   }

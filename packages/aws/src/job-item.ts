@@ -48,6 +48,12 @@ export const JOB_ITEM_SK = "JOB";
 export const ALL_JOBS = "JOBS";
 export const OWED = "OWED";
 export const QUARANTINED = "OWED#QUARANTINED";
+/**
+ * The candidate marks' partition of the `feed-by-job` index (an overloaded index: feed
+ * rows carry a job id there, a marked job item this value, which no job id can take,
+ * since a job id starts with a letter or digit). See job-table.ts.
+ */
+export const CANDIDATES = "#CANDIDATE";
 export const EVENT_PREFIX = "EVENT#";
 
 export const jobPk = (jobId: string): string => `JOB#${jobId}`;
@@ -67,7 +73,9 @@ export const dueBound = (dueBy: string): string => `${sortableTime(dueBy)}#~`;
  * newest first by `updated_at`, then the job id), and the owed index's: under `OWED`
  * by when the intent is next due, or, once quarantined, under a partition of its own by
  * when it was quarantined, so the sweep's Query never reads it (`<at>#<job id>`). An
- * owed place of `null` removes both owed attributes.
+ * owed place of `null` removes both owed attributes. A candidate mark sits under
+ * `CANDIDATES` in the `feed-by-job` index, by when it is due (`<due>#<job id>`); `null`
+ * removes it.
  */
 export function indexAttributes(jobId: string, keys: DerivedKeys): { set: Record<string, string>; remove: string[] } {
   const set: Record<string, string> = {};
@@ -78,6 +86,11 @@ export function indexAttributes(jobId: string, keys: DerivedKeys): { set: Record
   else if (keys.owed !== undefined) {
     set.owed_pk = keys.owed.part === "due" ? OWED : QUARANTINED;
     set.owed_at = `${keys.owed.at}#${jobId}`;
+  }
+  if (keys.candidate === null) remove.push("feed_job", "feed_job_sk");
+  else if (keys.candidate !== undefined) {
+    set.feed_job = CANDIDATES;
+    set.feed_job_sk = `${keys.candidate}#${jobId}`;
   }
   return { set, remove };
 }

@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
 import { appOptionsOf, createApp, StreamSlots } from "@mam/api";
-import { type Config, type Deps, isMamError, jsonLogger, logEvent, parseConfig, recoverNotifications } from "@mam/core";
+import { type Config, type Deps, isMamError, jsonLogger, logEvent, parseConfig, sweepPass } from "@mam/core";
 import { connectionCap, listenOn, softOpenFileLimit } from "@mam/local";
 import { composeEmbeddedService, defaultServiceDeps, type ServiceDeps } from "./embedded-service.ts";
 import { EXIT_CODES } from "./exit-codes.ts";
@@ -62,15 +62,17 @@ export async function startService(
 
   const sweep = async (graceMs: number) => {
     try {
-      const r = await recoverNotifications(deps, {
+      const { notifications: r, candidates: e } = await sweepPass(deps, {
         policy: config.sweep,
         graceMs,
         budgetMs: config.sweepBudgetSeconds * 1000,
+        evaluation: config.sweepEvaluation,
         log: (entry) => logEvent(logger, entry),
       });
-      if (r.owed > 0) {
+      if (r.owed > 0 || e.due > 0) {
         const counts = { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried };
-        logger.info("sweep", counts);
+        const evaluated = { due: e.due, completed: e.completed, held: e.held, kept: e.kept, failed: e.failed, not_tried: e.not_tried };
+        logger.info("sweep", { ...counts, candidates: evaluated });
       }
     } catch (e) {
       logger.warn("sweep failed", { detail: isMamError(e) ? e.message : String(e) });

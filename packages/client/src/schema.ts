@@ -301,8 +301,8 @@ export interface paths {
     get?: never;
     put?: never;
     /**
-     * Re-send every owed notification that is due
-     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep.
+     * Re-send every owed notification that is due, then evaluate the due candidates
+     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep. Then, never before, the pass evaluates the jobs marked candidates that are due (at most MAM_SWEEP_EVALUATIONS, until MAM_SWEEP_EVALUATION_MIB of reports hashed), oldest due first, on the scenario mam builds from what it recorded: `candidates`.
      */
     post: operations["runRecoverySweep"];
     delete?: never;
@@ -633,6 +633,8 @@ export interface components {
           at: string;
         };
       };
+      /** Format: date-time */
+      candidate_at?: string;
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -1016,6 +1018,7 @@ export interface components {
       not_tried: number;
       /** @description one per intent read, in the order tried */
       results: components["schemas"]["SweepIntentOutcome"][];
+      candidates: components["schemas"]["SweepEvaluation"];
     };
     SweepIntentOutcome: {
       job_id: string;
@@ -1036,6 +1039,33 @@ export interface components {
        * @description when the sweep tries it next
        */
       retry_at?: string;
+    };
+    /** @description The pass's second part, after the notifications: the due candidates the gate evaluated on recorded evidence. */
+    SweepEvaluation: {
+      /** @description candidates due that the pass read (at most MAM_SWEEP_EVALUATIONS) */
+      due: number;
+      completed: number;
+      /** @description the gate held: the mark is cleared until the job's evidence moves */
+      held: number;
+      /** @description still candidates: a finalize in progress, or another write won the race */
+      kept: number;
+      failed: number;
+      /** @description left for the next pass (the bytes budget, MAM_SWEEP_EVALUATION_MIB, or an unreachable store) */
+      not_tried: number;
+      /** @description bytes of reports the gate hashed in this pass */
+      bytes_hashed: number;
+      /**
+       * @description auto-completion is off (MAM_AUTO_COMPLETE=0): nothing was read, evaluated or cleared
+       * @enum {boolean}
+       */
+      disabled?: true;
+      /** @description one per candidate read, oldest due first */
+      results: {
+        job_id: string;
+        /** @enum {string} */
+        outcome: "completed" | "held" | "kept" | "lost_race" | "failed" | "not_tried";
+        reason?: string;
+      }[];
     };
     RecoverySweepRequest: {
       /** @description Take only intents due at least this many seconds ago. Absent: the service's grace period (MAM_SWEEP_GRACE_SECONDS), which leaves a fresh intent to the path that publishes each commit; 0 sends everything due now, at the risk of a duplicate (subscribers drop duplicates by `data.notification_intent.id`). */

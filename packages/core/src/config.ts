@@ -281,6 +281,16 @@ export const EnvSchema = z.object({
     "sweep",
     "Each sweep pass's time budget (the timer's, the scheduled function's and `POST /v1/recovery-sweeps`'): intents not tried by then are `not_tried` and wait for the next pass. A publish that fails as unreachable (a congested or absent broker) defers its intent alone, uncounted, and the pass goes on. 1..86400.",
   ),
+  MAM_SWEEP_EVALUATIONS: setting(
+    int("MAM_SWEEP_EVALUATIONS", 25, 0, 1_000),
+    "sweep",
+    "Each sweep pass, after its owed notifications, evaluates at most this many due candidates (jobs whose recorded evidence may now complete them), oldest due first; the rest wait for the next pass. 0: no scheduled evaluation. 0..1000. See docs/decisions.md, scheduled evaluation.",
+  ),
+  MAM_SWEEP_EVALUATION_MIB: setting(
+    int("MAM_SWEEP_EVALUATION_MIB", 64, 1, 4_096),
+    "sweep",
+    "Each sweep pass stops evaluating candidates once the gate has hashed this many MiB of reports in it (the one it started is finished). 1..4096.",
+  ),
   MAM_PUBLISH_TIMEOUT_MS: setting(
     int("MAM_PUBLISH_TIMEOUT_MS", 5000, 100, 120_000),
     "publishers",
@@ -559,6 +569,8 @@ function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined
     sweepGraceSeconds: e.MAM_SWEEP_GRACE_SECONDS,
     /** Each sweep pass's time budget: what is not tried by then waits for the next pass. */
     sweepBudgetSeconds: e.MAM_SWEEP_BUDGET_SECONDS,
+    /** Each sweep pass's budget for evaluating due candidates, after its notifications. */
+    sweepEvaluation: { evaluations: e.MAM_SWEEP_EVALUATIONS, bytes: e.MAM_SWEEP_EVALUATION_MIB * 1024 * 1024 },
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
     /** The change feed's stream: its bounds on open streams, in all and per principal, and on a write. */
     feedStreams: {

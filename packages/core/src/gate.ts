@@ -20,6 +20,8 @@ export interface GateResult {
   readonly wouldCommit?: boolean;
   /** The scenario the policy read, when the gate built it from what mam recorded. */
   readonly scenario?: RecordedScenario;
+  /** It decided to commit, and another write moved the job first (nothing written). */
+  readonly lostRace?: true;
 }
 
 export interface EvaluateInput {
@@ -218,7 +220,7 @@ async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
     return withScenario({ committed: true, reason: `completed on evidence: ${decision.reason}`, decision, record });
   } catch (e) {
     if (isMamError(e, "job.") || isMamError(e, "report."))
-      return withScenario(refuse("lost_race", `the job moved while the gate was deciding: ${e.message}`, decision));
+      return withScenario({ ...refuse("lost_race", `the job moved while the gate was deciding: ${e.message}`, decision), lostRace: true });
     throw e;
   }
 }

@@ -1,6 +1,7 @@
 export * from "./allowlist.ts";
 export * from "./answers.ts";
 export * from "./bounds.ts";
+export * from "./candidates.ts";
 export * from "./config.ts";
 export * from "./conflicts.ts";
 export * from "./deps.ts";

@@ -160,6 +160,17 @@ export class MemoryJobStore extends JobStoreBase {
     return owed.slice(0, limit).map(([, r]) => structuredClone(r));
   }
 
+  protected async queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]> {
+    const due: [string, JobRecord][] = [];
+    for (const record of this.#jobs.values()) {
+      if (record.candidate_at === undefined) continue;
+      const at = sortableTime(record.candidate_at);
+      if (at <= dueBy) due.push([at, record]);
+    }
+    due.sort(([a, x], [b, y]) => compare([a, x.job_id], [b, y.job_id]));
+    return due.slice(0, limit).map(([, r]) => structuredClone(r));
+  }
+
   protected async insertDispatch(dispatch: DispatchRecord): Promise<boolean> {
     const key = `${dispatch.job_id}/${dispatch.attempt_id}`;
     if (this.#dispatches.has(key)) return false;

@@ -6,6 +6,7 @@ import { MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
 import { CLOCK_SOURCE_KIND, type RecordedScenario } from "./policy.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
+import { candidateDueOf } from "./quiescence-rules.ts";
 import {
   type DispatchRecord,
   isTerminal,
@@ -90,7 +91,8 @@ export async function recordObservation(
         rev: rev + 1,
         entries: entries.map((e) => (e.seq === seen.seq ? seen : e)),
       };
-      const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: false });
+      const candidate = repeatCandidate(job, next, last, seen, deps.flags.quiescenceRules);
+      const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: false, ...candidate });
       if (written !== undefined) return { observation: seen, coalesced: true, job: written };
       continue;
     }
@@ -115,18 +117,42 @@ export async function recordObservation(
       if (stored?.overflow !== undefined) throw refusal;
       const next: ObservationSet = { ...base, rev: rev + 1, overflow: { source, bound, at: receivedAt } };
       const note = noteOf(actor, { overflowed: { source, bound } });
-      if ((await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note })) !== undefined) throw refusal;
+      // Overflowed evidence holds the gate until the next dispatch: the job is no candidate.
+      const candidate = job.candidate_at === undefined ? {} : { candidate: null };
+      if ((await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note, ...candidate })) !== undefined) throw refusal;
       continue;
     }
     const next: ObservationSet = { ...base, rev: rev + 1, entries: [...entries, observation] };
     const note = noteOf(actor, { observed: { source, source_kind: observation.source_kind, state: observation.state } });
-    const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note });
+    const due = candidateDueOf(next, job.agent, deps.flags.quiescenceRules);
+    const candidate = due === null && job.candidate_at === undefined ? {} : { candidate: due };
+    const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note, ...candidate });
     if (written !== undefined) return { observation, coalesced: false, job: written };
   }
   throw new MamError(
     "store.unavailable",
     `job ${jobId}'s observations kept changing while this one was written (${WRITE_TRIES} tries); send it again`,
   );
+}
+
+/**
+ * The candidate mark a coalesced repeat leaves: due, in the same write, when the repeat
+ * makes its span cover the settle window (the last sighting reaches the due time);
+ * removed when the set can no longer approve (a `working` seen again); otherwise left
+ * as it is, so a watcher's every poll does not re-mark a job the sweep found held.
+ */
+function repeatCandidate(
+  job: JobRecord,
+  next: ObservationSet,
+  before: Observation,
+  after: Observation,
+  rules: readonly string[],
+): { candidate?: string | null } {
+  const due = candidateDueOf(next, job.agent, rules);
+  if (due === null) return job.candidate_at === undefined ? {} : { candidate: null };
+  const at = Date.parse(due);
+  const covers = Date.parse(before.last_seen_received_at) < at && at <= Date.parse(after.last_seen_received_at);
+  return covers ? { candidate: due } : {};
 }
 
 /** The job's latest recorded dispatch, or the refusal saying why there is none to observe. */

@@ -4,6 +4,7 @@ import { assertJobId } from "./engine.ts";
 import { MamError } from "./errors.ts";
 import { type ChangeNote, ChangeNoteSchema, type ChangeQuery, storedFeedPage, storedRowsOf } from "./feed.ts";
 import {
+  type CandidateExpectation,
   type EvidenceChange,
   type EvidenceGuard,
   evidenceWriteOf,
@@ -132,6 +133,8 @@ export abstract class JobStoreBase implements JobStore {
   protected abstract queryJobs(listing: JobListing, after: Position | undefined, limit: number): Promise<JobRecord[]>;
   /** Up to `limit` records owed and due (not quarantined), by (owed `at`, job_id) ascending; with `dueBy` (sortable), due at or before it. */
   protected abstract queryOwed(limit: number, dueBy: string | undefined): Promise<JobRecord[]>;
+  /** Up to `limit` records whose candidate key (`keysOf(record).candidate`) is at or before `dueBy` (sortable), by (key, job_id) ascending. */
+  protected abstract queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]>;
   /**
    * The feed after the adapter's own position `after` (absent: from the start): at
    * most `limit` rows, stopping at the first later than `upTo` (sortable); `cursor`
@@ -231,8 +234,9 @@ export abstract class JobStoreBase implements JobStore {
 
   async recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord> {
     assertJobId(jobId);
-    const checked = checkChange(evidenceWriteOf(checkEvidenceChange(change)));
-    const write = changeWriteOf(jobId, NO_CONCURRENCY_CHECK, checked, []);
+    const evidence = checkEvidenceChange(change);
+    const checked = checkChange(evidenceWriteOf(evidence));
+    const write = withCandidate(changeWriteOf(jobId, NO_CONCURRENCY_CHECK, checked, []), evidence.candidate);
     return this.#conflictingWrite("recordEvidence", write, NO_CONCURRENCY_CHECK, checked);
   }
 
@@ -303,6 +307,7 @@ export abstract class JobStoreBase implements JobStore {
   ): Promise<JobRecord | undefined> {
     assertJobId(jobId);
     const set = checkObservations(expectedRev, next);
+    const candidate = opts.candidate === undefined || opts.candidate === null ? opts.candidate : checkDueTime(opts.candidate);
     const write: RecordWrite = {
       jobId,
       conditions: [
@@ -310,10 +315,10 @@ export abstract class JobStoreBase implements JobStore {
         { kind: "latestAttemptIs", attempt: set.attempt_id },
         { kind: "observationsRevIs", rev: expectedRev },
       ],
-      set: { observations: set },
-      unset: [],
+      set: { observations: set, ...(typeof candidate === "string" ? { candidate_at: candidate } : {}) },
+      unset: candidate === null ? ["candidate_at"] : [],
       bump: opts.bump ? ["evidence_seq"] : [],
-      keys: {},
+      keys: candidate === undefined ? {} : { candidate: candidate === null ? null : sortableTime(candidate) },
       // A coalesced repeat tells the feed nothing (no row): only a write that bumps does.
       ...(opts.bump ? { feed: checkNote(opts.note) ?? {} } : {}),
     };
@@ -326,6 +331,32 @@ export abstract class JobStoreBase implements JobStore {
     if (outcome.written) return outcome.record;
     if (outcome.current === undefined) throw notFound(jobId);
     return undefined;
+  }
+
+  async clearCandidate(jobId: string, expect: CandidateExpectation): Promise<boolean> {
+    assertJobId(jobId);
+    const { evidenceSeq, observationsRev } = expect;
+    if (![evidenceSeq, observationsRev].every((n) => Number.isSafeInteger(n) && n >= 0)) {
+      throw new MamError("internal", "a candidate is cleared only against the evidence sequence and observation rev it was read at");
+    }
+    // A mark: no sequence, no feed row, no activity.
+    return this.#boolWrite("clearCandidate", {
+      jobId,
+      conditions: [
+        { kind: "statusIn", statuses: NON_TERMINAL },
+        { kind: "evidenceSeqIs", seq: evidenceSeq },
+        { kind: "observationsRevIs", rev: observationsRev },
+      ],
+      set: {},
+      unset: ["candidate_at"],
+      bump: [],
+      keys: { candidate: null },
+    });
+  }
+
+  async listCandidates(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]> {
+    checkLimit(limit);
+    return this.queryCandidates(limit, sortableTime(checkDueTime(query.dueBy)));
   }
 
   /** A write that answers whether it wrote: false when its condition lost, `job.notFound` when there is no record. */
@@ -565,6 +596,7 @@ export const WRITE_METHODS = [
   "chargeUsage",
   "holdLease",
   "writeObservations",
+  "clearCandidate",
   "recordDispatch",
   "appendEvent",
   "replaceNotification",
@@ -659,7 +691,10 @@ function checkNote(note: ChangeNote | undefined): ChangeNote | undefined {
 }
 
 function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
-  const note = change.note === undefined ? {} : { note: change.note };
+  const note = {
+    ...(change.note === undefined ? {} : { note: change.note }),
+    ...(change.candidate === undefined ? {} : { candidate: change.candidate }),
+  };
   if (change.set === undefined) return { guard: change.guard, ...note };
   const set: Record<string, unknown> = {};
   for (const [field, value] of Object.entries(change.set)) {
@@ -724,6 +759,11 @@ function changeWriteOf(jobId: string, expectedSeq: ExpectedSeq, change: JobChang
   if (change.set.updated_at !== undefined) keys.recency = sortableTime(change.set.updated_at);
   if (change.set.pending_notification !== undefined) keys.owed = owedPlaceOf(change.set.pending_notification);
   else if (unset.includes("pending_notification")) keys.owed = null;
+  // Every terminal write and every new dispatch removes the candidate mark in the same
+  // write: a terminal job is never evaluated, and a new attempt has observed nothing yet.
+  const removesMarks = (change.set.status !== undefined && !NON_TERMINAL.includes(change.set.status)) || evidence.newAttempt !== undefined;
+  const unsetAll = removesMarks ? [...unset, "candidate_at"] : unset;
+  if (removesMarks) keys.candidate = null;
   return {
     jobId,
     conditions: [
@@ -732,11 +772,29 @@ function changeWriteOf(jobId: string, expectedSeq: ExpectedSeq, change: JobChang
       ...evidenceConditions(evidence),
     ],
     set,
-    unset,
+    unset: unsetAll,
     bump: evidence.bump ? [...bump, "evidence_seq"] : bump,
     keys,
     feed: change.note ?? {},
   };
+}
+
+/** `write` also setting the candidate mark at `due` (an evidence write's), when there is one. */
+function withCandidate(write: RecordWrite, due: string | undefined): RecordWrite {
+  if (due === undefined) return write;
+  const at = checkDueTime(due);
+  return {
+    ...write,
+    set: { ...write.set, candidate_at: at },
+    unset: write.unset.filter((f) => f !== "candidate_at"),
+    keys: { ...write.keys, candidate: sortableTime(at) },
+  };
+}
+
+/** A due time is core's own: an ISO-8601 instant. Otherwise `internal`. */
+function checkDueTime(at: string): string {
+  if (!IsoTime.safeParse(at).success) throw new MamError("internal", `a due time must be an ISO-8601 instant, not ${String(at)}`);
+  return at;
 }
 
 function settleWriteOf(jobId: string, intentId: string, note: ChangeNote | undefined): RecordWrite {

@@ -28,6 +28,7 @@ export const FIXED_JOB_FIELDS = [
   "upload_in_flight",
   "finalize_in_progress",
   "observations",
+  "candidate_at",
 ] as const;
 /** The optional fields a change may remove (`JobChange.unset`). */
 export const UNSETTABLE_JOB_FIELDS = ["completed_by", "completed_evidence", "pending_notification", "agent_session", "progress"] as const;
@@ -78,6 +79,8 @@ export interface EvidenceChange {
   readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
   /** Who made the change and what it staged, for the change feed; the service's own when absent. */
   readonly note?: ChangeNote;
+  /** A candidate mark the same write sets (`candidate_at`, a due time): a finalize that may complete a quiescent job. */
+  readonly candidate?: string;
 }
 
 /**
@@ -220,12 +223,40 @@ export interface JobRecords {
     next: ObservationSet,
     opts: ObservationWriteOptions,
   ): Promise<JobRecord | undefined>;
+  /**
+   * A mark (issue 20): remove the job's candidate mark (`candidate_at`) iff the job is
+   * not terminal and its `evidence_seq` and observation set's `rev` (none: 0) are still
+   * `expect`'s — what the sweep read before a hold — so an observation or a finalize
+   * landing meanwhile keeps the job due. One conditional write; it bumps no sequence,
+   * adds no change-feed row, owes no notification and is no activity. True if
+   * removed; false when a condition did not hold (nothing written). `job.notFound` if
+   * there is no such job.
+   */
+  clearCandidate(jobId: string, expect: CandidateExpectation): Promise<boolean>;
+  /**
+   * Jobs marked candidates due at or before `dueBy` (ISO-8601), the oldest due first:
+   * a sparse index read by due time, so the cost is the number returned, not the
+   * number of jobs nor of candidates not yet due.
+   */
+  listCandidates(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]>;
+}
+
+/** What `clearCandidate` requires of the record: the evidence the sweep evaluated. */
+export interface CandidateExpectation {
+  readonly evidenceSeq: number;
+  readonly observationsRev: number;
 }
 
 /** What a `writeObservations` call asks besides the set: whether it bumps `evidence_seq` (and tells the feed, by `note`). */
 export interface ObservationWriteOptions {
   readonly bump: boolean;
   readonly note?: ChangeNote;
+  /**
+   * The candidate mark the same write leaves (`candidate_at`): a due time, `null` to
+   * remove it (a `working`, an overflow), absent to leave it as it is (a repeat that
+   * did not make the span cover the settle window).
+   */
+  readonly candidate?: string | null;
 }
 
 /** What `holdLease` requires of the stored lease: free (by the clock's `freeAt`), or the one with id `heldBy`. */

@@ -1,5 +1,5 @@
-import { EVIDENCE_BACKED_BACKENDS, evidenceFor } from "./allowlist.ts";
-import type { SourceClass } from "./schemas.ts";
+import { DEFAULT_SETTLE_WINDOW_MS, EVIDENCE_BACKED_BACKENDS, evidenceFor } from "./allowlist.ts";
+import type { ObservationSet, SourceClass } from "./schemas.ts";
 
 /**
  * What may establish that an agent sat quiescent, per (backend, source kind): the
@@ -72,4 +72,37 @@ export function enabledRules(named: readonly string[] | undefined): readonly str
 /** The quiescent states of `backend`, as its allowlist entry recorded them. */
 export function quiescentStatesOf(backend: string): readonly string[] {
   return evidenceFor(backend)?.quiescentStates ?? [];
+}
+
+/**
+ * When the scheduled evaluation should next try the gate on `set` (what mam recorded
+ * of `backend`'s latest attempt) under the enabled `rules`: the first receipt of a
+ * quiescent observation after the last sighting of `working`, by a source an enabled
+ * rule reads, plus the backend's settle window — the earliest time any rule could
+ * approve. None (null): nothing could approve until another observation arrives (no
+ * working seen, a source still unsettled after it, no quiescent observation a rule
+ * reads, or the evidence overflowed). A due time is only when to ask: the gate
+ * decides, and a job the sweep finds held is cleared until its evidence moves.
+ */
+export function candidateDueOf(set: ObservationSet | undefined, backend: string, rules: readonly string[]): string | null {
+  if (set === undefined || set.overflow !== undefined) return null;
+  const readers = QUIESCENCE_RULES.filter((r) => r.backends.includes(backend) && rules.includes(r.name));
+  if (readers.length === 0) return null;
+  const quiescent = quiescentStatesOf(backend);
+  const working = set.entries.filter((e) => e.state === "working");
+  if (working.length === 0) return null;
+  const lastWorking = Math.max(...working.map((e) => Date.parse(e.last_seen_received_at)));
+  const unsettled = set.entries.some((e) => Date.parse(e.last_seen_received_at) > lastWorking && !quiescent.includes(e.state));
+  if (unsettled) return null;
+  const firsts = set.entries
+    .filter(
+      (e) =>
+        Date.parse(e.received_at) > lastWorking &&
+        quiescent.includes(e.state) &&
+        readers.some((r) => r.sourceKind === e.source_kind && e.source.startsWith(`${r.sourceClass}:`)),
+    )
+    .map((e) => Date.parse(e.received_at));
+  if (firsts.length === 0) return null;
+  const windowMs = evidenceFor(backend)?.settleWindowMs ?? DEFAULT_SETTLE_WINDOW_MS;
+  return new Date(Math.min(...firsts) + windowMs).toISOString();
 }

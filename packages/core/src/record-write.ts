@@ -76,6 +76,8 @@ export interface DerivedKeys {
   readonly recency?: string;
   /** The owed-index place; `null`: out of the index (nothing owed). */
   readonly owed?: OwedPlace | null;
+  /** `sortableTime(candidate_at)`: the candidate index's key; `null`: out of it (no mark). */
+  readonly candidate?: string | null;
 }
 
 /**
@@ -120,6 +122,7 @@ export function keysOf(record: JobRecord): Required<DerivedKeys> {
     status: record.status,
     recency: sortableTime(record.updated_at),
     owed: record.pending_notification === undefined ? null : owedPlaceOf(record.pending_notification),
+    candidate: record.candidate_at === undefined ? null : sortableTime(record.candidate_at),
   };
 }
 

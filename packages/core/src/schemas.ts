@@ -262,6 +262,14 @@ export const JobRecordSchema = z.strictObject({
   finalize_in_progress: LeaseSchema.optional(),
   /** What mam recorded of the latest dispatch (`recordObservation`); written only by `writeObservations`. */
   observations: ObservationSetSchema.optional(),
+  /**
+   * A candidate mark (issue 20): when the scheduled evaluation should next try the
+   * gate on this running job (its last quiescent receipt and the settle window), read
+   * through a sparse index by due time. Set by evidence writes, cleared by the sweep
+   * after a hold (conditionally on the evidence it read), removed by every terminal
+   * write and every new dispatch; written only by the persistence base.
+   */
+  candidate_at: IsoTime.optional(),
   created_at: IsoTime,
   updated_at: IsoTime,
 });

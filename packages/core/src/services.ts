@@ -26,6 +26,7 @@ import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { releaseLease, withLease } from "./leases.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
+import { candidateDueOf } from "./quiescence-rules.ts";
 import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
 import { type ExpectedSeq, NO_CONCURRENCY_CHECK } from "./record-write.ts";
 import {
@@ -38,6 +39,7 @@ import {
   type JobRecord,
   type Lease,
   NON_TERMINAL,
+  type ObservationSet,
   zodIssues,
 } from "./schemas.ts";
 
@@ -216,10 +218,13 @@ export async function finalizeAttemptReport(
     const pinned = prepared.manifest.sha256;
     let committed: JobRecord;
     try {
+      // A finalize may be what a quiescent job lacked: the same write marks it due.
+      const due = before.auto_complete ? candidateDueOf(recordedOf(before, attemptId), before.agent, deps.flags.quiescenceRules) : null;
       committed = await deps.jobs.recordEvidence(jobId, {
         guard: { attempt: attemptId },
         set: { finalized_report: pointerOf(prepared) },
         ...(actor === undefined ? {} : { note: noteOf(actor) }),
+        ...(due === null ? {} : { candidate: due }),
       });
     } catch (e) {
       await retireRefused(deps, jobId, attemptId, pinned, e, held);
@@ -390,6 +395,11 @@ export function pointerOf(prepared: PreparedFinalize): FinalizedReport {
  * manifest only when it is the one `finalized_report` names, so a late writer can
  * delay a completion, never make one rest on other bytes.
  */
+/** The job's observation set, when it is of `attemptId`. */
+function recordedOf(job: JobRecord, attemptId: number): ObservationSet | undefined {
+  return job.observations?.attempt_id === attemptId ? job.observations : undefined;
+}
+
 async function applyFinalizeIfCurrent(
   deps: Using<Pick<JobRecords, "get">, "reports">,
   prepared: PreparedFinalize,
@@ -486,9 +496,14 @@ export async function evaluateJob(
   deps: GateDeps,
   jobId: string,
   scenario: unknown,
-  opts: { readonly postedBy?: string | undefined; readonly dryRun?: boolean | undefined } = {},
+  opts: {
+    readonly postedBy?: string | undefined;
+    readonly dryRun?: boolean | undefined;
+    /** The record, when the caller has just read it (the sweep: the candidate it listed). */
+    readonly job?: JobRecord | undefined;
+  } = {},
 ): Promise<GateResult> {
-  const job = await getJob(deps, jobId);
+  const job = opts.job ?? (await getJob(deps, jobId));
   return evaluateGate(deps, { jobId, job, scenario, reportLocation: (d) => attemptReportLocation(jobId, d.attempt_id), ...opts });
 }
 

@@ -31,7 +31,7 @@ import {
 } from "@mam/core";
 import { SqlBatchError, type SqlDriver, type SqlStatement, type SqlValue, sql } from "./sql-driver.ts";
 import { feedBeforeCapture, feedRowStatements } from "./sql-feed-rules.ts";
-import { OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
+import { CANDIDATE_MARKED, OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
 
 /**
  * The job store in SQLite's dialect, over the SQL driver seam (`SqlDriver`): every
@@ -90,8 +90,8 @@ export class SqlJobStore extends JobStoreBase {
     const [insert] = await this.#batch([
       sql(
         `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id,
-           feed_before, write_token, doc)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+           candidate_at, feed_before, write_token, doc)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
         record.job_id,
         keys.status,
         record.transition_seq,
@@ -100,6 +100,7 @@ export class SqlJobStore extends JobStoreBase {
         owed.intentId,
         owed.at,
         owed.quarantinedId,
+        keys.candidate,
         token,
         JSON.stringify(record),
       ),
@@ -295,6 +296,15 @@ export class SqlJobStore extends JobStoreBase {
     return rows.map(owedRecord);
   }
 
+  protected async queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]> {
+    // Served by the partial index jobs_candidates, in its order: the cost is the number returned.
+    const rows = await this.#query(
+      `SELECT doc FROM jobs WHERE ${CANDIDATE_MARKED} AND candidate_at <= ? ORDER BY candidate_at, job_id LIMIT ?`,
+      [dueBy, limit],
+    );
+    return rows.map((r) => parseDoc(r.doc));
+  }
+
   /**
    * The feed after a position (the decimal cursor of a row, `0` before the first), in
    * cursor order; a job's rows by `changes_by_job`. A row's JSON is handed on as
@@ -455,7 +465,7 @@ function planOf(write: RecordWrite): WritePlan {
   const setFields = Object.keys(write.set);
   const keys = write.keys;
   const status = write.set.status;
-  let form = `${write.unset.join(",")}|${setFields.join(",")}|${typeof status === "string" ? status : ""}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}|${write.feed === undefined ? "-" : "f"}|`;
+  let form = `${write.unset.join(",")}|${setFields.join(",")}|${typeof status === "string" ? status : ""}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}${keys.candidate === undefined ? "" : "c"}|${write.feed === undefined ? "-" : "f"}|`;
   for (const c of write.conditions) {
     form += `${c.kind}${c.kind === "statusIn" ? (c.statuses.length === 1 ? `=${c.statuses[0]}` : c.statuses.length) : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
   }
@@ -477,6 +487,7 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
     const owed = owedColumns(keys.owed);
     params.push(owed.intentId, owed.at, owed.quarantinedId);
   }
+  if (keys.candidate !== undefined) params.push(keys.candidate);
   if (token !== undefined) params.push(token);
   params.push(write.jobId);
   for (const condition of write.conditions) params.push(...conditionSql(condition).params);
@@ -500,6 +511,7 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   if (write.keys.recency !== undefined) assignments.push("updated_at = ?");
   if (write.keys.owed !== undefined)
     assignments.push("owed_intent_id = ?", "owed_at = ?", "owed_quarantined_id = ?", "owed_revision = NULL");
+  if (write.keys.candidate !== undefined) assignments.push("candidate_at = ?");
   if (shape !== undefined) {
     const capture = feedBeforeCapture(shape);
     if (capture !== undefined) assignments.push(`feed_before = ${capture}`);

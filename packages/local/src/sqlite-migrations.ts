@@ -20,11 +20,14 @@ import Database from "better-sqlite3";
  *   version 1 ... the v1 layout: jobs, dispatches, events; evidence_seq on every record
  *   version 2 ... what v1 databases gained ad hoc: the owed columns and indexes, feed_before, the changes table
  *   version 3 ... the driver seam's writes (issue 18): write_token on jobs, the atomic_guard table
+ *   version 4 ... the candidate mark (issue 20): candidate_at on jobs, its partial index
  */
 
 /** The two parts of the owed index. A query is served by a partial index only when its WHERE names the index's own condition, so both are spelled once, here. */
 export const OWED_DUE = "owed_intent_id IS NOT NULL AND owed_quarantined_id IS NOT owed_intent_id";
 export const OWED_QUARANTINED = "owed_quarantined_id = owed_intent_id";
+/** The candidate index's condition (see `OWED_DUE`): only marked jobs are in it. */
+export const CANDIDATE_MARKED = "candidate_at IS NOT NULL";
 
 export const SQLITE_STEPS: readonly MigrationStep<Database.Database>[] = [
   {
@@ -95,6 +98,16 @@ CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);`);
       const columns = new Set((db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
       if (!columns.has("write_token")) db.exec("ALTER TABLE jobs ADD COLUMN write_token TEXT NULL");
       db.exec("CREATE TABLE IF NOT EXISTS atomic_guard (held INTEGER NOT NULL CHECK (held = 1))");
+    },
+  },
+  {
+    version: 4,
+    describe:
+      "the candidate mark: candidate_at on jobs (when the scheduled evaluation is next due, core's sortable time; NULL: not a candidate) and its partial index jobs_candidates (candidate_at, job_id), so the sweep reads only the jobs due; no record is a candidate before it",
+    up(db) {
+      const columns = new Set((db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
+      if (!columns.has("candidate_at")) db.exec("ALTER TABLE jobs ADD COLUMN candidate_at TEXT NULL");
+      db.exec(`CREATE INDEX IF NOT EXISTS jobs_candidates ON jobs (candidate_at, job_id) WHERE ${CANDIDATE_MARKED}`);
     },
   },
 ];

@@ -1,4 +1,4 @@
-import { logEvent, recoverNotifications, releaseNotification } from "@mam/core";
+import { logEvent, releaseNotification, sweepPass } from "@mam/core";
 import { operator, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, jsonAnswer, jsonRequest } from "../openapi.ts";
@@ -19,9 +19,9 @@ export const runRecoverySweepRoute = withHandler(
     method: "post",
     path: "/v1/recovery-sweeps",
     tags: ["operations"],
-    summary: "Re-send every owed notification that is due",
+    summary: "Re-send every owed notification that is due, then evaluate the due candidates",
     description:
-      "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep.",
+      "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep. Then, never before, the pass evaluates the jobs marked candidates that are due (at most MAM_SWEEP_EVALUATIONS, until MAM_SWEEP_EVALUATION_MIB of reports hashed), oldest due first, on the scenario mam builds from what it recorded: `candidates`.",
     request: {
       body: jsonRequest(
         RecoverySweepRequestSchema,
@@ -57,14 +57,23 @@ export const runRecoverySweepRoute = withHandler(
     const { deps, logger, settings } = c.var.services;
     const requestId = c.get("requestId");
     const body = c.req.valid("json");
-    const r = await recoverNotifications(deps, {
+    const { notifications: r, candidates } = await sweepPass(deps, {
       policy: settings.sweep,
       graceMs: (body.grace_seconds ?? settings.sweepGraceSeconds) * 1000,
       budgetMs: settings.sweepBudgetSeconds * 1000,
+      evaluation: settings.sweepEvaluation,
       log: (entry) => logEvent(logger, { request_id: requestId, ...entry }),
     });
     return c.json(
-      { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried, results: [...r.results] },
+      {
+        owed: r.owed,
+        sent: r.sent,
+        failed: r.failed,
+        quarantined: r.quarantined,
+        not_tried: r.not_tried,
+        results: [...r.results],
+        candidates: { ...candidates, results: [...candidates.results] },
+      },
       200,
     );
   },
