@@ -162,7 +162,11 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
   it("running the migration again is a no-op; running a step's up twice changes nothing", async () => {
     const { dir, db } = await copy();
     const started = performance.now();
-    expect(migrateDataDir(dir)).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }, { version: 4 }] });
+    expect(migrateDataDir(dir)).toMatchObject({
+      from: 1,
+      to: SQLITE_SCHEMA_VERSION,
+      applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
+    });
     const ms = performance.now() - started;
     const after = layoutOf(db);
     expect(migrateDataDir(dir)).toEqual({ from: SQLITE_SCHEMA_VERSION, to: SQLITE_SCHEMA_VERSION, applied: [] });
@@ -241,7 +245,11 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
       const failing = [SQLITE_STEPS[0]!, { ...SQLITE_STEPS[1]!, up: halfWay }];
       expect(() => migrateSqlite(conn, { steps: failing })).toThrow("half way");
       expect(conn.pragma("user_version", { simple: true })).toBe(1);
-      expect(migrateSqlite(conn)).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }, { version: 4 }] });
+      expect(migrateSqlite(conn)).toMatchObject({
+        from: 1,
+        to: SQLITE_SCHEMA_VERSION,
+        applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
+      });
     } finally {
       conn.close();
     }
@@ -279,7 +287,11 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
     const { dir } = await copy();
     const io = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir, "--json"], io)).toBe(0);
-    expect(JSON.parse(io.out.join(""))).toMatchObject({ from: 1, to: SQLITE_SCHEMA_VERSION, applied: [{ version: 2 }, { version: 3 }, { version: 4 }] });
+    expect(JSON.parse(io.out.join(""))).toMatchObject({
+      from: 1,
+      to: SQLITE_SCHEMA_VERSION,
+      applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
+    });
     const again = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir], again)).toBe(0);
     expect(again.out.join("")).toMatch(/at schema version 4, nothing to do/);
