@@ -284,6 +284,42 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       await expectMamError(store.writeObservations("obs", 5, first, { bump: true }), "internal");
     });
 
+    it("the candidate mark (issue 20): set by an observation write or an evidence write, listed by due time oldest first only once due, cleared only against the evidence read, removed by a terminal write and a new dispatch; no mark bumps a sequence; a transition never sets one", async () => {
+      const base = { status: "running" as const, transition_seq: 1, evidence_seq: 1, latest_attempt: 1 };
+      for (const id of ["cand-a", "cand-b", "cand-c", "cand-d"]) await store.create(job(id, base));
+      const set = (rev: number) => ({ attempt_id: 1, rev, entries: [] });
+      // Due at 12:08, 12:05 and (planted by a finalize-shaped evidence write) 12:07; cand-d at 13:00.
+      expect((await store.writeObservations("cand-a", 0, set(1), { bump: true, candidate: at(8) }))?.candidate_at).toBe(at(8));
+      expect((await store.writeObservations("cand-b", 0, set(1), { bump: false, candidate: at(5) }))?.evidence_seq).toBe(1);
+      const evidence = await store.recordEvidence("cand-c", { guard: { attempt: 1 }, candidate: at(7) });
+      expect(evidence).toMatchObject({ candidate_at: at(7), transition_seq: 1, evidence_seq: 2 });
+      await store.writeObservations("cand-d", 0, set(1), { bump: true, candidate: "2025-01-15T13:00:00.000Z" });
+      const due = async (by: string) => (await store.listCandidates(10, { dueBy: by })).map((j) => j.job_id);
+      expect(await due(at(4))).toEqual([]);
+      expect(await due(at(7))).toEqual(["cand-b", "cand-c"]);
+      expect(await due(at(9))).toEqual(["cand-b", "cand-c", "cand-a"]);
+      expect((await store.listCandidates(2, { dueBy: at(9) })).map((j) => j.job_id)).toEqual(["cand-b", "cand-c"]);
+      // A repeat leaving the mark as it is (candidate absent) keeps it; one removing it (null) removes it.
+      expect((await store.writeObservations("cand-a", 1, set(2), { bump: false }))?.candidate_at).toBe(at(8));
+      expect((await store.writeObservations("cand-a", 2, set(3), { bump: true, candidate: null }))?.candidate_at).toBeUndefined();
+      expect(await due(at(9))).toEqual(["cand-b", "cand-c"]);
+      // The clear is conditional on the evidence sequence and the observation rev read.
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 0 })).toBe(false);
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 2, observationsRev: 1 })).toBe(false);
+      const before = await store.get("cand-b");
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 1 })).toBe(true);
+      const { candidate_at: _gone, ...rest } = before as JobRecord;
+      expect(await store.get("cand-b")).toEqual(rest);
+      await expectMamError(store.clearCandidate("nobody-here", { evidenceSeq: 0, observationsRev: 0 }), "job.notFound");
+      // A terminal write removes it; so does a new dispatch's evidence write.
+      const done = await store.transition("cand-c", 1, { from: ["running"], set: { status: "completed", updated_at: at(9) } });
+      expect(done.candidate_at).toBeUndefined();
+      const redispatched = await store.recordEvidence("cand-d", { guard: { newAttempt: 2 } });
+      expect(redispatched.candidate_at).toBeUndefined();
+      expect(await due("2025-01-15T14:00:00.000Z")).toEqual([]);
+      await expectMamError(store.transition("cand-a", 1, { from: ["running"], set: { candidate_at: at(9) } as never }), "internal");
+    });
+
     it("a transition never sets the observations: they are core's writeObservations' alone", async () => {
       await store.create(job("obs-set", { status: "running", transition_seq: 1, latest_attempt: 1 }));
       await expectMamError(

@@ -16,6 +16,7 @@ import path from "node:path";
 import { type DynamoDBClient, ScanCommand } from "@aws-sdk/client-dynamodb";
 import {
   type Deps,
+  evaluateDueCandidates,
   evaluateJob,
   getJob,
   type JobRecord,
@@ -195,6 +196,37 @@ async function seedFleet(deps: Deps, batch: number): Promise<string[]> {
   return owed;
 }
 
+const DUE = 20;
+const NOT_YET = 30;
+
+/**
+ * 2,000 running jobs: `DUE` of them marked candidates due an hour ago, `NOT_YET`
+ * marked due in an hour, the rest unmarked, all created through the store. None has a
+ * dispatch, so the gate holds on each due one at once (no report read) and the sweep
+ * clears its mark: what the pass reads is the index's due part and nothing else.
+ */
+async function seedCandidates(deps: Deps, batch: number): Promise<string[]> {
+  const now = Date.now();
+  const mark = (i: number): string | undefined =>
+    i < DUE ? new Date(now - 3_600_000 + i).toISOString() : i < DUE + NOT_YET ? new Date(now + 3_600_000).toISOString() : undefined;
+  for (let i = 0; i < FLEET; i += batch) {
+    const ids = Array.from({ length: Math.min(batch, FLEET - i) }, (_, k) => i + k);
+    await Promise.all(
+      ids.map((n) => {
+        const due = mark(n);
+        return deps.jobs.create({
+          ...fleetJob(n),
+          status: "running",
+          auto_complete: true,
+          agent: "claude-code",
+          ...(due === undefined ? {} : { candidate_at: due }),
+        });
+      }),
+    );
+  }
+  return Array.from({ length: DUE }, (_, i) => fleetJob(i).job_id);
+}
+
 /** A ready job (the seed's `_ready_job`) that is a Reviewer with a verdict token in its report. */
 async function readyReviewer(deps: Deps) {
   const ready = await readyJob(deps, { body: REVIEWER_REPORT });
@@ -351,6 +383,25 @@ describe(`cost per operation: DynamoDB (${DYNAMODB_PEER}), S3 (s3rver), IoT Core
       seedMs: Math.round(seedMs),
     });
   }, 120_000);
+
+  it(`the sweep's evaluation over ${FLEET} running jobs, ${DUE} due candidates and ${NOT_YET} not yet due, reads the ${DUE} due and nothing else: one Query of the candidates' partition, no Scan (issue 20)`, async () => {
+    const deps = await ports();
+    const due = await seedCandidates(deps, 100);
+    reset();
+    const result = await evaluateDueCandidates(deps, { budget: { evaluations: 100, bytes: 1 << 20 } });
+    const reads = { total: itemsRead.total, byCommand: { ...itemsRead.byCommand } };
+    const requests = { ...dynamo.byCommand };
+    expect(result).toMatchObject({ due: DUE, held: DUE, completed: 0, failed: 0 });
+    expect(result.results.map((r) => r.job_id)).toEqual(due);
+    // The listed items carry the record (the index projects ALL); the gate held before reading a dispatch.
+    expect(reads.total).toBe(DUE);
+    expect(requests.ScanCommand).toBeUndefined();
+    expect(dynamo.calls.filter((c) => c.command === "QueryCommand").map((q) => q.input.IndexName)).toEqual(["feed-by-job"]);
+    // Each hold clears its mark: one conditional UpdateItem each.
+    expect(requests).toEqual({ QueryCommand: 1, UpdateItemCommand: DUE });
+    expect(await deps.jobs.listCandidates(100, { dueBy: new Date(Date.now() + 7_200_000).toISOString() })).toHaveLength(NOT_YET);
+    note("dynamodb", `sweep evaluation (${FLEET} running, ${DUE} due, ${NOT_YET} not yet)`, { itemsRead: reads, requests });
+  }, 120_000);
 });
 
 // ---------------------------------------------------------------- SQLite + files + MQTT
@@ -451,5 +502,19 @@ describeEmbedded("cost per operation: SQLite, files, MQTT (aedes)", () => {
     expect(rowsRead).toBe(OWED);
     expect(await deps.jobs.listOwed(100)).toEqual([]);
     note("sqlite", `recovery sweep (${FLEET} jobs, ${OWED} owed)`, { rowsRead, seedMs: Math.round(seedMs) });
+  }, 120_000);
+
+  it(`the sweep's evaluation over ${FLEET} running jobs, ${DUE} due candidates and ${NOT_YET} not yet due, reads the ${DUE} due rows (the partial index; issue 20)`, async () => {
+    const deps = ports();
+    const due = await seedCandidates(deps, 100);
+    const before = deps.rowsRead();
+    const result = await evaluateDueCandidates(deps, { budget: { evaluations: 100, bytes: 1 << 20 } });
+    const rowsRead = deps.rowsRead() - before;
+    expect(result).toMatchObject({ due: DUE, held: DUE, completed: 0, failed: 0 });
+    expect(result.results.map((r) => r.job_id)).toEqual(due);
+    expect(rowsRead).toBe(DUE);
+    expect(deps.reports.total).toBe(0);
+    expect(await deps.jobs.listCandidates(100, { dueBy: new Date(Date.now() + 7_200_000).toISOString() })).toHaveLength(NOT_YET);
+    note("sqlite", `sweep evaluation (${FLEET} running, ${DUE} due, ${NOT_YET} not yet)`, { rowsRead });
   }, 120_000);
 });

@@ -5,64 +5,13 @@
  * writes nothing; a posted scenario from the future is held. Over every backend (the
  * seed harness: SQLite and files; DynamoDB and S3), with the test clock.
  */
-import {
-  type Deps,
-  evaluateJob,
-  notificationPayload,
-  type ObservedState,
-  type Observer,
-  OPERATOR,
-  parseFlags,
-  RECORDED,
-  recordDispatch,
-  recordObservation,
-} from "@mam/core";
+import { evaluateJob, notificationPayload, type Observer, OPERATOR, RECORDED, recordDispatch } from "@mam/core";
 import { expect, it } from "vitest";
 import { describeBackends, type SeedBackend } from "../seed/harness.ts";
-import { type ReadyJob, readyJob } from "../seed/scenario.ts";
-import { TestClock } from "../support/clock.ts";
-
-const WATCHER: Observer = { kind: "watcher", name: "herdr-1" };
-const SESSION = "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa";
-
-/** `deps` whose store runs `first` (a real write, by another writer) just before each transition: the gate's commit. */
-function beforeTransition(deps: Deps, first: () => Promise<void>): Deps {
-  return {
-    ...deps,
-    jobs: new Proxy(deps.jobs, {
-      get(target, prop) {
-        const value = Reflect.get(target, prop, target);
-        if (prop !== "transition" || typeof value !== "function") return typeof value === "function" ? value.bind(target) : value;
-        return async (...args: unknown[]) => {
-          await first();
-          return (value as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      },
-    }),
-  };
-}
+import { before, readyOn, SESSION, see } from "./observing.ts";
 
 describeBackends("issue 20: the gate on recorded evidence", (backend) => {
-  async function ready(env: Record<string, string> = {}, b: SeedBackend = backend()) {
-    const clock = new TestClock("2026-11-20T10:10:00.000Z");
-    const deps = b.deps(parseFlags({ MAM_AUTO_COMPLETE: "1", ...env }), { clock });
-    return { b, deps, clock, job: await readyJob(deps, {}) };
-  }
-
-  const see = (deps: Deps, job: ReadyJob, state: ObservedState, observer: Observer = WATCHER, sourceKind = "pane_status") =>
-    recordObservation(
-      deps,
-      job.jobId,
-      {
-        state,
-        source_kind: sourceKind,
-        attempt_id: job.attemptId,
-        agent_session_uuid: SESSION,
-        ...(observer.kind === "watcher" ? { pane_process_generation: 3, pane_id: "%12" } : {}),
-        observed_at: deps.clock.now().toISOString(),
-      },
-      observer,
-    );
+  const ready = (env: Record<string, string> = {}, b: SeedBackend = backend()) => readyOn(b, env);
 
   it("a watcher's working, idle, and idle again past the settle window (coalesced) complete the job with no scenario posted; the completion names its source and what it can be rebuilt from", async () => {
     const { deps, clock, job } = await ready();
@@ -196,7 +145,7 @@ describeBackends("issue 20: the gate on recorded evidence", (backend) => {
     await see(deps, job, "idle");
     clock.advance(40_000);
     await see(deps, job, "idle");
-    const racing = beforeTransition(deps, async () => {
+    const racing = before(deps, "transition", async () => {
       // A repeat: no evidence_seq bump, only the set's rev moves.
       expect((await see(deps, job, "working", other)).coalesced).toBe(true);
     });
@@ -254,7 +203,7 @@ describeBackends("issue 20: the gate on recorded evidence", (backend) => {
     clock.advance(40_000);
     await see(deps, job, "idle");
     // The gate's own write is the transition: the watcher's working commits just before it.
-    const racing = beforeTransition(deps, async () => {
+    const racing = before(deps, "transition", async () => {
       await see(deps, job, "working");
     });
     const result = await evaluateJob(racing, job.jobId, RECORDED);

@@ -3,10 +3,13 @@
  * into the handler, against dynalite (jobs owing notifications, found through the
  * sparse index) and the IoT stand-in in front of a broker that refuses one topic.
  */
-import { type JobRecord, releaseNotification } from "@mam/core";
+import { awsDeps } from "@mam/aws/deps";
+import { type JobRecord, parseConfig, releaseNotification } from "@mam/core";
 import type { ScheduledEvent } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRecoverySweepHandler } from "../../functions/compose.ts";
+import { see } from "../evidence/observing.ts";
+import { readyJob } from "../seed/scenario.ts";
 import { TestClock } from "../support/clock.ts";
 import { jobRecord } from "../support/records.ts";
 import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers, TRANSACTIONS } from "./support.ts";
@@ -102,6 +105,38 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
     } finally {
       peers.refusedTopics.delete("mam/jobs/sweep-refused/events");
     }
+  });
+
+  it("then evaluates the due candidates (issue 20): a job a watcher saw settle completes on recorded evidence, its S3 report re-hashed, and the counts say so; a hold clears the mark", async () => {
+    const table = await peers.newTable();
+    const clock = new TestClock(new Date().toISOString());
+    const env = peers.env(table, { MAM_AUTO_COMPLETE: "1" });
+    // The same composition the functions use, for the set-up: a ready job, its report in S3, a watcher's observations.
+    const deps = awsDeps(parseConfig(env), { credentials: CREDENTIALS, transactions: TRANSACTIONS, clock });
+    const settled = await readyJob(deps, {});
+    const unsettled = await readyJob(deps, {});
+    for (const job of [settled, unsettled]) {
+      await see(deps, job, "working");
+      clock.advance(1_000);
+      await see(deps, job, "idle");
+    }
+    clock.advance(31_000);
+    await see(deps, settled, "idle");
+    const log = memoryLog();
+    const sweep = createRecoverySweepHandler(env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: log.sink, clock });
+    const counts = await sweep(scheduled(), lambdaContext("mam-dev-recoverySweep"));
+    expect(counts.candidates).toMatchObject({ due: 2, completed: 1, held: 1, failed: 0, not_tried: 0 });
+    expect(counts.candidates.bytes_hashed).toBeGreaterThan(0);
+    expect(log.entries().at(-1)).toMatchObject({ event: "recovery_sweep", candidates: { due: 2, completed: 1, held: 1 } });
+    const store = peers.store(table);
+    expect(await store.get(settled.jobId)).toMatchObject({
+      status: "completed",
+      completed_evidence: { evidence: "recorded", rule: "watcher.pane_status", sources: ["watcher:herdr-1"] },
+    });
+    const held = await store.get(unsettled.jobId);
+    expect(held?.status).toBe("running");
+    expect(held?.candidate_at).toBeUndefined();
+    expect((await sweep(scheduled())).candidates.due).toBe(0);
   });
 
   it("a store it cannot reach fails the run (EventBridge retries it; nothing was half done)", async () => {

@@ -131,10 +131,9 @@ async function evaluateOne(deps: CandidateDeps, job: JobRecord, now: Date): Prom
   return { job_id: job.job_id, outcome: "held", reason: answer.reason };
 }
 
-/** `reports` counting the bytes the gate hashes and reads through it into `meter`. */
+/** `reports` counting the bytes the gate hashes and reads through it into `meter` (every other method as it is). */
 function meteredReports(reports: ReportStore, meter: { bytes: number }): ReportStore {
-  return {
-    ...reports,
+  const metered: Partial<ReportStore> = {
     hash: async (location, name) => {
       const hashed = await reports.hash(location, name);
       if (hashed !== undefined) meter.bytes += hashed.bytes;
@@ -156,6 +155,13 @@ function meteredReports(reports: ReportStore, meter: { bytes: number }): ReportS
       })();
     },
   };
+  return new Proxy(reports, {
+    get(target, prop, receiver) {
+      if (typeof prop === "string" && Object.hasOwn(metered, prop)) return metered[prop as keyof ReportStore];
+      const value = Reflect.get(target, prop, receiver);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
 }
 
 /** What one sweep pass did: the owed notifications first, then the due candidates. */

@@ -36,6 +36,9 @@ export interface NotificationPayload {
     readonly by?: string;
     /** A completion whose quiescence rests on the agent's own sources alone says so: `agent-attested`. */
     readonly quiescence?: string;
+    /** A completion on recorded evidence: the policy's rule and the sources it rested on (`watcher:herdr-1`). */
+    readonly rule?: string;
+    readonly sources?: readonly string[];
   };
 }
 
@@ -53,6 +56,8 @@ export function notificationPayload(record: JobRecord, intent: NotificationInten
       ...(intent.reason === undefined ? {} : { reason: intent.reason }),
       ...(intent.by === undefined ? {} : { by: intent.by }),
       ...(record.completed_evidence?.quiescence === undefined ? {} : { quiescence: record.completed_evidence.quiescence }),
+      ...(record.completed_evidence?.rule === undefined ? {} : { rule: record.completed_evidence.rule }),
+      ...(record.completed_evidence?.sources === undefined ? {} : { sources: [...record.completed_evidence.sources] }),
     },
   };
 }

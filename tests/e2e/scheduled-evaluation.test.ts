@@ -1,0 +1,126 @@
+/**
+ * Issue 20, end to end: `mam serve` in-process (SQLite, files, its MQTT broker) with
+ * the test clock. A watcher token posts working, idle, and idle again once the settle
+ * window has passed; nobody posts a scenario or asks for an evaluation; the service's
+ * own sweep timer evaluates the due candidate on what mam recorded and completes the
+ * job, and a subscriber receives the completion naming its rule and sources. The test
+ * waits on the notification (an event), never on time.
+ */
+import path from "node:path";
+import { type RunningService, runCli, startService } from "@mam/cli";
+import { parseConfig } from "@mam/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { captureIo } from "../support/cli-io.ts";
+import { TestClock } from "../support/clock.ts";
+import { subscribe } from "../support/subscriber.ts";
+import { type TempDir, tempDir } from "../support/temp-dir.ts";
+
+let tmp: TempDir;
+let dataDir: string;
+let service: RunningService;
+const clock = new TestClock(new Date().toISOString());
+
+beforeAll(async () => {
+  tmp = await tempDir("scheduled-evaluation");
+  dataDir = path.join(tmp.dir, "data");
+  const config = parseConfig({
+    MAM_DATA_DIR: dataDir,
+    MAM_PORT: "0",
+    MAM_MQTT_PORT: "0",
+    MAM_AUTO_COMPLETE: "1",
+    MAM_SWEEP_INTERVAL_SECONDS: "1",
+  });
+  service = await startService(config, () => undefined, { clock });
+});
+afterAll(async () => {
+  await service?.stop();
+  await tmp?.remove();
+});
+
+async function call(method: string, url: string, token: string, body?: unknown, type = "application/json") {
+  const res = await fetch(new URL(url, service.url), {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": type }) },
+    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  // biome-ignore lint/suspicious/noExplicitAny: JSON answers read field by field
+  return { status: res.status, text, body: (text === "" ? undefined : JSON.parse(text)) as Record<string, any> };
+}
+
+describe("scheduled evaluation on mam serve (issue 20)", () => {
+  it("a watcher's working, idle and covering idle complete the job by the sweep alone, and a subscriber receives the completion naming its rule and sources", async () => {
+    const op = service.operatorToken;
+    const jobId = "sched-1";
+    expect((await call("POST", "/v1/jobs", op, { job_id: jobId, prompt: "p", agent: "claude-code" })).status).toBe(201);
+    const claimed = await call("POST", `/v1/jobs/${jobId}/transitions`, op, { action: "claim", expected_seq: 0 });
+    expect(claimed.status, claimed.text).toBe(200);
+    const opted = await call("POST", `/v1/jobs/${jobId}/transitions`, op, {
+      action: "progress",
+      expected_seq: claimed.body.transition_seq,
+      fields: { auto_complete: true },
+    });
+    expect(opted.status, opted.text).toBe(200);
+    const session = "0c9a2d11-0000-4000-8000-00000000c0de";
+    const dispatched = await call("POST", `/v1/jobs/${jobId}/dispatches`, op, {
+      attempt_id: 1,
+      agent_session_uuid: session,
+      pane_process_generation: 3,
+      pane_id: "%12",
+      anchor: { started_at: clock.now().toISOString() },
+    });
+    expect(dispatched.status, dispatched.text).toBe(201);
+    const agent = dispatched.body.agent_token as string;
+    expect((await call("PUT", `/v1/jobs/${jobId}/attempts/1/report`, agent, "# Report\n\ndone\n", "text/markdown")).status).toBe(201);
+    const finalized = await call("POST", `/v1/jobs/${jobId}/attempts/1/finalize`, agent, { side_effects: [] });
+    expect(finalized.status, finalized.text).toBe(200);
+
+    // The watcher's token, as an operator makes one: `mam token create --scope observe --name herdr-1`.
+    const io = captureIo({});
+    expect(await runCli(["token", "create", "--scope", "observe", "--name", "herdr-1", "--data-dir", dataDir, "--json"], io)).toBe(0);
+    const watcher = JSON.parse(io.out.join("")).token as string;
+
+    const sub = await subscribe(service.mqttUrl, `mam/jobs/${jobId}/events`);
+    try {
+      const observe = (state: string) =>
+        call("POST", `/v1/jobs/${jobId}/observations`, watcher, {
+          state,
+          source_kind: "pane_status",
+          attempt_id: 1,
+          agent_session_uuid: session,
+          pane_process_generation: 3,
+          pane_id: "%12",
+          observed_at: clock.now().toISOString(),
+        });
+      expect((await observe("working")).status).toBe(201);
+      clock.advance(2_000);
+      expect((await observe("idle")).status).toBe(201);
+      clock.advance(31_000);
+      const repeat = await observe("idle");
+      expect(repeat.status, repeat.text).toBe(200);
+      expect(repeat.body.coalesced).toBe(true);
+
+      // No evaluation asked: the sweep timer (every second) finds the job due and completes it.
+      const message = await sub.waitFor((m) => JSON.parse(m.payload).event === "completed", 20_000);
+      expect(JSON.parse(message.payload)).toMatchObject({
+        event: "completed",
+        job_id: jobId,
+        data: {
+          status: "completed",
+          completed_by: "auto_complete",
+          rule: "watcher.pane_status",
+          sources: ["watcher:herdr-1"],
+          quiescence: "watcher-observed",
+        },
+      });
+      const record = await call("GET", `/v1/jobs/${jobId}`, op);
+      expect(record.body).toMatchObject({
+        status: "completed",
+        completed_evidence: { evidence: "recorded", sources: ["watcher:herdr-1"] },
+      });
+      expect(record.body.candidate_at).toBeUndefined();
+    } finally {
+      await sub.close();
+    }
+  }, 60_000);
+});
