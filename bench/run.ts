@@ -45,6 +45,7 @@ const SMOKE: Readonly<Record<string, Readonly<Record<string, string>>>> = {
     MAM_BENCH_SUBSCRIBERS_STALLED: "2",
     MAM_BENCH_SUBSCRIBERS_JUNK: "1",
   },
+  sweep: { MAM_BENCH_SWEEP_JOBS: "200", MAM_BENCH_SWEEP_DUE: "5", MAM_BENCH_SWEEP_ROUNDS: "1" },
   transitions: { MAM_BENCH_TRANSITIONS: "1000" },
 };
 /** A smoke run that takes longer than this is stuck: it is killed and counts as a failure. */
