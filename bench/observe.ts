@@ -116,11 +116,11 @@ try {
   };
   console.log(machineNote().replace(/^machine: .*; load/, "at the end: load"));
   console.log(
-    `observe: new observations ${fixed(ratio("observe-new"), 2)}x the progress rate (rounds ${spread("observe-new")}; goal >= ${NEW_GOAL}x) ` +
+    `observe: new observations ${fixed(ratio("observe-new"), 2)}x the progress rate (goal >= ${NEW_GOAL}x; rounds ${spread("observe-new")}) ` +
       `${verdict(ratio("observe-new") >= NEW_GOAL)}; ${grouped(median(rates["observe-new"]))}/s vs ${grouped(median(rates.progress))}/s`,
   );
   console.log(
-    `observe: coalesced repeats ${fixed(ratio("observe-repeat"), 2)}x the progress rate (rounds ${spread("observe-repeat")}; goal >= ${REPEAT_GOAL}x) ` +
+    `observe: coalesced repeats ${fixed(ratio("observe-repeat"), 2)}x the progress rate (goal >= ${REPEAT_GOAL}x; rounds ${spread("observe-repeat")}) ` +
       `${verdict(ratio("observe-repeat") >= REPEAT_GOAL)}; ${grouped(median(rates["observe-repeat"]))}/s`,
   );
 } finally {

@@ -46,10 +46,6 @@ import { fixed, grouped, MiB, machineNote, median, sizeFromEnv, tempDir, verdict
  *   uncounted pass of each, the order turned every round. Goal: the sweep >= 0.5x
  *   direct evaluation (the median of the rounds' ratios). Each side also prints the
  *   wall time per candidate in each store method.
- *
- * Before the rounds, one pass over the report store exactly as `mam serve` composes
- * it (a `FileReportStore` instance) says whether the sweep completes anything there;
- * the timed passes hand both sides the store as a plain object (`plainReports`).
  */
 
 const JOBS = sizeFromEnv("MAM_BENCH_SWEEP_JOBS", process.env.MAM_BENCH_SWEEP_JOBS, 10_000);
@@ -128,27 +124,6 @@ function see(deps: Deps, job: ReadyJob, state: ObservedState) {
   );
 }
 
-/**
- * The store's methods, bound, as own properties of a plain object. Core's
- * `evaluateDueCandidates` meters the reports by spreading the store
- * (`meteredReports` in packages/core/src/candidates.ts), which keeps only own
- * properties: over a class instance such as `FileReportStore` (as `mam serve`
- * composes it) the gate then finds no `describe` and every candidate fails. The
- * benchmark probes that once (below) and times both sides over this form.
- */
-function plainReports(store: ReportStore): ReportStore {
-  const plain: Record<string, unknown> = {};
-  for (let proto = Object.getPrototypeOf(store); proto !== null && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
-    for (const name of Object.getOwnPropertyNames(proto)) {
-      const value = (store as unknown as Record<string, unknown>)[name];
-      if (name !== "constructor" && typeof value === "function" && !(name in plain)) plain[name] = value.bind(store);
-    }
-  }
-  return plain as unknown as ReportStore;
-}
-
-type ReportsAs = "instance" | "plain";
-
 const depsOver = (jobs: JobStore, reports: ReportStore, clock: TestClock): Deps => ({
   jobs,
   reports,
@@ -219,7 +194,7 @@ interface Side {
 
 let copies = 0;
 /** A fresh copy of the template's files, opened as `mam serve` opens its store, counted. */
-async function openCopy(template: Template, root: string, reportsAs: ReportsAs = "plain"): Promise<Side> {
+async function openCopy(template: Template, root: string): Promise<Side> {
   const dir = path.join(root, `copy-${copies++}`);
   await cp(template.dir, dir, { recursive: true });
   // On disk before the pass starts, so the copy's write-back does not land in a timed pass.
@@ -236,7 +211,7 @@ async function openCopy(template: Template, root: string, reportsAs: ReportsAs =
   const reads = Object.fromEntries(READS.map((r) => [r, 0])) as Record<Read, number>;
   const spent = new Map<string, Spent>();
   const files = new FileReportStore(path.join(dir, "reports"));
-  const reports = reportsAs === "plain" ? plainReports(instrumented(files, "reports.", spent)) : files;
+  const reports = instrumented(files, "reports.", spent);
   const deps = depsOver(instrumented(store.jobs, "jobs.", spent, reads), reports, new TestClock(template.at));
   return {
     deps,
@@ -347,26 +322,6 @@ try {
     `built the store in ${fixed((performance.now() - buildStarted) / 1000)} s (mam.db ${fixed(dbBytes / MiB)} MiB); ` +
       "each pass runs on a fresh copy of its files",
   );
-
-  // The sweep over the report store as `mam serve` composes it (a FileReportStore instance), once.
-  const probe = await openCopy(template, tmp.dir, "instance");
-  try {
-    const failures: string[] = [];
-    const result = await evaluateDueCandidates(probe.deps as Parameters<typeof evaluateDueCandidates>[0], {
-      budget: { evaluations: DUE, bytes: Number.MAX_SAFE_INTEGER },
-      log: (entry) => failures.push(String((entry as { message?: unknown }).message)),
-    });
-    console.log(
-      result.completed === DUE
-        ? `the pass over a FileReportStore instance (as mam serve composes it) completed all ${grouped(DUE)} candidates`
-        : `finding: the pass over a FileReportStore instance (as mam serve composes it) completed ${grouped(result.completed)} of ` +
-            `${grouped(DUE)} candidates, ${grouped(result.failed)} failed (first: ${failures[0] ?? "none logged"}): core's ` +
-            "meteredReports (packages/core/src/candidates.ts) spreads the store, which drops a class's methods; the passes " +
-            "below hand both sides the store as a plain object of its bound methods",
-    );
-  } finally {
-    await probe.close();
-  }
 
   // One pass of each side first, not counted: the code paths warm up before any round is timed.
   for (const side of SIDES) await runPass(side, template, tmp.dir);

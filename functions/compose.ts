@@ -24,6 +24,7 @@ import { type AppEnv, appOptionsOf, createApp, createTokenService, statusOf } fr
 import { AWS_LIMITS, type AwsNotifierDeps, type AwsOverrides, awsDeps, awsNotifierDeps, feedRedriver, readSigningKey } from "@mam/aws/deps";
 import type { FeedRedriveCounts } from "@mam/aws/feed-redrive";
 import {
+  type AttentionResult,
   ERROR_TABLE,
   type EvaluationResult,
   jsonLogger,
@@ -209,6 +210,8 @@ export interface SweepCounts {
   readonly not_tried: number;
   /** The due candidates the pass evaluated, after the notifications (issue 20). */
   readonly candidates: Omit<EvaluationResult, "results">;
+  /** The jobs due for a look, marked stale or overdue or looked at again later (issue 20). */
+  readonly attention: Omit<AttentionResult, "results">;
   /** The feed's redrive (absent when no feed failure queue is configured). */
   readonly feed_redrive?: FeedRedriveCounts;
 }
@@ -255,8 +258,9 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
     } finally {
       await metrics.flush();
     }
-    const { notifications: n, candidates } = result;
+    const { notifications: n, candidates, attention } = result;
     const { results: _each, ...evaluated } = candidates;
+    const { results: _looks, ...looked } = attention;
     const counts: SweepCounts = {
       owed: n.owed,
       sent: n.sent,
@@ -264,6 +268,7 @@ export function createRecoverySweepHandler(env: Env, overrides: Overrides = {}):
       quarantined: n.quarantined,
       not_tried: n.not_tried,
       candidates: evaluated,
+      attention: looked,
       ...(feedRedrive === undefined ? {} : { feed_redrive: feedRedrive }),
     };
     logEvent(logger, { level: "info", event: "recovery_sweep", ...counts });

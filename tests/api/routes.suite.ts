@@ -15,6 +15,11 @@ import {
 export type { ApiPorts, PortsFactory, PortsOptions } from "./harness.ts";
 
 const PROBLEM = /^application\/problem\+json/;
+/** A sweep's answer past its notifications when auto-completion is off and no running job is due for a look (issue 20). */
+const QUIET_PARTS = {
+  candidates: { due: 0, completed: 0, held: 0, kept: 0, failed: 0, not_tried: 0, bytes_hashed: 0, disabled: true, results: [] },
+  attention: { due: 0, stale: 0, overdue: 0, rekeyed: 0, lost_race: 0, failed: 0, results: [] },
+};
 const REPORT = "# Report\n\nAll tests pass.\n";
 
 /**
@@ -328,11 +333,12 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           quarantined: 0,
           not_tried: 0,
           results: [{ job_id: job.job_id, intent_id: t.body.pending_notification.id, outcome: "sent" }],
+          ...QUIET_PARTS,
         });
         expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification).toBeUndefined();
 
         const again = await h.call("POST", "/v1/recovery-sweeps", { token: h.operator, json: {} });
-        expect(again.body).toEqual({ owed: 0, sent: 0, failed: 0, quarantined: 0, not_tried: 0, results: [] });
+        expect(again.body).toEqual({ owed: 0, sent: 0, failed: 0, quarantined: 0, not_tried: 0, results: [], ...QUIET_PARTS });
       });
 
       it("POST /v1/recovery-sweeps answers per-intent outcomes: a refused notification backs off, is quarantined, listed, released, then sent", async () => {
@@ -480,6 +486,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
               error: { code: "publish.unreachable", message: expect.any(String) },
             },
           ],
+          ...QUIET_PARTS,
         });
         // An unreachable broker counts against nobody: the intent carries no failure.
         expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification).toEqual(
@@ -555,7 +562,15 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(register.responses["415"]).toBeDefined();
         expect(register.responses["413"]).toBeDefined();
         expect(doc.paths["/v1/jobs/{job_id}/transitions"].post.responses["412"]).toBeDefined();
-        expect(doc.paths["/v1/jobs"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["status", "owed", "limit", "cursor"]);
+        expect(doc.paths["/v1/jobs"].get.parameters.map((p: { name: string }) => p.name)).toEqual([
+          "status",
+          "owed",
+          "stale",
+          "overdue",
+          "candidate",
+          "limit",
+          "cursor",
+        ]);
         expect(doc.paths["/v1/jobs/{job_id}/attempts/{attempt}/report"].put.requestBody.content["text/markdown"]).toBeDefined();
 
         // Every reference resolves inside the document.

@@ -78,13 +78,15 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
         updated_at: at(5),
         progress: { b: 3 }, // replaced, never merged with { a: 1, b: 2 }
         transition_seq: 1,
+        // Every transition is activity, at its updated_at (issue 20).
+        activity_at: at(5),
       };
       expect(after).toEqual(expected);
       expect(await store.get("t1")).toEqual(expected);
 
       const again = await store.transition("t1", 1, { from: ["running"], set: { iteration: 5, updated_at: at(6) } });
       expect(again.transition_seq).toBe(2);
-      expect(again).toEqual({ ...expected, iteration: 5, updated_at: at(6), transition_seq: 2 });
+      expect(again).toEqual({ ...expected, iteration: 5, updated_at: at(6), transition_seq: 2, activity_at: at(6) });
     });
 
     it("a stale expectedSeq throws TransitionConflict (job.transitionConflict) carrying the current record, and writes nothing", async () => {
@@ -571,7 +573,7 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       });
       expect(cancelled).toMatchObject({ status: "cancelled", transition_seq: 2, progress });
       expect(await store.settleNotification("edge", "i-edge")).toBe(true);
-      expect(await store.get("edge")).toEqual({ ...record, status: "cancelled", transition_seq: 2, updated_at: at(2) });
+      expect(await store.get("edge")).toEqual({ ...record, status: "cancelled", transition_seq: 2, updated_at: at(2), activity_at: at(2) });
     });
 
     it("reviseNotification rewrites the owed intent iff its id matches, bumping nothing; a settled or superseded intent is left alone", async () => {

@@ -63,6 +63,7 @@ describe("recovery sweep (EventBridge schedule -> every owed notification)", () 
       quarantined,
       not_tried: 0,
       candidates: off,
+      attention: { due: 0, stale: 0, overdue: 0, rekeyed: 0, lost_race: 0, failed: 0 },
     });
     try {
       const env = peers.env(table, { MAM_SWEEP_MAX_FAILURES: "2", MAM_SWEEP_BACKOFF_SECONDS: "60" });

@@ -367,7 +367,8 @@ describe("the CloudFormation template", () => {
   it("the http role: items and indexes of the table, objects under reports/, publish, and the one signing-key parameter", () => {
     const role = roleOf(FUNCTIONS.http.id);
     const rw = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"];
-    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(rw);
+    // DescribeTable: the storage step a function runs where it starts (the attention index is there).
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:DescribeTable", ...rw]);
     expect(actionsOn(role, "<JobTable.Arn>/index/*")).toEqual(rw);
     expect(actionsOn(role, "<ReportBucket.Arn>/reports/*")).toEqual(["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]);
     // Only so that a missing report is a 404 (S3 answers 403 without it).
@@ -436,14 +437,19 @@ describe("the CloudFormation template", () => {
       "dynamodb:GetShardIterator",
       "dynamodb:ListStreams",
     ]);
-    // GetItem: the schema version item only (the test above).
-    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    // GetItem: the schema version item only (the test above); DescribeTable: the storage step where it starts.
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual([
+      "dynamodb:DescribeTable",
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+    ]);
     expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);
     expect(actionsOn(role, "<StreamFailureQueue.Arn>")).toEqual(["sqs:SendMessage"]);
     expect(grants(role).some((g) => g.resource.includes("ReportBucket") || g.action.startsWith("ssm:"))).toBe(false);
   });
 
-  it("the recovery sweep role: query the owed index and the candidates' index only, read items for the gate, settle, log and commit on the table, read report objects, publish (issue 20: exactly what evaluating needs)", () => {
+  it("the recovery sweep role: query the owed, candidates' and attention indexes only, read items for the gate, settle, log, commit and mark on the table, read report objects, publish (issue 20: exactly what evaluating and marking need)", () => {
     const role = roleOf(FUNCTIONS.recoverySweep.id);
     expect(actionsOn(role, "<JobTable.Arn>/index/owed")).toEqual(["dynamodb:Query"]);
     // The due candidates: their partition of the overloaded feed-by-job index (packages/aws job-table.ts).
@@ -453,9 +459,17 @@ describe("the CloudFormation template", () => {
         .filter((g) => g.resource.startsWith("<JobTable.Arn>/index/"))
         .map((g) => g.resource)
         .sort(),
-    ).toEqual(["<JobTable.Arn>/index/feed-by-job", "<JobTable.Arn>/index/owed"]);
-    // GetItem: the schema version item, and the gate's reads (the latest dispatch); UpdateItem: settle, commit, clear a mark.
-    expect(actionsOn(role, "<JobTable.Arn>")).toEqual(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]);
+    ).toEqual(["<JobTable.Arn>/index/attention", "<JobTable.Arn>/index/feed-by-job", "<JobTable.Arn>/index/owed"]);
+    // The jobs due for a look (stale, overdue).
+    expect(actionsOn(role, "<JobTable.Arn>/index/attention")).toEqual(["dynamodb:Query"]);
+    // GetItem: the schema version item, and the gate's reads (the latest dispatch); UpdateItem: settle, commit, clear or
+    // set a mark; DescribeTable: the storage step a function runs where it starts.
+    expect(actionsOn(role, "<JobTable.Arn>")).toEqual([
+      "dynamodb:DescribeTable",
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+    ]);
     expect(actionsOn(role, "<ReportBucket.Arn>/reports/*")).toEqual(["s3:GetObject"]);
     expect(actionsOn(role, "<ReportBucket.Arn>")).toEqual(["s3:ListBucket"]);
     expect(actionsOn(role, IOT_MAM_TOPICS)).toEqual(["iot:Publish"]);

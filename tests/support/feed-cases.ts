@@ -106,6 +106,7 @@ const note: fc.Arbitrary<ChangeNote | undefined> = fc.option(
         { source: "agent:claude-code", source_kind: "hook.stop", state: "done" },
       ]),
       overflowed: maybe([{ source: "agent:codex", bound: "count" }]),
+      marked: maybe([{ mark: "stale" as const }, { mark: "overdue" as const }]),
     })
     .map((n) => defined<ChangeNote>(n)),
   { nil: undefined, freq: 4 },
@@ -181,7 +182,7 @@ export function kindCounts(rows: readonly { kind: ChangeKind }[], kinds: readonl
  * store declares it: its class from which counter moved, and of the fields a store
  * could truthfully call left alone (equal before and after) or removed (absent after),
  * and the statuses before and after it could name, a subset chosen by `i`, so that the folded rules are tried with each field both
- * declared and not.
+ * declared and not; and whether it is a mark, which a store always knows.
  */
 export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
   if (w.before === undefined) return CREATE_SHAPE;
@@ -202,5 +203,7 @@ export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
     removed,
     ...(chosen(7) ? { statusBefore: String(before.status) } : {}),
     ...(chosen(8) ? { statusAfter: String(after.status) } : {}),
+    // Whether the write is the sweep's mark is always known to the store (its note says): never left open.
+    ...(w.note?.marked === undefined ? {} : { marked: true as const }),
   };
 }

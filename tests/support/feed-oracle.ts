@@ -91,22 +91,44 @@ export function oracleChangeRowsOf(before: JobRecord | undefined, after: JobReco
     ];
   }
 
-  const old = before.pending_notification;
-  const now = after.pending_notification;
-  if (old !== undefined && now === undefined) return [row("intent.published", { intent_id: old.id })];
-  if (now === undefined) return [];
-  if (old === undefined || old.id !== now.id) {
-    superseded();
-    return rows;
+  // Added with the attention marks (issue 20, part 4), beside the 25d1c6c copy: bookkeeping
+  // whose note says the sweep marked the job, after what its intent change says.
+  const stale = note.marked?.mark === "stale";
+  const since = stale ? after.stale_since : after.deadline_at;
+  const marked: ChangeDraft[] =
+    note.marked === undefined
+      ? []
+      : [
+          row(stale ? "job.stale" : "job.overdue", {
+            intent_id: after.pending_notification?.id,
+            data: since === undefined ? {} : stale ? { since } : { deadline_at: since },
+          }),
+        ];
+  return [...intentRows(), ...marked];
+
+  function intentRows(): ChangeDraft[] {
+    if (before === undefined) return [];
+    const old = before.pending_notification;
+    const now = after.pending_notification;
+    if (old !== undefined && now === undefined) return [row("intent.published", { intent_id: old.id })];
+    if (now === undefined) return [];
+    if (old === undefined || old.id !== now.id) {
+      superseded();
+      return rows;
+    }
+    if (now.quarantined_at !== undefined && old.quarantined_at === undefined) {
+      return [row("intent.quarantined", { intent_id: now.id, ...(now.last_error ? { data: { code: now.last_error.code } } : {}) })];
+    }
+    if ((now.failures ?? 0) > (old.failures ?? 0)) {
+      return [row("intent.failed", { intent_id: now.id, data: { code: now.last_error?.code ?? "unknown" } })];
+    }
+    if (
+      now.failures === undefined &&
+      now.quarantined_at === undefined &&
+      (old.failures !== undefined || old.quarantined_at !== undefined)
+    ) {
+      return [row("intent.released", { intent_id: now.id })];
+    }
+    return [];
   }
-  if (now.quarantined_at !== undefined && old.quarantined_at === undefined) {
-    return [row("intent.quarantined", { intent_id: now.id, ...(now.last_error ? { data: { code: now.last_error.code } } : {}) })];
-  }
-  if ((now.failures ?? 0) > (old.failures ?? 0)) {
-    return [row("intent.failed", { intent_id: now.id, data: { code: now.last_error?.code ?? "unknown" } })];
-  }
-  if (now.failures === undefined && now.quarantined_at === undefined && (old.failures !== undefined || old.quarantined_at !== undefined)) {
-    return [row("intent.released", { intent_id: now.id })];
-  }
-  return [];
 }

@@ -16,6 +16,7 @@ describe("parseConfig", () => {
       diskFloorBytes: 64 * 1024 * 1024,
       leases: { uploadSeconds: 900, finalizeSeconds: 300 },
       observationSkewSeconds: 5,
+      attention: { staleAfterSeconds: 1800, deadlineSeconds: 0 },
       quiescenceRules: ["watcher.pane_status"],
     });
     expect(config).toMatchObject({
@@ -57,6 +58,8 @@ describe("parseConfig", () => {
       MAM_REPORT_UPLOAD_TTL_SECONDS: "120",
       MAM_FINALIZE_LEASE_SECONDS: "30",
       MAM_OBSERVATION_SKEW_SECONDS: "30",
+      MAM_STALE_AFTER_SECONDS: "600",
+      MAM_DEADLINE_SECONDS: "3600",
       MAM_AUTO_COMPLETE_SOURCES: "agent.claude-code.stop",
     });
     expect(config.flags).toEqual({
@@ -67,6 +70,7 @@ describe("parseConfig", () => {
       diskFloorBytes: 0,
       leases: { uploadSeconds: 120, finalizeSeconds: 30 },
       observationSkewSeconds: 30,
+      attention: { staleAfterSeconds: 600, deadlineSeconds: 3600 },
       quiescenceRules: ["agent.claude-code.stop"],
     });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });

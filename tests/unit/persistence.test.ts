@@ -224,7 +224,7 @@ describe("JobStoreBase: conditional writes as data", () => {
     expect(store.calls).toEqual([
       {
         method: "insertRecord",
-        args: [job("j"), { status: "pending", recency: job("j").updated_at, owed: null, candidate: null }, {}],
+        args: [job("j"), { status: "pending", recency: job("j").updated_at, owed: null, candidate: null, attention: null }, {}],
       },
       {
         method: "updateRecord",
@@ -236,9 +236,16 @@ describe("JobStoreBase: conditional writes as data", () => {
               { kind: "statusIn", statuses: ["pending"] },
               { kind: "latestAttemptBelow", attempt: 1 },
             ],
-            set: { status: "running", updated_at: "2025-01-15T13:00:00Z", pending_notification: intent, latest_attempt: 1 },
-            // A new dispatch removes the candidate mark in the same write (issue 20).
-            unset: ["progress", "candidate_at"],
+            // Every transition is activity, at its updated_at (issue 20).
+            set: {
+              status: "running",
+              updated_at: "2025-01-15T13:00:00Z",
+              pending_notification: intent,
+              latest_attempt: 1,
+              activity_at: "2025-01-15T13:00:00Z",
+            },
+            // A new dispatch removes the candidate and overdue marks and the old deadline; activity clears the stale mark.
+            unset: ["progress", "candidate_at", "overdue_since", "deadline_at", "stale_since"],
             bump: ["transition_seq", "evidence_seq"],
             // The recency key is the sortable form of updated_at; the owed place is derived from the intent.
             keys: {
@@ -362,6 +369,15 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
   holdLease: (s) => s.holdLease("j", "finalize", { id: "l-1", attempt_id: 1, since: AT, expires_at: AT }, { freeAt: AT }),
   writeObservations: (s) => s.writeObservations("j", 0, { attempt_id: 1, rev: 1, entries: [] }, { bump: false }),
   clearCandidate: (s) => s.clearCandidate("j", { evidenceSeq: 1, observationsRev: 0 }),
+  markAttention: (s) =>
+    s.markAttention("j", {
+      kind: "stale",
+      at: AT,
+      expect: { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 0 },
+      attention: null,
+      intent: { ...intent, id: "i-stale", event: "stale" },
+    }),
+  rekeyAttention: (s) => s.rekeyAttention("j", { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 0 }, AT),
   recordDispatch: (s) =>
     s.recordDispatch({
       job_id: "j",
@@ -386,6 +402,7 @@ describe("JobStoreBase: every write method reaches the commit hooks and the cach
       "list",
       "listOwed",
       "listCandidates",
+      "listAttention",
       "listQuarantined",
       "listEvents",
       "listChanges",

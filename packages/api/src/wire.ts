@@ -1,6 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import {
   ArtifactKind,
+  ATTENTION_OUTCOMES,
   AttemptId,
   CANDIDATE_OUTCOMES,
   DecisionSchema,
@@ -75,6 +76,18 @@ export const ListJobsQuerySchema = z
       description: "`quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`).",
       example: "quarantined",
     }),
+    stale: formValue(z.enum(["true"]).optional()).openapi({
+      description: "`true`: only running jobs the sweep marked stale (no activity for MAM_STALE_AFTER_SECONDS), newest update first.",
+      example: "true",
+    }),
+    overdue: formValue(z.enum(["true"]).optional()).openapi({
+      description: "`true`: only running jobs the sweep marked overdue (past their attempt's deadline), newest update first.",
+      example: "true",
+    }),
+    candidate: formValue(z.enum(["due"]).optional()).openapi({
+      description: "`due`: only running jobs marked candidates whose scheduled evaluation is due now, newest update first.",
+      example: "due",
+    }),
     limit: formValue(z.coerce.number().int().min(1).max(200).default(50)).openapi({ description: "Page size, 1..200.", example: 20 }),
     cursor: formValue(z.string().min(1).max(1024).optional()).openapi({
       description: "`next_cursor` from the previous page.",
@@ -84,7 +97,19 @@ export const ListJobsQuerySchema = z
   .refine((q) => q.owed === undefined || q.status === undefined, {
     path: ["owed"],
     message: "owed and status cannot be combined",
-  });
+  })
+  .refine((q) => [q.owed, q.stale, q.overdue, q.candidate].filter((v) => v !== undefined).length <= 1, {
+    path: ["stale"],
+    message: "owed, stale, overdue and candidate are each a listing of their own: give at most one",
+  })
+  .refine(
+    (q) =>
+      (q.stale === undefined && q.overdue === undefined && q.candidate === undefined) || q.status === undefined || q.status === "running",
+    {
+      path: ["status"],
+      message: "stale, overdue and candidate list running jobs only",
+    },
+  );
 
 export const VerificationQuerySchema = z.strictObject({
   expected_artifacts: formValue(
@@ -403,6 +428,21 @@ export const SweepEvaluationSchema = z
   .describe("The pass's second part, after the notifications: the due candidates the gate evaluated on recorded evidence.")
   .openapi("SweepEvaluation");
 
+export const SweepAttentionSchema = z
+  .strictObject({
+    due: count.describe("running jobs due for a look that the pass read (at most 500)"),
+    stale: count.describe("marked stale: no activity for MAM_STALE_AFTER_SECONDS (a feed row job.stale, a stale notification)"),
+    overdue: count.describe("marked overdue: past their attempt's deadline (a feed row job.overdue, an overdue notification)"),
+    rekeyed: count.describe("looked at, nothing due: the next look moved"),
+    lost_race: count.describe("an activity landed while the sweep looked: left for the next look"),
+    failed: count,
+    results: z
+      .array(z.strictObject({ job_id: z.string(), outcome: z.enum(ATTENTION_OUTCOMES) }))
+      .describe("one per job read, oldest due first"),
+  })
+  .describe("The pass's third part: stale and overdue jobs.")
+  .openapi("SweepAttention");
+
 export const RecoverySweepResultSchema = z
   .strictObject({
     owed: count.describe("owed notifications due now that the sweep read (quarantined ones are not read)"),
@@ -412,6 +452,7 @@ export const RecoverySweepResultSchema = z
     not_tried: count,
     results: z.array(SweepIntentOutcomeSchema).describe("one per intent read, in the order tried"),
     candidates: SweepEvaluationSchema,
+    attention: SweepAttentionSchema,
   })
   .openapi("RecoverySweepResult");
 export type RecoverySweepResult = z.infer<typeof RecoverySweepResultSchema>;

@@ -36,6 +36,7 @@ import {
 import type { DynamoDBRecord } from "aws-lambda";
 import {
   ALL_JOBS,
+  ATTENTION,
   CANDIDATES,
   dispatchSk,
   dueBound,
@@ -59,8 +60,8 @@ import {
   statusPk,
   stripKeys,
 } from "./job-item.ts";
-import { JOB_TABLE_INDEX } from "./job-table.ts";
 import { readSdkFailure, storeFailure } from "./sdk-errors.ts";
+import { JOB_TABLE_INDEX } from "./table-definition.ts";
 
 export interface DynamoJobStoreOptions extends JobStoreOptions {
   /** The low-level client; the store wraps it in a document client of its own. */
@@ -256,13 +257,16 @@ export class DynamoJobStore extends JobStoreBase {
           : [JOB_TABLE_INDEX.byStatus, "gsi1pk", "gsi1sk", statusPk(listing.status)];
     const start =
       after === undefined ? undefined : { pk: jobPk(after[1]), sk: JOB_ITEM_SK, [hash]: hashValue, [range]: `${after[0]}#${after[1]}` };
+    // A marked listing: the status's records, filtered (`carriesMark`'s meaning); a filter reads what it skips.
+    const mark = listing.kind === "recent" && listing.mark !== undefined ? markFilter(listing.mark, listing.dueBy) : undefined;
     const items = await this.#queryUpTo(
       {
         TableName: this.tableName,
         IndexName: index,
         KeyConditionExpression: "#h = :h",
-        ExpressionAttributeNames: { "#h": hash },
-        ExpressionAttributeValues: { ":h": hashValue },
+        ExpressionAttributeNames: { "#h": hash, ...(mark === undefined ? {} : mark.names) },
+        ExpressionAttributeValues: { ":h": hashValue, ...(mark === undefined ? {} : mark.values) },
+        ...(mark === undefined ? {} : { FilterExpression: mark.filter }),
         ScanIndexForward: false,
         ...(start === undefined ? {} : { ExclusiveStartKey: start }),
       },
@@ -302,6 +306,21 @@ export class DynamoJobStore extends JobStoreBase {
       },
       limit,
       "list due candidates",
+    );
+    return items.map((i) => jobRecordOfItem(i));
+  }
+
+  protected async queryAttention(limit: number, dueBy: string): Promise<JobRecord[]> {
+    const items = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        IndexName: JOB_TABLE_INDEX.attention,
+        KeyConditionExpression: "attn_pk = :a AND attn_at <= :due",
+        ExpressionAttributeValues: { ":a": ATTENTION, ":due": dueBound(dueBy) },
+        ScanIndexForward: true,
+      },
+      limit,
+      "list jobs due for attention",
     );
     return items.map((i) => jobRecordOfItem(i));
   }
@@ -526,6 +545,23 @@ export class DynamoJobStore extends JobStoreBase {
  */
 export function recordFromConditionFailure(err: unknown): JobRecord | undefined {
   return jobRecordOfAttributes((err as { Item?: Record<string, AttributeValue> } | null)?.Item);
+}
+
+/** A marked listing's filter as a FilterExpression (`carriesMark`'s meaning). */
+function markFilter(
+  mark: "stale" | "overdue" | "candidate",
+  dueBy: string | undefined,
+): { filter: string; names: Record<string, string>; values: Record<string, unknown> } {
+  switch (mark) {
+    case "stale":
+      return { filter: "attribute_exists(#m)", names: { "#m": "stale_since" }, values: {} };
+    case "overdue":
+      return { filter: "attribute_exists(#m)", names: { "#m": "overdue_since" }, values: {} };
+    case "candidate":
+      return { filter: "#m <= :due", names: { "#m": "candidate_at" }, values: { ":due": dueBy ?? "" } };
+    default:
+      return mark satisfies never;
+  }
 }
 
 function unsupported(why: string, cause?: unknown): MamError {

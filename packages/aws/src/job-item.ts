@@ -16,7 +16,7 @@ import {
   zodIssues,
 } from "@mam/core";
 import type * as Lambda from "aws-lambda";
-import { JOB_TABLE_DEFINITION } from "./job-table.ts";
+import { JOB_TABLE_DEFINITION } from "./table-definition.ts";
 
 /**
  * How a job and what it owns are laid out as items of the job table (see
@@ -54,6 +54,8 @@ export const QUARANTINED = "OWED#QUARANTINED";
  * since a job id starts with a letter or digit). See job-table.ts.
  */
 export const CANDIDATES = "#CANDIDATE";
+/** The attention index's one partition. */
+export const ATTENTION = "ATTENTION";
 export const EVENT_PREFIX = "EVENT#";
 
 export const jobPk = (jobId: string): string => `JOB#${jobId}`;
@@ -86,6 +88,11 @@ export function indexAttributes(jobId: string, keys: DerivedKeys): { set: Record
   else if (keys.owed !== undefined) {
     set.owed_pk = keys.owed.part === "due" ? OWED : QUARANTINED;
     set.owed_at = `${keys.owed.at}#${jobId}`;
+  }
+  if (keys.attention === null) remove.push("attn_pk", "attn_at");
+  else if (keys.attention !== undefined) {
+    set.attn_pk = ATTENTION;
+    set.attn_at = `${keys.attention}#${jobId}`;
   }
   if (keys.candidate === null) remove.push("feed_job", "feed_job_sk");
   else if (keys.candidate !== undefined) {

@@ -1,6 +1,14 @@
-import { type AttributeValue, type DynamoDBClient, GetItemCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
+import {
+  type AttributeValue,
+  DescribeTableCommand,
+  type DynamoDBClient,
+  GetItemCommand,
+  PutItemCommand,
+  UpdateTableCommand,
+} from "@aws-sdk/client-dynamodb";
 import { MamError, type MigrationResult, type MigrationStep, pendingSteps, storeBehindCode } from "@mam/core";
 import { storeFailure } from "./sdk-errors.ts";
+import { JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./table-definition.ts";
 
 /**
  * The job table's schema versions and the steps between them.
@@ -19,6 +27,7 @@ import { storeFailure } from "./sdk-errors.ts";
  *
  *   version 1 ... the layout of every table before versions (no SCHEMA item)
  *   version 2 ... the SCHEMA/VERSION item itself (no job item changes)
+ *   version 3 ... the attention index (issue 20), which a table made before it lacks
  *
  * Who runs the steps: `mam migrate --table NAME` runs all of them; a function, where
  * it starts (`prepareJobTable`), runs the steps marked `cheap` (a few requests, no
@@ -32,6 +41,8 @@ export const TABLE_VERSION_KEY = { pk: "SCHEMA", sk: "VERSION" } as const;
 export interface TableTarget {
   readonly client: DynamoDBClient;
   readonly tableName: string;
+  /** Who runs the step: a function where it starts (`cheap`), or `mam migrate` (`all`); the runner says. */
+  readonly run?: "cheap" | "all";
 }
 
 /** The first version of the table: the one a table without the version item is at. */
@@ -44,6 +55,15 @@ export const TABLE_STEPS: readonly MigrationStep<TableTarget>[] = [
     cheap: true,
     // The bump after it is the whole step.
     up: () => {},
+  },
+  {
+    version: 3,
+    describe:
+      "the attention index (GSI attention: attn_pk, attn_at; issue 20): one DescribeTable where the stack's template or createJobTable made it; on a table made before it, `mam migrate` adds it and waits until DynamoDB has back-filled it",
+    // Cheap where the index is there (every stack deployed from this template); where it
+    // is not, a function refuses, naming `mam migrate`, which adds it.
+    cheap: true,
+    up: (target) => ensureJobTableIndex(target, JOB_TABLE_INDEX.attention),
   },
 ];
 
@@ -130,7 +150,7 @@ export async function migrateJobTable(target: TableTarget, opts: TableMigrationO
   }
   const applied: { version: number; describe: string }[] = [];
   for (const step of pending) {
-    await step.up(target);
+    await step.up({ ...target, run: opts.run });
     await bumpTableVersion(target, step, (opts.now?.() ?? new Date()).toISOString());
     applied.push({ version: step.version, describe: step.describe });
     opts.onStep?.(step.version);
@@ -163,4 +183,62 @@ export function afterTableReady<T extends object>(store: T, ready: () => Promise
       };
     },
   });
+}
+
+/**
+ * A storage step's way to an index of `JOB_TABLE_DEFINITION` a table made before it
+ * lacks (a table the stack's template or `createJobTable` made has it: one
+ * `DescribeTable`, nothing more). Where a function starts (`run: "cheap"`) a missing
+ * index is refused, naming `mam migrate`; `mam migrate` (`run: "all"`) adds it with one
+ * `UpdateTable` (DynamoDB back-fills it from the items) and waits until it is ACTIVE.
+ */
+export async function ensureJobTableIndex(target: TableTarget, indexName: string, opts: { timeoutMs?: number } = {}): Promise<void> {
+  const { client, tableName } = target;
+  const describe = async () => {
+    try {
+      return (await client.send(new DescribeTableCommand({ TableName: tableName }))).Table;
+    } catch (err) {
+      throw storeFailure(err, `describe table ${tableName}`);
+    }
+  };
+  const found = (await describe())?.GlobalSecondaryIndexes?.find((g) => g.IndexName === indexName);
+  if (found?.IndexStatus === "ACTIVE") return;
+  if (found === undefined) {
+    if (target.run !== "all") {
+      throw new MamError(
+        "store.version",
+        `table ${tableName} has no index ${indexName}, which this mam reads: run \`${migrateCommand(tableName)}\` (or deploy the stack's template, which has it), then retry; nothing was written`,
+        { details: { index: indexName, command: migrateCommand(tableName) } },
+      );
+    }
+    const def = JOB_TABLE_DEFINITION.GlobalSecondaryIndexes.find((g) => g.IndexName === indexName);
+    if (def === undefined) throw new MamError("internal", `no index ${indexName} in the job table's definition`);
+    const names = new Set<string>(def.KeySchema.map((k) => k.AttributeName));
+    try {
+      await client.send(
+        new UpdateTableCommand({
+          TableName: tableName,
+          AttributeDefinitions: JOB_TABLE_DEFINITION.AttributeDefinitions.filter((a) => names.has(a.AttributeName)).map((a) => ({ ...a })),
+          GlobalSecondaryIndexUpdates: [
+            {
+              Create: {
+                IndexName: def.IndexName,
+                KeySchema: def.KeySchema.map((k) => ({ ...k })),
+                Projection: { ...def.Projection },
+              },
+            },
+          ],
+        }),
+      );
+    } catch (err) {
+      throw storeFailure(err, `add index ${indexName} to table ${tableName}`);
+    }
+  }
+  const deadline = Date.now() + (opts.timeoutMs ?? 30 * 60_000);
+  for (;;) {
+    const index = (await describe())?.GlobalSecondaryIndexes?.find((g) => g.IndexName === indexName);
+    if (index?.IndexStatus === "ACTIVE") return;
+    if (Date.now() > deadline) throw storeFailure(new Error(`index ${indexName} did not become ACTIVE in time`), `add index ${indexName}`);
+    await new Promise((r) => setTimeout(r, 1000));
+  }
 }

@@ -62,17 +62,22 @@ export async function startService(
 
   const sweep = async (graceMs: number) => {
     try {
-      const { notifications: r, candidates: e } = await sweepPass(deps, {
+      const {
+        notifications: r,
+        candidates: e,
+        attention: a,
+      } = await sweepPass(deps, {
         policy: config.sweep,
         graceMs,
         budgetMs: config.sweepBudgetSeconds * 1000,
         evaluation: config.sweepEvaluation,
         log: (entry) => logEvent(logger, entry),
       });
-      if (r.owed > 0 || e.due > 0) {
+      if (r.owed > 0 || e.due > 0 || a.stale > 0 || a.overdue > 0 || a.failed > 0) {
         const counts = { owed: r.owed, sent: r.sent, failed: r.failed, quarantined: r.quarantined, not_tried: r.not_tried };
         const evaluated = { due: e.due, completed: e.completed, held: e.held, kept: e.kept, failed: e.failed, not_tried: e.not_tried };
-        logger.info("sweep", { ...counts, candidates: evaluated });
+        const { results: _looks, ...looked } = a;
+        logger.info("sweep", { ...counts, candidates: evaluated, attention: looked });
       }
     } catch (e) {
       logger.warn("sweep failed", { detail: isMamError(e) ? e.message : String(e) });

@@ -12,7 +12,7 @@ export interface paths {
     };
     /**
      * List jobs, newest first, paged
-     * @description Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead.
+     * @description Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead. With `stale=true`, `overdue=true` or `candidate=due`, only the running jobs carrying that mark (issue 20): read as the running jobs filtered, so a page costs the running jobs read, not only those listed.
      */
     get: operations["listJobs"];
     put?: never;
@@ -302,7 +302,7 @@ export interface paths {
     put?: never;
     /**
      * Re-send every owed notification that is due, then evaluate the due candidates
-     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep. Then, never before, the pass evaluates the jobs marked candidates that are due (at most MAM_SWEEP_EVALUATIONS, until MAM_SWEEP_EVALUATION_MIB of reports hashed), oldest due first, on the scenario mam builds from what it recorded: `candidates`.
+     * @description The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep. Then, never before, the pass evaluates the jobs marked candidates that are due (at most MAM_SWEEP_EVALUATIONS, until MAM_SWEEP_EVALUATION_MIB of reports hashed), oldest due first, on the scenario mam builds from what it recorded: `candidates`. Last, the running jobs due for a look: each marked stale (no activity for MAM_STALE_AFTER_SECONDS) or overdue (past its attempt's deadline) once, with a feed row and a notification: `attention`.
      */
     post: operations["runRecoverySweep"];
     delete?: never;
@@ -554,7 +554,7 @@ export interface components {
         seq: number;
         reason?: string;
         /** @enum {string} */
-        by?: "agent" | "operator" | "gate";
+        by?: "agent" | "operator" | "gate" | "sweep";
         /** Format: date-time */
         created_at: string;
         failures?: number;
@@ -635,6 +635,16 @@ export interface components {
       };
       /** Format: date-time */
       candidate_at?: string;
+      /** Format: date-time */
+      activity_at?: string;
+      /** Format: date-time */
+      deadline_at?: string;
+      /** Format: date-time */
+      stale_since?: string;
+      /** Format: date-time */
+      overdue_since?: string;
+      /** Format: date-time */
+      attention_at?: string;
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -738,6 +748,8 @@ export interface components {
       };
       /** Format: date-time */
       recorded_at: string;
+      /** Format: date-time */
+      deadline_at?: string;
     };
     /** @description A dispatch of the job: the attempt (greater than the latest) and where it runs. */
     DispatchRequest: {
@@ -750,6 +762,7 @@ export interface components {
         started_at?: string;
         workspace_revision?: string;
       };
+      deadline_seconds?: number;
     };
     /** @description The job is already completed by this agent's attempt, on the report it shows (its bytes hash to the pinned `report_sha256`): nothing was written. Any other request on a terminal job is refused as before. */
     AlreadyCompleted: {
@@ -989,6 +1002,8 @@ export interface components {
         | "report.finalized"
         | "observation.recorded"
         | "observation.overflowed"
+        | "job.stale"
+        | "job.overdue"
         | "intent.published"
         | "intent.failed"
         | "intent.superseded"
@@ -1019,6 +1034,7 @@ export interface components {
       /** @description one per intent read, in the order tried */
       results: components["schemas"]["SweepIntentOutcome"][];
       candidates: components["schemas"]["SweepEvaluation"];
+      attention: components["schemas"]["SweepAttention"];
     };
     SweepIntentOutcome: {
       job_id: string;
@@ -1065,6 +1081,26 @@ export interface components {
         /** @enum {string} */
         outcome: "completed" | "held" | "kept" | "lost_race" | "failed" | "not_tried";
         reason?: string;
+      }[];
+    };
+    /** @description The pass's third part: stale and overdue jobs. */
+    SweepAttention: {
+      /** @description running jobs due for a look that the pass read (at most 500) */
+      due: number;
+      /** @description marked stale: no activity for MAM_STALE_AFTER_SECONDS (a feed row job.stale, a stale notification) */
+      stale: number;
+      /** @description marked overdue: past their attempt's deadline (a feed row job.overdue, an overdue notification) */
+      overdue: number;
+      /** @description looked at, nothing due: the next look moved */
+      rekeyed: number;
+      /** @description an activity landed while the sweep looked: left for the next look */
+      lost_race: number;
+      failed: number;
+      /** @description one per job read, oldest due first */
+      results: {
+        job_id: string;
+        /** @enum {string} */
+        outcome: "stale" | "overdue" | "rekeyed" | "lost_race" | "failed" | "not_tried";
       }[];
     };
     RecoverySweepRequest: {
@@ -1118,6 +1154,12 @@ export interface operations {
         status?: "pending" | "running" | "completed" | "error" | "cancelled";
         /** @description `quarantined`: only jobs whose owed notification is quarantined, most recently quarantined first (not with `status`). */
         owed?: "quarantined";
+        /** @description `true`: only running jobs the sweep marked stale (no activity for MAM_STALE_AFTER_SECONDS), newest update first. */
+        stale?: "true";
+        /** @description `true`: only running jobs the sweep marked overdue (past their attempt's deadline), newest update first. */
+        overdue?: "true";
+        /** @description `due`: only running jobs marked candidates whose scheduled evaluation is due now, newest update first. */
+        candidate?: "due";
         /** @description Page size, 1..200. */
         limit?: number;
         /** @description `next_cursor` from the previous page. */

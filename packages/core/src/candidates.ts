@@ -1,3 +1,4 @@
+import { type AttentionDeps, type AttentionResult, reviewAttention } from "./attention.ts";
 import type { Using } from "./deps.ts";
 import { isMamError, MamError } from "./errors.ts";
 import { type GateDeps, RECORDED } from "./gate.ts";
@@ -164,26 +165,31 @@ function meteredReports(reports: ReportStore, meter: { bytes: number }): ReportS
   });
 }
 
-/** What one sweep pass did: the owed notifications first, then the due candidates. */
+/** What one sweep pass did: the owed notifications first, then the due candidates, then the jobs due for attention. */
 export interface SweepPassResult {
   readonly notifications: RecoveryResult;
   readonly candidates: EvaluationResult;
+  readonly attention: AttentionResult;
 }
 
 export type SweepDeps = CandidateDeps &
+  AttentionDeps &
   Using<OwedNotifications & JobEventLog & Pick<JobRecords, "get">, "publisher" | "clock" | "ids" | "metrics">;
 
 /**
  * One sweep pass, the same on every root (the `mam serve` timer, the scheduled
  * function, `POST /v1/recovery-sweeps`): every owed notification due, within the
  * pass's time budget and never limited by evaluation; then the due candidates within
- * their own budget.
+ * their own budget; then the jobs due for attention (stale, overdue: attention.ts).
  */
 export async function sweepPass(
   deps: SweepDeps,
   opts: RecoverOptions & { readonly evaluation: EvaluationBudget },
 ): Promise<SweepPassResult> {
   const notifications = await recoverNotifications(deps, opts);
-  const candidates = await evaluateDueCandidates(deps, { budget: opts.evaluation, ...(opts.log === undefined ? {} : { log: opts.log }) });
-  return { notifications, candidates };
+  const log = opts.log === undefined ? {} : { log: opts.log };
+  const candidates = await evaluateDueCandidates(deps, { budget: opts.evaluation, ...log });
+  // Stale and overdue marks owe notifications: the next pass (or the path that publishes each commit) sends them.
+  const attention = await reviewAttention(deps, log);
+  return { notifications, candidates, attention };
 }

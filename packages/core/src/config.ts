@@ -249,6 +249,16 @@ export const EnvSchema = z.object({
     "core (API)",
     "How far an observation's `observed_at` may lie after the moment mam received it (its sender's clock running ahead), 0 to 300; later is `400` naming `observed_at`, nothing written. Also how far a posted scenario's times may lie after mam's clock.",
   ),
+  MAM_STALE_AFTER_SECONDS: setting(
+    int("MAM_STALE_AFTER_SECONDS", 1800, 60, 30 * 86_400),
+    "core (API, CLI), sweep",
+    "A running job with no activity (a transition, a dispatch, a report write, an observation, a `working` sighted again) for this long is marked stale by the sweep, once: a feed row `job.stale` and one `stale` notification; the next activity clears the mark. 60 to 2592000. Listed by `GET /v1/jobs?stale=true`.",
+  ),
+  MAM_DEADLINE_SECONDS: setting(
+    int("MAM_DEADLINE_SECONDS", 0, 0, 30 * 86_400),
+    "core (API, CLI), sweep",
+    "The start-to-close deadline of a dispatch that names none (`deadline_seconds`), in seconds from the dispatch; 0: none. A running job past its attempt's deadline is marked overdue by the sweep, once: a feed row `job.overdue` and one `overdue` notification; the next dispatch clears it. Listed by `GET /v1/jobs?overdue=true`.",
+  ),
   // How long a finalize in progress holds its attempt at most (issue 17): a process that
   // crashed mid-finalize wedges the attempt for no longer than this.
   MAM_FINALIZE_LEASE_SECONDS: setting(
@@ -430,6 +440,8 @@ export interface Flags {
   readonly leases: LeaseBounds;
   /** How far a sender's `observed_at` may lie after mam received it, in seconds (MAM_OBSERVATION_SKEW_SECONDS). */
   readonly observationSkewSeconds: number;
+  /** When a running job is stale (MAM_STALE_AFTER_SECONDS) and the deadline of a dispatch that names none (MAM_DEADLINE_SECONDS; 0: none). */
+  readonly attention: { readonly staleAfterSeconds: number; readonly deadlineSeconds: number };
 }
 
 /** Bounds on the one upload in flight and the one finalize in progress of an attempt (issue 17). */
@@ -519,6 +531,7 @@ function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined
     diskFloorBytes: e.MAM_DISK_FLOOR_BYTES,
     leases: { uploadSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS, finalizeSeconds: e.MAM_FINALIZE_LEASE_SECONDS },
     observationSkewSeconds: e.MAM_OBSERVATION_SKEW_SECONDS,
+    attention: { staleAfterSeconds: e.MAM_STALE_AFTER_SECONDS, deadlineSeconds: e.MAM_DEADLINE_SECONDS },
   };
   const sweep: SweepPolicy = { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 };
   return deepFreeze({

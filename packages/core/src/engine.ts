@@ -299,6 +299,9 @@ export async function transitionJob(
     set: set as JobChange["set"],
     ...(Object.keys(evidence).length === 0 ? {} : { evidence }),
     note: noteOf(actor),
+    // Becoming running puts the job in the attention index, due now: the sweep's first
+    // look sets its key from the whole record (its deadline, its activity).
+    ...(input.action === "claim" ? { activity: { at: now, attention: now } } : {}),
   };
   const record = await deps.jobs.transition(jobId, expectedSeq, change);
   deps.metrics?.transition(input.action);

@@ -60,7 +60,7 @@ export type FeedRef =
   | { readonly op: "ref"; readonly side: "note"; readonly path: readonly [NoteFact, ...string[]] };
 
 /** The facts of a `ChangeNote` a rule may read (the actor is every row's). */
-type NoteFact = "staged" | "declared" | "observed" | "overflowed";
+type NoteFact = "staged" | "declared" | "observed" | "overflowed" | "marked";
 
 /**
  * A value: a field (`ref`), a literal, the first present of two (`coalesce`), the
@@ -159,6 +159,8 @@ const OBSERVED = all(EVIDENCE, not(DISPATCHED), not(FINALIZED), present(note("ob
 const OVERFLOWED = all(EVIDENCE, not(DISPATCHED), not(FINALIZED), absent(note("observed")), present(note("overflowed")));
 /** An evidence write that is neither a dispatch, a finalize nor an observation: a report's stage or an upload's declaration. */
 const REPORT_WRITE = all(EVIDENCE, not(DISPATCHED), not(FINALIZED), absent(note("observed")), absent(note("overflowed")));
+/** The sweep's mark (the note's `marked`): a fact of the write's shape, so every other write's rules fold it away. */
+const MARKED = present(note("marked"));
 
 const QUARANTINED = all(
   SAME_INTENT,
@@ -204,7 +206,9 @@ const ACTION: FeedValue = {
  *   (the note declares an upload), else `report.staged`;
  * - else (bookkeeping on the owed intent): `intent.published` (settled),
  *   `intent.superseded` (replaced), `intent.quarantined`, `intent.failed` or
- *   `intent.released`; or nothing (a revise that rewrote the same marks).
+ *   `intent.released`; or nothing (a revise that rewrote the same marks); and, for
+ *   the sweep's mark (the note's `marked`), `job.stale` or `job.overdue` after the
+ *   `intent.superseded` of the intent its own replaced, if one was owed.
  */
 export const FEED_RULES: readonly FeedRule[] = [
   { kind: "job.registered", when: CREATED, data: { status: after("status") } },
@@ -280,6 +284,19 @@ export const FEED_RULES: readonly FeedRule[] = [
     data: { code: coalesce(after("pending_notification", "last_error", "code"), literal("unknown")) },
   },
   { kind: "intent.released", when: all(BOOKKEEPING, RELEASED), intent_id: after("pending_notification", "id") },
+  // The sweep's attention marks (issue 20, part 4): bookkeeping whose note says which, with the intent it owes.
+  {
+    kind: "job.stale",
+    when: all(BOOKKEEPING, MARKED, eq(note("marked", "mark"), literal("stale"))),
+    intent_id: after("pending_notification", "id"),
+    data: { since: after("stale_since") },
+  },
+  {
+    kind: "job.overdue",
+    when: all(BOOKKEEPING, MARKED, eq(note("marked", "mark"), literal("overdue"))),
+    intent_id: after("pending_notification", "id"),
+    data: { deadline_at: after("deadline_at") },
+  },
 ];
 
 // ---- a write's shape, and the rules folded by it
@@ -311,6 +328,8 @@ export interface FeedWriteShape {
   readonly statusBefore?: string;
   /** The status the write sets, where it sets one. */
   readonly statusAfter?: string;
+  /** The write is the sweep's mark (its note's `marked`); absent: it is not. */
+  readonly marked?: true;
 }
 
 /** Each class's facts: the kind-of-write predicates it decides (by identity: the rules share these objects). */
@@ -359,7 +378,8 @@ export function feedShapeOf(write: RecordWrite): FeedWriteShape {
   if (pinned !== 1) statusBefore = undefined;
   const setStatus = write.set.status;
   const statusAfter = typeof setStatus === "string" ? setStatus : undefined;
-  const key = shapeKey(writeClass, fields, statusBefore, statusAfter);
+  const marked = write.feed?.marked !== undefined;
+  const key = shapeKey(writeClass, fields, statusBefore, statusAfter, marked);
   return SHAPES.get(key, () => {
     const shape: FeedWriteShape = {
       writeClass,
@@ -367,6 +387,7 @@ export function feedShapeOf(write: RecordWrite): FeedWriteShape {
       removed: FEED_BEFORE_FIELDS.filter((_, i) => fields[i] === "r"),
       ...(statusBefore === undefined ? {} : { statusBefore }),
       ...(statusAfter === undefined ? {} : { statusAfter }),
+      ...(marked ? { marked: true as const } : {}),
     };
     KEYS.set(shape, key);
     return shape;
@@ -379,8 +400,14 @@ const SHAPES = new KeptByKey<string, FeedWriteShape>();
 const KEYS = new WeakMap<FeedWriteShape, string>();
 
 /** A shape's key: its class, a letter per feed field (`u` left alone, `r` removed, `t` touched), the statuses it knows. */
-function shapeKey(writeClass: FeedWriteClass, fields: string, statusBefore: string | undefined, statusAfter: string | undefined): string {
-  return `${writeClass}:${fields}:${statusBefore ?? ""}:${statusAfter ?? ""}`;
+function shapeKey(
+  writeClass: FeedWriteClass,
+  fields: string,
+  statusBefore: string | undefined,
+  statusAfter: string | undefined,
+  marked: boolean,
+): string {
+  return `${writeClass}:${fields}:${statusBefore ?? ""}:${statusAfter ?? ""}${marked ? ":m" : ""}`;
 }
 
 interface Folding {
@@ -512,7 +539,7 @@ export function feedShapeKey(shape: FeedWriteShape): string {
   if (key === undefined) {
     let fields = "";
     for (const field of FEED_BEFORE_FIELDS) fields += shape.removed.includes(field) ? "r" : shape.untouched.includes(field) ? "u" : "t";
-    key = shapeKey(shape.writeClass, fields, shape.statusBefore, shape.statusAfter);
+    key = shapeKey(shape.writeClass, fields, shape.statusBefore, shape.statusAfter, shape.marked === true);
     KEYS.set(shape, key);
   }
   return key;
@@ -531,7 +558,7 @@ const FOLDED = new KeptByKey<string, readonly FeedRule[]>();
 export function feedRulesOf(shape: FeedWriteShape): readonly FeedRule[] {
   return FOLDED.get(feedShapeKey(shape), () => {
     const folding: Folding = {
-      facts: CLASS_FACTS[shape.writeClass],
+      facts: new Map([...CLASS_FACTS[shape.writeClass], [MARKED, shape.marked === true]]),
       untouched: new Set(shape.writeClass === "create" ? [] : shape.untouched),
       removed: new Set(shape.writeClass === "create" ? [] : shape.removed),
       status: {

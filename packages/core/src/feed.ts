@@ -20,6 +20,8 @@ export const CHANGE_KINDS = [
   "report.finalized",
   "observation.recorded",
   "observation.overflowed",
+  "job.stale",
+  "job.overdue",
   "intent.published",
   "intent.failed",
   "intent.superseded",
@@ -75,6 +77,8 @@ export interface ChangeNote {
   readonly observed?: { readonly source: string; readonly source_kind: string; readonly state: string };
   /** A source's class passed its bound (`evidence_overflow`): who, and which bound. */
   readonly overflowed?: { readonly source: string; readonly bound: string };
+  /** The sweep marked the job stale or overdue (`markAttention`). */
+  readonly marked?: { readonly mark: "stale" | "overdue" };
 }
 
 export const ChangeNoteSchema = z.strictObject({
@@ -83,6 +87,7 @@ export const ChangeNoteSchema = z.strictObject({
   declared: z.strictObject({ sha256: z.string().max(64), bytes: z.number().int().min(0) }).optional(),
   observed: z.strictObject({ source: z.string().max(140), source_kind: z.string().max(64), state: z.string().max(16) }).optional(),
   overflowed: z.strictObject({ source: z.string().max(140), bound: z.string().max(16) }).optional(),
+  marked: z.strictObject({ mark: z.enum(["stale", "overdue"]) }).optional(),
 });
 
 /** The feed actor of an engine actor: an operator or an agent, with its token's id when a token was used. */

@@ -1,5 +1,6 @@
 export * from "./allowlist.ts";
 export * from "./answers.ts";
+export * from "./attention.ts";
 export * from "./bounds.ts";
 export * from "./candidates.ts";
 export * from "./config.ts";

@@ -15,7 +15,15 @@ import {
   type UpdateOutcome,
 } from "./persistence.ts";
 import type { Clock, FeedPage, ReportStore } from "./ports.ts";
-import { applyRecordWrite, type DerivedKeys, owedPlaceOf, type RecordWrite, sortableTime, writeHolds } from "./record-write.ts";
+import {
+  applyRecordWrite,
+  carriesMark,
+  type DerivedKeys,
+  owedPlaceOf,
+  type RecordWrite,
+  sortableTime,
+  writeHolds,
+} from "./record-write.ts";
 import type { DispatchRecord, EventLogEntry, JobRecord } from "./schemas.ts";
 
 /**
@@ -136,6 +144,7 @@ export class MemoryJobStore extends JobStoreBase {
     const keyed: [Position, JobRecord][] = [];
     for (const r of this.#jobs.values()) {
       if (listing.kind === "recent") {
+        if (listing.mark !== undefined && !carriesMark(r, listing.mark, listing.dueBy)) continue;
         if (listing.status === undefined || r.status === listing.status) keyed.push([[sortableTime(r.updated_at), r.job_id], r]);
       } else if (r.pending_notification?.quarantined_at !== undefined) {
         keyed.push([[sortableTime(r.pending_notification.quarantined_at), r.job_id], r]);
@@ -161,10 +170,20 @@ export class MemoryJobStore extends JobStoreBase {
   }
 
   protected async queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]> {
+    return this.#byKey(limit, dueBy, (r) => r.candidate_at);
+  }
+
+  protected async queryAttention(limit: number, dueBy: string): Promise<JobRecord[]> {
+    return this.#byKey(limit, dueBy, (r) => r.attention_at);
+  }
+
+  /** Records whose time `key` (sortable) is at or before `dueBy`, by (key, job_id) ascending: a sparse index's reference. */
+  #byKey(limit: number, dueBy: string, key: (r: JobRecord) => string | undefined): JobRecord[] {
     const due: [string, JobRecord][] = [];
     for (const record of this.#jobs.values()) {
-      if (record.candidate_at === undefined) continue;
-      const at = sortableTime(record.candidate_at);
+      const k = key(record);
+      if (k === undefined) continue;
+      const at = sortableTime(k);
       if (at <= dueBy) due.push([at, record]);
     }
     due.sort(([a, x], [b, y]) => compare([a, x.job_id], [b, y.job_id]));

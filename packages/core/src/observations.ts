@@ -92,7 +92,9 @@ export async function recordObservation(
         entries: entries.map((e) => (e.seq === seen.seq ? seen : e)),
       };
       const candidate = repeatCandidate(job, next, last, seen, deps.flags.quiescenceRules);
-      const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: false, ...candidate });
+      // A `working` sighted again is activity (it clears a stale mark); any other repeat is not.
+      const activity = seen.state === "working" ? { activity: { at: receivedAt } } : {};
+      const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: false, ...candidate, ...activity });
       if (written !== undefined) return { observation: seen, coalesced: true, job: written };
       continue;
     }
@@ -126,7 +128,7 @@ export async function recordObservation(
     const note = noteOf(actor, { observed: { source, source_kind: observation.source_kind, state: observation.state } });
     const due = candidateDueOf(next, job.agent, deps.flags.quiescenceRules);
     const candidate = due === null && job.candidate_at === undefined ? {} : { candidate: due };
-    const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note, ...candidate });
+    const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note, ...candidate, activity: { at: receivedAt } });
     if (written !== undefined) return { observation, coalesced: false, job: written };
   }
   throw new MamError(

@@ -4,6 +4,9 @@ import { assertJobId } from "./engine.ts";
 import { MamError } from "./errors.ts";
 import { type ChangeNote, ChangeNoteSchema, type ChangeQuery, storedFeedPage, storedRowsOf } from "./feed.ts";
 import {
+  type Activity,
+  type AttentionExpectation,
+  type AttentionMark,
   type CandidateExpectation,
   type EvidenceChange,
   type EvidenceGuard,
@@ -11,6 +14,8 @@ import {
   type FeedPage,
   FIXED_JOB_FIELDS,
   type JobChange,
+  type JobListQuery,
+  type JobMark,
   type JobStore,
   type LeaseExpectation,
   type ObservationWriteOptions,
@@ -45,6 +50,7 @@ import {
   LeaseSchema,
   NON_TERMINAL,
   type NotificationIntent,
+  NotificationIntentSchema,
   type ObservationSet,
   ObservationSetSchema,
   type Status,
@@ -135,6 +141,8 @@ export abstract class JobStoreBase implements JobStore {
   protected abstract queryOwed(limit: number, dueBy: string | undefined): Promise<JobRecord[]>;
   /** Up to `limit` records whose candidate key (`keysOf(record).candidate`) is at or before `dueBy` (sortable), by (key, job_id) ascending. */
   protected abstract queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]>;
+  /** The same over the attention key (`keysOf(record).attention`). */
+  protected abstract queryAttention(limit: number, dueBy: string): Promise<JobRecord[]>;
   /**
    * The feed after the adapter's own position `after` (absent: from the start): at
    * most `limit` rows, stopping at the first later than `upTo` (sortable); `cursor`
@@ -228,7 +236,9 @@ export abstract class JobStoreBase implements JobStore {
   async transition(jobId: string, expectedSeq: ExpectedSeq, change: JobChange): Promise<JobRecord> {
     assertJobId(jobId);
     const checked = checkChange(change);
-    const write = changeWriteOf(jobId, expectedSeq, checked, ["transition_seq"]);
+    // Every transition is activity, at its updated_at, unless the change says more (the attention key a claim sets).
+    const activity = change.activity ?? (checked.set.updated_at === undefined ? undefined : { at: checked.set.updated_at });
+    const write = withActivity(changeWriteOf(jobId, expectedSeq, checked, ["transition_seq"]), activity && checkActivity(activity));
     return this.#conflictingWrite("transition", write, expectedSeq, checked);
   }
 
@@ -236,7 +246,10 @@ export abstract class JobStoreBase implements JobStore {
     assertJobId(jobId);
     const evidence = checkEvidenceChange(change);
     const checked = checkChange(evidenceWriteOf(evidence));
-    const write = withCandidate(changeWriteOf(jobId, NO_CONCURRENCY_CHECK, checked, []), evidence.candidate);
+    const write = withActivity(
+      withCandidate(changeWriteOf(jobId, NO_CONCURRENCY_CHECK, checked, []), evidence.candidate),
+      evidence.activity,
+    );
     return this.#conflictingWrite("recordEvidence", write, NO_CONCURRENCY_CHECK, checked);
   }
 
@@ -253,8 +266,16 @@ export abstract class JobStoreBase implements JobStore {
     throw conflictFor(outcome.current, expectedSeq, change.from, change.evidence);
   }
 
-  async list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>> {
+  async list(query: JobListQuery): Promise<Page<JobRecord>> {
     const limit = checkLimit(query.limit);
+    if (query.mark !== undefined) {
+      // The marks are on running jobs: a status listing, filtered.
+      const listing = `jobs/running/${query.mark}`;
+      const after = query.cursor === undefined ? undefined : unwrapPosition(listing, query.cursor);
+      const dueBy = query.mark === "candidate" ? { dueBy: sortableTime(checkDueTime(query.dueBy ?? "")) } : {};
+      const records = await this.queryJobs({ kind: "recent", status: "running", mark: query.mark, ...dueBy }, after, limit + 1);
+      return jobPage(listing, records, limit, (r) => sortableTime(r.updated_at));
+    }
     const listing = query.status === undefined ? "jobs" : `jobs/${query.status}`;
     const after = query.cursor === undefined ? undefined : unwrapPosition(listing, query.cursor);
     const records = await this.queryJobs(
@@ -322,10 +343,11 @@ export abstract class JobStoreBase implements JobStore {
       // A coalesced repeat tells the feed nothing (no row): only a write that bumps does.
       ...(opts.bump ? { feed: checkNote(opts.note) ?? {} } : {}),
     };
+    const written = withActivity(write, opts.activity && checkActivity(opts.activity));
     const outcome = await this.#write(
       "writeObservations",
       jobId,
-      () => this.updateRecord(write),
+      () => this.updateRecord(written),
       (o) => (o.written ? { committed: true, record: o.record } : { committed: false }),
     );
     if (outcome.written) return outcome.record;
@@ -357,6 +379,48 @@ export abstract class JobStoreBase implements JobStore {
   async listCandidates(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]> {
     checkLimit(limit);
     return this.queryCandidates(limit, sortableTime(checkDueTime(query.dueBy)));
+  }
+
+  async markAttention(jobId: string, mark: AttentionMark): Promise<boolean> {
+    assertJobId(jobId);
+    const at = checkDueTime(mark.at);
+    if (mark.kind !== "stale" && mark.kind !== "overdue") throw new MamError("internal", `no attention mark ${String(mark.kind)}`);
+    const intent = NotificationIntentSchema.safeParse(mark.intent);
+    if (!intent.success)
+      throw new MamError("internal", "an attention mark's intent is not valid", { issues: zodIssues(intent.error, "intent") });
+    const attention = mark.attention === null ? null : checkDueTime(mark.attention);
+    return this.#boolWrite("markAttention", {
+      jobId,
+      conditions: attentionConditions(mark.expect, [mark.expect.status]),
+      set: {
+        [mark.kind === "stale" ? "stale_since" : "overdue_since"]: at,
+        pending_notification: intent.data,
+        ...(attention === null ? {} : { attention_at: attention }),
+      },
+      unset: attention === null ? ["attention_at"] : [],
+      bump: [],
+      keys: { owed: owedPlaceOf(intent.data as NotificationIntent), attention: attention === null ? null : sortableTime(attention) },
+      feed: { ...(checkNote(mark.note) ?? {}), marked: { mark: mark.kind } },
+    });
+  }
+
+  async rekeyAttention(jobId: string, expect: AttentionExpectation, attention: string | null): Promise<boolean> {
+    assertJobId(jobId);
+    const at = attention === null ? null : checkDueTime(attention);
+    // A mark: no sequence, no feed row, no activity.
+    return this.#boolWrite("rekeyAttention", {
+      jobId,
+      conditions: attentionConditions(expect, NON_TERMINAL),
+      set: at === null ? {} : { attention_at: at },
+      unset: at === null ? ["attention_at"] : [],
+      bump: [],
+      keys: { attention: at === null ? null : sortableTime(at) },
+    });
+  }
+
+  async listAttention(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]> {
+    checkLimit(limit);
+    return this.queryAttention(limit, sortableTime(checkDueTime(query.dueBy)));
   }
 
   /** A write that answers whether it wrote: false when its condition lost, `job.notFound` when there is no record. */
@@ -549,8 +613,20 @@ export abstract class JobStoreBase implements JobStore {
 /** A listing's position: the key of the last item handed out (a `sortableTime`) and its id. */
 export type Position = readonly [key: string, id: string];
 
-/** Which records a job listing reads. */
-export type JobListing = { readonly kind: "recent"; readonly status?: Status } | { readonly kind: "quarantined" };
+/**
+ * Which records a job listing reads: `recent`, `status`'s only when given, and with
+ * `mark` only the running jobs carrying it (`stale`: `stale_since`; `overdue`:
+ * `overdue_since`; `candidate`: a `candidate_at` at or before `dueBy`, sortable) —
+ * a filter over the status's records, in the same order.
+ */
+export type JobListing =
+  | {
+      readonly kind: "recent";
+      readonly status?: Status;
+      readonly mark?: JobMark;
+      readonly dueBy?: string;
+    }
+  | { readonly kind: "quarantined" };
 
 /** What `queryFeed` is asked: `after` the adapter's own position, `upTo` sortable. */
 export interface FeedQuery {
@@ -597,6 +673,8 @@ export const WRITE_METHODS = [
   "holdLease",
   "writeObservations",
   "clearCandidate",
+  "markAttention",
+  "rekeyAttention",
   "recordDispatch",
   "appendEvent",
   "replaceNotification",
@@ -631,7 +709,7 @@ const SETTABLE: ReadonlySet<string> = new Set(
 );
 const UNSETTABLE: ReadonlySet<string> = new Set(UNSETTABLE_JOB_FIELDS);
 /** What an evidence write may set besides its counters. */
-const EVIDENCE_SETTABLE: ReadonlySet<string> = new Set(["finalized_report"]);
+const EVIDENCE_SETTABLE: ReadonlySet<string> = new Set(["finalized_report", "deadline_at"]);
 
 /** An observation set is core's own: a valid `ObservationSet` whose `rev` follows the one it expects. Otherwise `internal`. */
 function checkObservations(expectedRev: number, next: ObservationSet): ObservationSet {
@@ -694,6 +772,7 @@ function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
   const note = {
     ...(change.note === undefined ? {} : { note: change.note }),
     ...(change.candidate === undefined ? {} : { candidate: change.candidate }),
+    ...(change.activity === undefined ? {} : { activity: checkActivity(change.activity) }),
   };
   if (change.set === undefined) return { guard: change.guard, ...note };
   const set: Record<string, unknown> = {};
@@ -761,9 +840,21 @@ function changeWriteOf(jobId: string, expectedSeq: ExpectedSeq, change: JobChang
   else if (unset.includes("pending_notification")) keys.owed = null;
   // Every terminal write and every new dispatch removes the candidate mark in the same
   // write: a terminal job is never evaluated, and a new attempt has observed nothing yet.
-  const removesMarks = (change.set.status !== undefined && !NON_TERMINAL.includes(change.set.status)) || evidence.newAttempt !== undefined;
-  const unsetAll = removesMarks ? [...unset, "candidate_at"] : unset;
-  if (removesMarks) keys.candidate = null;
+  const terminal = change.set.status !== undefined && !NON_TERMINAL.includes(change.set.status);
+  const dispatched = evidence.newAttempt !== undefined;
+  const removed = new Set<string>(unset);
+  if (terminal || dispatched) {
+    removed.add("candidate_at");
+    removed.add("overdue_since");
+    keys.candidate = null;
+  }
+  if (terminal) {
+    for (const field of ["stale_since", "attention_at"]) removed.add(field);
+    keys.attention = null;
+  }
+  // A new attempt's deadline is its dispatch's: none if it gave none.
+  if (dispatched && set.deadline_at === undefined) removed.add("deadline_at");
+  const unsetAll = [...removed];
   return {
     jobId,
     conditions: [
@@ -777,6 +868,53 @@ function changeWriteOf(jobId: string, expectedSeq: ExpectedSeq, change: JobChang
     keys,
     feed: change.note ?? {},
   };
+}
+
+/**
+ * `write` also recording `activity` (when there is one): `activity_at` set, the stale
+ * mark cleared, the attention key moved where the activity says — a terminal write,
+ * which removes every mark and the key itself, records only `activity_at`.
+ */
+function withActivity(write: RecordWrite, activity: Activity | undefined): RecordWrite {
+  if (activity === undefined) return write;
+  // A terminal write removed every mark and the key itself: it records only when.
+  if (write.keys.attention === null && write.unset.includes("attention_at")) return { ...write, set: { ...write.set, activity_at: activity.at } };
+  const set: Record<string, unknown> = { ...write.set, activity_at: activity.at };
+  const unset = new Set(write.unset);
+  unset.add("stale_since");
+  if (activity.attention === undefined) return { ...write, set, unset: [...unset] };
+  if (activity.attention === null) unset.add("attention_at");
+  else {
+    set.attention_at = activity.attention;
+    unset.delete("attention_at");
+  }
+  return {
+    ...write,
+    set,
+    unset: [...unset],
+    keys: { ...write.keys, attention: activity.attention === null ? null : sortableTime(activity.attention) },
+  };
+}
+
+/** An activity is core's own: ISO-8601 instants. Otherwise `internal`. */
+function checkActivity(activity: Activity): Activity {
+  checkDueTime(activity.at);
+  if (activity.attention !== undefined && activity.attention !== null) checkDueTime(activity.attention);
+  return activity;
+}
+
+/** What a mark requires: the status among `statuses`, and the sequences and observation rev the sweep read. */
+function attentionConditions(expect: AttentionExpectation, statuses: readonly Status[]): RecordCondition[] {
+  const { transitionSeq, evidenceSeq, observationsRev } = expect;
+  if (![transitionSeq, evidenceSeq, observationsRev].every((n) => Number.isSafeInteger(n) && n >= 0)) {
+    throw new MamError("internal", "a mark is written only against the sequences and observation rev it was read at");
+  }
+  return [
+    { kind: "statusIn", statuses },
+    { kind: "transitionSeqIs", seq: transitionSeq },
+    { kind: "evidenceSeqIs", seq: evidenceSeq },
+    { kind: "observationsRevIs", rev: observationsRev },
+  ];
 }
 
 /** `write` also setting the candidate mark at `due` (an evidence write's), when there is one. */

@@ -29,6 +29,11 @@ export const FIXED_JOB_FIELDS = [
   "finalize_in_progress",
   "observations",
   "candidate_at",
+  "activity_at",
+  "deadline_at",
+  "stale_since",
+  "overdue_since",
+  "attention_at",
 ] as const;
 /** The optional fields a change may remove (`JobChange.unset`). */
 export const UNSETTABLE_JOB_FIELDS = ["completed_by", "completed_evidence", "pending_notification", "agent_session", "progress"] as const;
@@ -49,6 +54,20 @@ export interface JobChange {
   readonly evidence?: EvidenceGuard;
   /** Who made the change, for the change feed (`ChangeFeed`); the service's own when absent. */
   readonly note?: ChangeNote;
+  /** The activity the change is (issue 20, part 4): `activity_at` set, the stale mark cleared, the attention key left. */
+  readonly activity?: Activity;
+}
+
+/**
+ * An activity a write records (issue 20, part 4): when it happened (`activity_at`; the
+ * base clears the stale mark in the same write) and, where the write sets it, when the
+ * sweep should next look at the job for staleness or its deadline (`attention_at`, the
+ * attention index's key; null: never; absent: left as it is — the sweep moves it as it
+ * looks, so an activity need not).
+ */
+export interface Activity {
+  readonly at: string;
+  readonly attention?: string | null;
 }
 
 /**
@@ -76,11 +95,13 @@ export interface EvidenceGuard {
 /** An evidence write: bumps `evidence_seq`, never `transition_seq`; the job must not be terminal. */
 export interface EvidenceChange {
   readonly guard: Omit<EvidenceGuard, "bump">;
-  readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
+  readonly set?: Partial<Pick<JobRecord, "finalized_report" | "deadline_at">>;
   /** Who made the change and what it staged, for the change feed; the service's own when absent. */
   readonly note?: ChangeNote;
   /** A candidate mark the same write sets (`candidate_at`, a due time): a finalize that may complete a quiescent job. */
   readonly candidate?: string;
+  /** The activity the write is (every evidence write is one). */
+  readonly activity?: Activity;
 }
 
 /**
@@ -183,8 +204,13 @@ export interface JobRecords {
   transition(jobId: string, expectedSeq: ExpectedSeq, change: JobChange): Promise<JobRecord>;
   /** The evidence write: see the guarantees above. */
   recordEvidence(jobId: string, change: EvidenceChange): Promise<JobRecord>;
-  /** Newest first (by `updated_at`, then `job_id`); all statuses when `status` is absent. */
-  list(query: { status?: Status; limit: number; cursor?: string }): Promise<Page<JobRecord>>;
+  /**
+   * Newest first (by `updated_at`, then `job_id`); all statuses when `status` is
+   * absent. With `mark`, only the running jobs carrying it (`stale`, `overdue`; or
+   * `candidate`: due at or before `dueBy`), read as the running listing filtered — its
+   * cost is the number of running jobs read, not of those listed (docs/adapters.md).
+   */
+  list(query: JobListQuery): Promise<Page<JobRecord>>;
   /**
    * Quota bookkeeping (issue 17): write `next` as the job's `agent_usage` iff the
    * stored one still counts exactly `prior`'s events and bytes (absent: 0 and 0).
@@ -239,6 +265,55 @@ export interface JobRecords {
    * number of jobs nor of candidates not yet due.
    */
   listCandidates(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]>;
+  /**
+   * A mark (issue 20, part 4): mark the job stale or overdue (`stale_since` /
+   * `overdue_since` at `mark.at`), owe `mark.intent` (replacing any owed intent, as a
+   * transition's does), leave the attention key at `mark.attention`, and tell the feed
+   * (`job.stale` / `job.overdue`), iff the job's status, `transition_seq`,
+   * `evidence_seq` and observation set's `rev` are still what the sweep read — so any
+   * activity meanwhile wins. It bumps no sequence. True if written; false when a
+   * condition did not hold (nothing written). `job.notFound` if there is no such job.
+   */
+  markAttention(jobId: string, mark: AttentionMark): Promise<boolean>;
+  /**
+   * A mark: move the attention key (when the sweep next looks) to `attention` (null:
+   * out of the index) iff the job is not terminal and its sequences and observation
+   * rev are `expect`'s. No sequence, no feed row, no activity. True if written.
+   */
+  rekeyAttention(jobId: string, expect: AttentionExpectation, attention: string | null): Promise<boolean>;
+  /** Jobs whose attention key is at or before `dueBy` (ISO-8601), the oldest first: the attention index, read by due time. */
+  listAttention(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]>;
+}
+
+/** What the sweep read of a job before it marks it or moves its attention key. */
+export interface AttentionExpectation {
+  readonly status: Status;
+  readonly transitionSeq: number;
+  readonly evidenceSeq: number;
+  readonly observationsRev: number;
+}
+
+/** A stale or overdue mark, as the sweep writes it. */
+export interface AttentionMark {
+  readonly kind: "stale" | "overdue";
+  readonly at: string;
+  readonly expect: AttentionExpectation;
+  readonly attention: string | null;
+  readonly intent: NotificationIntent;
+  readonly note?: ChangeNote;
+}
+
+/** A mark a listing may ask for. */
+export type JobMark = "stale" | "overdue" | "candidate";
+
+export interface JobListQuery {
+  readonly status?: Status;
+  readonly limit: number;
+  readonly cursor?: string;
+  /** Only running jobs with this mark (`status` is then ignored). */
+  readonly mark?: JobMark;
+  /** With `mark: "candidate"`: due at or before this instant (ISO-8601). */
+  readonly dueBy?: string;
 }
 
 /** What `clearCandidate` requires of the record: the evidence the sweep evaluated. */
@@ -257,6 +332,8 @@ export interface ObservationWriteOptions {
    * did not make the span cover the settle window).
    */
   readonly candidate?: string | null;
+  /** The activity the write is: a new observation, a `working` sighted again (absent: none, as for an idle repeat). */
+  readonly activity?: Activity;
 }
 
 /** What `holdLease` requires of the stored lease: free (by the clock's `freeAt`), or the one with id `heldBy`. */

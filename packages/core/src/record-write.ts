@@ -78,6 +78,8 @@ export interface DerivedKeys {
   readonly owed?: OwedPlace | null;
   /** `sortableTime(candidate_at)`: the candidate index's key; `null`: out of it (no mark). */
   readonly candidate?: string | null;
+  /** `sortableTime(attention_at)`: the attention index's key (when the sweep next looks); `null`: out of it. */
+  readonly attention?: string | null;
 }
 
 /**
@@ -123,6 +125,7 @@ export function keysOf(record: JobRecord): Required<DerivedKeys> {
     recency: sortableTime(record.updated_at),
     owed: record.pending_notification === undefined ? null : owedPlaceOf(record.pending_notification),
     candidate: record.candidate_at === undefined ? null : sortableTime(record.candidate_at),
+    attention: record.attention_at === undefined ? null : sortableTime(record.attention_at),
   };
 }
 
@@ -170,4 +173,18 @@ export function applyRecordWrite(record: JobRecord, write: RecordWrite): JobReco
   for (const [field, value] of Object.entries(write.set)) next[field] = structuredClone(value);
   for (const counter of write.bump) next[counter] = ((record[counter] as number | undefined) ?? 0) + 1;
   return next as JobRecord;
+}
+
+/** The reference meaning of a marked listing's filter (`JobListing`'s `mark`): whether `record` carries the mark. */
+export function carriesMark(record: JobRecord, mark: "stale" | "overdue" | "candidate", dueBy: string | undefined): boolean {
+  switch (mark) {
+    case "stale":
+      return record.stale_since !== undefined;
+    case "overdue":
+      return record.overdue_since !== undefined;
+    case "candidate":
+      return record.candidate_at !== undefined && dueBy !== undefined && sortableTime(record.candidate_at) <= dueBy;
+    default:
+      return mark satisfies never;
+  }
 }

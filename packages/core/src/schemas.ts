@@ -29,7 +29,7 @@ export const ArtifactKind = z.string().regex(/^[a-z][a-z0-9_]{0,63}$/, "an artif
 
 export const NOTIFY_EVENTS = ["completed", "error", "cancelled", "running", "progress"] as const;
 /** Who caused a notified change: for a terminal one, who ended the job. Set by mam, never by a caller. */
-export const INTENT_CAUSES = ["agent", "operator", "gate"] as const;
+export const INTENT_CAUSES = ["agent", "operator", "gate", "sweep"] as const;
 export const IntentCauseSchema = z.enum(INTENT_CAUSES);
 export type IntentCause = z.infer<typeof IntentCauseSchema>;
 
@@ -270,6 +270,20 @@ export const JobRecordSchema = z.strictObject({
    * write and every new dispatch; written only by the persistence base.
    */
   candidate_at: IsoTime.optional(),
+  /**
+   * The attention marks (issue 20, part 4), written only by the persistence base: the
+   * last activity of the job (every transition and evidence write, a `working` sighted
+   * again); its current attempt's deadline (start-to-close, from its dispatch); when the
+   * sweep marked it stale (no activity for MAM_STALE_AFTER_SECONDS) or overdue (past the
+   * deadline), each once; and when the sweep should next look at it (`attention_at`, the
+   * attention index's key). Activity clears the stale mark; a new dispatch, the overdue
+   * mark; a terminal write removes every mark.
+   */
+  activity_at: IsoTime.optional(),
+  deadline_at: IsoTime.optional(),
+  stale_since: IsoTime.optional(),
+  overdue_since: IsoTime.optional(),
+  attention_at: IsoTime.optional(),
   created_at: IsoTime,
   updated_at: IsoTime,
 });
@@ -320,6 +334,13 @@ export const DispatchRequestSchema = z.strictObject({
   pane_process_generation: z.number().int().min(0),
   pane_id: z.string().max(128).optional(),
   anchor: ExecutionAnchorSchema.partial({ started_at: true }).optional(),
+  /** A start-to-close timeout for this attempt, in seconds from the dispatch (default: MAM_DEADLINE_SECONDS, if set). */
+  deadline_seconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(30 * 86_400)
+    .optional(),
 });
 export type DispatchRequest = z.infer<typeof DispatchRequestSchema>;
 
@@ -331,6 +352,8 @@ export const DispatchRecordSchema = z.strictObject({
   pane_id: z.string().max(128).optional(),
   anchor: ExecutionAnchorSchema,
   recorded_at: IsoTime,
+  /** The attempt's start-to-close deadline, when it has one (`deadline_seconds`, else MAM_DEADLINE_SECONDS). */
+  deadline_at: IsoTime.optional(),
 });
 export type DispatchRecord = z.infer<typeof DispatchRecordSchema>;
 

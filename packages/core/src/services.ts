@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { deadlineOf } from "./attention.ts";
 import { utf8Bytes } from "./bounds.ts";
 import { conflictFor, reportFrozen, TransitionConflict } from "./conflicts.ts";
 import type { Actor, Deps, Using } from "./deps.ts";
@@ -57,7 +58,7 @@ import {
  * (a crash between the two) is completed by the same request again.
  */
 export async function recordDispatch(
-  deps: Using<Pick<JobRecords, "get" | "recordEvidence"> & DispatchRecords, "clock">,
+  deps: Using<Pick<JobRecords, "get" | "recordEvidence"> & DispatchRecords, "clock" | "flags">,
   jobId: string,
   req: DispatchRequest,
   /** Who dispatches, for the change feed; the service itself when absent. */
@@ -69,7 +70,7 @@ export async function recordDispatch(
   if (isTerminal(job.status)) throw notDispatchedAgain(job);
   const now = deps.clock.now().toISOString();
   const d = parsed.data;
-  const record: DispatchRecord = {
+  const record: { -readonly [K in keyof DispatchRecord]: DispatchRecord[K] } = {
     job_id: jobId,
     attempt_id: d.attempt_id,
     agent_session_uuid: d.agent_session_uuid,
@@ -81,8 +82,18 @@ export async function recordDispatch(
     },
     recorded_at: now,
   };
+  const deadline = deadlineOf(now, d.deadline_seconds, deps.flags);
+  if (deadline !== undefined) record.deadline_at = deadline;
   try {
-    await deps.jobs.recordEvidence(jobId, { guard: { newAttempt: d.attempt_id }, ...(actor === undefined ? {} : { note: noteOf(actor) }) });
+    // The attempt's deadline (or none) on the job, and a running job due for a look now:
+    // the sweep sets its attention key from the whole record (issue 20, part 4); a
+    // pending one gets its key when it is claimed.
+    await deps.jobs.recordEvidence(jobId, {
+      guard: { newAttempt: d.attempt_id },
+      ...(deadline === undefined ? {} : { set: { deadline_at: deadline } }),
+      ...(actor === undefined ? {} : { note: noteOf(actor) }),
+      activity: { at: now, ...(job.status === "running" ? { attention: now } : {}) },
+    });
   } catch (e) {
     if (!(e instanceof TransitionConflict)) throw e;
     if (isTerminal(e.current.status)) throw notDispatchedAgain(e.current);
@@ -166,7 +177,11 @@ export async function stageAttemptReport(
       // A declared upload binds the staged name: only its bytes may take it.
       const declared = await readUploadDeclaration(deps.reports, location);
       if (declared !== undefined) checkDeclaredUpload(declared, staged, "the report body");
-      await deps.jobs.recordEvidence(jobId, { guard: { attempt: attemptId }, note: { ...noteOf(actor), staged } });
+      await deps.jobs.recordEvidence(jobId, {
+        guard: { attempt: attemptId },
+        note: { ...noteOf(actor), staged },
+        activity: { at: deps.clock.now().toISOString() },
+      });
     } catch (e) {
       await deps.reports.delete(location, upload).catch(() => undefined);
       throw e;
@@ -225,6 +240,7 @@ export async function finalizeAttemptReport(
         set: { finalized_report: pointerOf(prepared) },
         ...(actor === undefined ? {} : { note: noteOf(actor) }),
         ...(due === null ? {} : { candidate: due }),
+        activity: { at: deps.clock.now().toISOString() },
       });
     } catch (e) {
       await retireRefused(deps, jobId, attemptId, pinned, e, held);

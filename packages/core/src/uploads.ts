@@ -84,6 +84,7 @@ export async function requestReportUpload(
     await deps.jobs.recordEvidence(jobId, {
       guard: { attempt: attemptId },
       note: noteOf(actor, { declared: { sha256: request.sha256, bytes: request.bytes } }),
+      activity: { at: deps.clock.now().toISOString() },
     });
     // The address is good exactly as long as the lease holds the attempt for it.
     const declaration: UploadDeclaration = {

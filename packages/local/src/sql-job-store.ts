@@ -31,7 +31,7 @@ import {
 } from "@mam/core";
 import { SqlBatchError, type SqlDriver, type SqlStatement, type SqlValue, sql } from "./sql-driver.ts";
 import { feedBeforeCapture, feedRowStatements } from "./sql-feed-rules.ts";
-import { CANDIDATE_MARKED, OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
+import { ATTENTION_KEYED, CANDIDATE_MARKED, OWED_DUE, OWED_QUARANTINED } from "./sqlite-migrations.ts";
 
 /**
  * The job store in SQLite's dialect, over the SQL driver seam (`SqlDriver`): every
@@ -90,8 +90,8 @@ export class SqlJobStore extends JobStoreBase {
     const [insert] = await this.#batch([
       sql(
         `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id,
-           candidate_at, feed_before, write_token, doc)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+           candidate_at, attention_at, feed_before, write_token, doc)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
         record.job_id,
         keys.status,
         record.transition_seq,
@@ -101,6 +101,7 @@ export class SqlJobStore extends JobStoreBase {
         owed.at,
         owed.quarantinedId,
         keys.candidate,
+        keys.attention,
         token,
         JSON.stringify(record),
       ),
@@ -275,10 +276,12 @@ export class SqlJobStore extends JobStoreBase {
     // second index on updated_at for each transition to maintain.
     const statuses = listing.status === undefined ? StatusSchema.options : [listing.status];
     const params: SqlValue[] = [];
+    const marked = listing.mark === undefined ? undefined : markSql(listing.mark, listing.dueBy);
     const parts = statuses.map((status) => {
       params.push(status);
       if (after !== undefined) params.push(after[0], after[1]);
-      return `SELECT doc, updated_at, job_id FROM jobs WHERE status = ?${after === undefined ? "" : " AND (updated_at, job_id) < (?, ?)"}`;
+      if (marked !== undefined) params.push(...marked.params);
+      return `SELECT doc, updated_at, job_id FROM jobs WHERE status = ?${after === undefined ? "" : " AND (updated_at, job_id) < (?, ?)"}${marked === undefined ? "" : ` AND ${marked.sql}`}`;
     });
     params.push(limit);
     const rows = await this.#query(`${parts.join(" UNION ALL ")} ORDER BY updated_at DESC, job_id DESC LIMIT ?`, params);
@@ -300,6 +303,15 @@ export class SqlJobStore extends JobStoreBase {
     // Served by the partial index jobs_candidates, in its order: the cost is the number returned.
     const rows = await this.#query(
       `SELECT doc FROM jobs WHERE ${CANDIDATE_MARKED} AND candidate_at <= ? ORDER BY candidate_at, job_id LIMIT ?`,
+      [dueBy, limit],
+    );
+    return rows.map((r) => parseDoc(r.doc));
+  }
+
+  protected async queryAttention(limit: number, dueBy: string): Promise<JobRecord[]> {
+    // Served by the partial index jobs_attention, in its order.
+    const rows = await this.#query(
+      `SELECT doc FROM jobs WHERE ${ATTENTION_KEYED} AND attention_at <= ? ORDER BY attention_at, job_id LIMIT ?`,
       [dueBy, limit],
     );
     return rows.map((r) => parseDoc(r.doc));
@@ -434,6 +446,20 @@ function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
   }
 }
 
+/** A marked listing's filter (`carriesMark`'s meaning) as a WHERE term: over the status index's rows, a filter. */
+function markSql(mark: "stale" | "overdue" | "candidate", dueBy: string | undefined): { sql: string; params: SqlValue[] } {
+  switch (mark) {
+    case "stale":
+      return { sql: "json_extract(doc, '$.stale_since') IS NOT NULL", params: [] };
+    case "overdue":
+      return { sql: "json_extract(doc, '$.overdue_since') IS NOT NULL", params: [] };
+    case "candidate":
+      return { sql: "candidate_at IS NOT NULL AND candidate_at <= ?", params: [dueBy ?? ""] };
+    default:
+      return mark satisfies never;
+  }
+}
+
 /** A lease field as it is spelled into a JSON path: only the two the schema has. */
 function leasePath(field: string): string {
   if (field !== "upload_in_flight" && field !== "finalize_in_progress") throw new MamError("internal", `no lease field ${field}`);
@@ -465,7 +491,7 @@ function planOf(write: RecordWrite): WritePlan {
   const setFields = Object.keys(write.set);
   const keys = write.keys;
   const status = write.set.status;
-  let form = `${write.unset.join(",")}|${setFields.join(",")}|${typeof status === "string" ? status : ""}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}${keys.candidate === undefined ? "" : "c"}|${write.feed === undefined ? "-" : "f"}|`;
+  let form = `${write.unset.join(",")}|${setFields.join(",")}|${typeof status === "string" ? status : ""}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}${keys.candidate === undefined ? "" : "c"}${keys.attention === undefined ? "" : "a"}|${write.feed === undefined ? "-" : write.feed.marked === undefined ? "f" : "m"}|`;
   for (const c of write.conditions) {
     form += `${c.kind}${c.kind === "statusIn" ? (c.statuses.length === 1 ? `=${c.statuses[0]}` : c.statuses.length) : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
   }
@@ -488,6 +514,7 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
     params.push(owed.intentId, owed.at, owed.quarantinedId);
   }
   if (keys.candidate !== undefined) params.push(keys.candidate);
+  if (keys.attention !== undefined) params.push(keys.attention);
   if (token !== undefined) params.push(token);
   params.push(write.jobId);
   for (const condition of write.conditions) params.push(...conditionSql(condition).params);
@@ -512,6 +539,7 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   if (write.keys.owed !== undefined)
     assignments.push("owed_intent_id = ?", "owed_at = ?", "owed_quarantined_id = ?", "owed_revision = NULL");
   if (write.keys.candidate !== undefined) assignments.push("candidate_at = ?");
+  if (write.keys.attention !== undefined) assignments.push("attention_at = ?");
   if (shape !== undefined) {
     const capture = feedBeforeCapture(shape);
     if (capture !== undefined) assignments.push(`feed_before = ${capture}`);

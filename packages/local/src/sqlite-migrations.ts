@@ -20,7 +20,7 @@ import Database from "better-sqlite3";
  *   version 1 ... the v1 layout: jobs, dispatches, events; evidence_seq on every record
  *   version 2 ... what v1 databases gained ad hoc: the owed columns and indexes, feed_before, the changes table
  *   version 3 ... the driver seam's writes (issue 18): write_token on jobs, the atomic_guard table
- *   version 4 ... the candidate mark (issue 20): candidate_at on jobs, its partial index
+ *   version 4 ... the marks (issue 20): candidate_at and attention_at on jobs, their partial indexes
  */
 
 /** The two parts of the owed index. A query is served by a partial index only when its WHERE names the index's own condition, so both are spelled once, here. */
@@ -28,6 +28,8 @@ export const OWED_DUE = "owed_intent_id IS NOT NULL AND owed_quarantined_id IS N
 export const OWED_QUARANTINED = "owed_quarantined_id = owed_intent_id";
 /** The candidate index's condition (see `OWED_DUE`): only marked jobs are in it. */
 export const CANDIDATE_MARKED = "candidate_at IS NOT NULL";
+/** The attention index's condition: only jobs the sweep is to look at again. */
+export const ATTENTION_KEYED = "attention_at IS NOT NULL";
 
 export const SQLITE_STEPS: readonly MigrationStep<Database.Database>[] = [
   {
@@ -103,11 +105,14 @@ CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);`);
   {
     version: 4,
     describe:
-      "the candidate mark: candidate_at on jobs (when the scheduled evaluation is next due, core's sortable time; NULL: not a candidate) and its partial index jobs_candidates (candidate_at, job_id), so the sweep reads only the jobs due; no record is a candidate before it",
+      "the marks: candidate_at on jobs (when the scheduled evaluation is next due, core's sortable time; NULL: not a candidate) and attention_at (when the sweep next looks for staleness or a deadline; NULL: never), each with its partial index (jobs_candidates, jobs_attention: (key, job_id) where the key is set), so the sweep reads only the jobs due; no record carries a mark before it",
     up(db) {
       const columns = new Set((db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
-      if (!columns.has("candidate_at")) db.exec("ALTER TABLE jobs ADD COLUMN candidate_at TEXT NULL");
+      for (const column of ["candidate_at", "attention_at"]) {
+        if (!columns.has(column)) db.exec(`ALTER TABLE jobs ADD COLUMN ${column} TEXT NULL`);
+      }
       db.exec(`CREATE INDEX IF NOT EXISTS jobs_candidates ON jobs (candidate_at, job_id) WHERE ${CANDIDATE_MARKED}`);
+      db.exec(`CREATE INDEX IF NOT EXISTS jobs_attention ON jobs (attention_at, job_id) WHERE ${ATTENTION_KEYED}`);
     },
   },
 ];

@@ -51,7 +51,8 @@ export const listJobsRoute = withHandler(
     path: "/v1/jobs",
     tags: ["jobs"],
     summary: "List jobs, newest first, paged",
-    description: "Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead.",
+    description:
+      "Newest update first. With `owed=quarantined`, the jobs whose owed notification is quarantined instead. With `stale=true`, `overdue=true` or `candidate=due`, only the running jobs carrying that mark (issue 20): read as the running jobs filtered, so a page costs the running jobs read, not only those listed.",
     request: { query: ListJobsQuerySchema },
     responses: {
       200: jsonAnswer("One page of jobs.", JobPageSchema, { items: [EXAMPLE.runningJob], next_cursor: EXAMPLE.cursor }),
@@ -61,10 +62,14 @@ export const listJobsRoute = withHandler(
     const { deps } = c.var.services;
     const q = c.req.valid("query");
     const cursor = q.cursor === undefined ? {} : { cursor: q.cursor };
+    const mark =
+      q.stale !== undefined ? "stale" : q.overdue !== undefined ? "overdue" : q.candidate !== undefined ? "candidate" : undefined;
     const page =
       q.owed === "quarantined"
         ? await deps.jobs.listQuarantined({ limit: q.limit, ...cursor })
-        : await deps.jobs.list({ limit: q.limit, ...(q.status === undefined ? {} : { status: q.status }), ...cursor });
+        : mark !== undefined
+          ? await deps.jobs.list({ limit: q.limit, mark, dueBy: deps.clock.now().toISOString(), ...cursor })
+          : await deps.jobs.list({ limit: q.limit, ...(q.status === undefined ? {} : { status: q.status }), ...cursor });
     return c.json({ items: [...page.items], ...(page.cursor === undefined ? {} : { next_cursor: page.cursor }) }, 200);
   },
 );

@@ -21,7 +21,7 @@ export const runRecoverySweepRoute = withHandler(
     tags: ["operations"],
     summary: "Re-send every owed notification that is due, then evaluate the due candidates",
     description:
-      "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep. Then, never before, the pass evaluates the jobs marked candidates that are due (at most MAM_SWEEP_EVALUATIONS, until MAM_SWEEP_EVALUATION_MIB of reports hashed), oldest due first, on the scenario mam builds from what it recorded: `candidates`.",
+      "The body may be absent or `{}`. The sweep takes only intents due at least the service's grace period ago (MAM_SWEEP_GRACE_SECONDS), so it does not race the path that publishes each commit; `grace_seconds` asks for another (0: everything due now). Each owed intent is tried on its own: one that fails for a reason of its own is retried with backoff and quarantined after the configured number of failures; an unreachable or congested broker counts against nobody and the sweep goes on with the others; an unreachable store stops it, and so does the sweep's time budget (MAM_SWEEP_BUDGET_SECONDS): the rest are `not_tried`, owed for the next sweep. Then, never before, the pass evaluates the jobs marked candidates that are due (at most MAM_SWEEP_EVALUATIONS, until MAM_SWEEP_EVALUATION_MIB of reports hashed), oldest due first, on the scenario mam builds from what it recorded: `candidates`. Last, the running jobs due for a look: each marked stale (no activity for MAM_STALE_AFTER_SECONDS) or overdue (past its attempt's deadline) once, with a feed row and a notification: `attention`.",
     request: {
       body: jsonRequest(
         RecoverySweepRequestSchema,
@@ -57,7 +57,11 @@ export const runRecoverySweepRoute = withHandler(
     const { deps, logger, settings } = c.var.services;
     const requestId = c.get("requestId");
     const body = c.req.valid("json");
-    const { notifications: r, candidates } = await sweepPass(deps, {
+    const {
+      notifications: r,
+      candidates,
+      attention,
+    } = await sweepPass(deps, {
       policy: settings.sweep,
       graceMs: (body.grace_seconds ?? settings.sweepGraceSeconds) * 1000,
       budgetMs: settings.sweepBudgetSeconds * 1000,
@@ -73,6 +77,7 @@ export const runRecoverySweepRoute = withHandler(
         not_tried: r.not_tried,
         results: [...r.results],
         candidates: { ...candidates, results: [...candidates.results] },
+        attention: { ...attention, results: [...attention.results] },
       },
       200,
     );
