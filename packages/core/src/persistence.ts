@@ -246,10 +246,8 @@ export abstract class JobStoreBase implements JobStore {
     assertJobId(jobId);
     const evidence = checkEvidenceChange(change);
     const checked = checkChange(evidenceWriteOf(evidence));
-    const write = withActivity(
-      withCandidate(changeWriteOf(jobId, NO_CONCURRENCY_CHECK, checked, []), evidence.candidate),
-      evidence.activity,
-    );
+    const changed = withCandidate(changeWriteOf(jobId, NO_CONCURRENCY_CHECK, checked, []), evidence.candidate);
+    const write = withActivity(withDeadline(changed, evidence.deadline, change.guard.newAttempt !== undefined), evidence.activity);
     return this.#conflictingWrite("recordEvidence", write, NO_CONCURRENCY_CHECK, checked);
   }
 
@@ -709,7 +707,7 @@ const SETTABLE: ReadonlySet<string> = new Set(
 );
 const UNSETTABLE: ReadonlySet<string> = new Set(UNSETTABLE_JOB_FIELDS);
 /** What an evidence write may set besides its counters. */
-const EVIDENCE_SETTABLE: ReadonlySet<string> = new Set(["finalized_report", "deadline_at"]);
+const EVIDENCE_SETTABLE: ReadonlySet<string> = new Set(["finalized_report"]);
 
 /** An observation set is core's own: a valid `ObservationSet` whose `rev` follows the one it expects. Otherwise `internal`. */
 function checkObservations(expectedRev: number, next: ObservationSet): ObservationSet {
@@ -773,6 +771,7 @@ function checkEvidenceChange(change: EvidenceChange): EvidenceChange {
     ...(change.note === undefined ? {} : { note: change.note }),
     ...(change.candidate === undefined ? {} : { candidate: change.candidate }),
     ...(change.activity === undefined ? {} : { activity: checkActivity(change.activity) }),
+    ...(change.deadline === undefined ? {} : { deadline: checkDueTime(change.deadline) }),
   };
   if (change.set === undefined) return { guard: change.guard, ...note };
   const set: Record<string, unknown> = {};
@@ -852,8 +851,8 @@ function changeWriteOf(jobId: string, expectedSeq: ExpectedSeq, change: JobChang
     for (const field of ["stale_since", "attention_at"]) removed.add(field);
     keys.attention = null;
   }
-  // A new attempt's deadline is its dispatch's: none if it gave none.
-  if (dispatched && set.deadline_at === undefined) removed.add("deadline_at");
+  // A new attempt's deadline is its dispatch's (`withDeadline`): none if it gave none.
+  if (dispatched) removed.add("deadline_at");
   const unsetAll = [...removed];
   return {
     jobId,
@@ -878,7 +877,8 @@ function changeWriteOf(jobId: string, expectedSeq: ExpectedSeq, change: JobChang
 function withActivity(write: RecordWrite, activity: Activity | undefined): RecordWrite {
   if (activity === undefined) return write;
   // A terminal write removed every mark and the key itself: it records only when.
-  if (write.keys.attention === null && write.unset.includes("attention_at")) return { ...write, set: { ...write.set, activity_at: activity.at } };
+  if (write.keys.attention === null && write.unset.includes("attention_at"))
+    return { ...write, set: { ...write.set, activity_at: activity.at } };
   const set: Record<string, unknown> = { ...write.set, activity_at: activity.at };
   const unset = new Set(write.unset);
   unset.add("stale_since");
@@ -915,6 +915,13 @@ function attentionConditions(expect: AttentionExpectation, statuses: readonly St
     { kind: "evidenceSeqIs", seq: evidenceSeq },
     { kind: "observationsRevIs", rev: observationsRev },
   ];
+}
+
+/** A dispatch's `write` also setting the new attempt's deadline, when it has one (only a dispatch may). */
+function withDeadline(write: RecordWrite, deadline: string | undefined, dispatch: boolean): RecordWrite {
+  if (deadline === undefined) return write;
+  if (!dispatch) throw new MamError("internal", "only a dispatch sets a deadline");
+  return { ...write, set: { ...write.set, deadline_at: deadline }, unset: write.unset.filter((f) => f !== "deadline_at") };
 }
 
 /** `write` also setting the candidate mark at `due` (an evidence write's), when there is one. */

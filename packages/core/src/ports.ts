@@ -95,7 +95,9 @@ export interface EvidenceGuard {
 /** An evidence write: bumps `evidence_seq`, never `transition_seq`; the job must not be terminal. */
 export interface EvidenceChange {
   readonly guard: Omit<EvidenceGuard, "bump">;
-  readonly set?: Partial<Pick<JobRecord, "finalized_report" | "deadline_at">>;
+  readonly set?: Partial<Pick<JobRecord, "finalized_report">>;
+  /** A dispatch's (with `guard.newAttempt`): the new attempt's deadline; absent, it has none. */
+  readonly deadline?: string;
   /** Who made the change and what it staged, for the change feed; the service's own when absent. */
   readonly note?: ChangeNote;
   /** A candidate mark the same write sets (`candidate_at`, a due time): a finalize that may complete a quiescent job. */

@@ -90,7 +90,7 @@ export async function recordDispatch(
     // pending one gets its key when it is claimed.
     await deps.jobs.recordEvidence(jobId, {
       guard: { newAttempt: d.attempt_id },
-      ...(deadline === undefined ? {} : { set: { deadline_at: deadline } }),
+      ...(deadline === undefined ? {} : { deadline }),
       ...(actor === undefined ? {} : { note: noteOf(actor) }),
       activity: { at: now, ...(job.status === "running" ? { attention: now } : {}) },
     });
