@@ -82,6 +82,32 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
     expect(await candidates(r)).toEqual([]);
   });
 
+  it("with two watchers, the second's repeat that makes its own span cover the window marks the job due again, though the first watcher's earlier idle set an earlier due time the sweep found held", async () => {
+    const r = await ready();
+    const other: Observer = { kind: "watcher", name: "herdr-2" };
+    await see(r.deps, r.job, "working");
+    r.clock.advance(1_000);
+    // herdr-1 sees idle once and stops reporting: the job is due at its receipt plus the window.
+    await see(r.deps, r.job, "idle");
+    r.clock.advance(10_000);
+    await see(r.deps, r.job, "idle", other);
+    r.clock.advance(WINDOW_MS - 10_000);
+    // herdr-2's repeat at the due time: its own span is 20 s, short of the window.
+    await see(r.deps, r.job, "idle", other);
+    r.clock.advance(1_000);
+    const held = await evaluateDueCandidates(r.deps, { budget: BUDGET });
+    expect(held).toMatchObject({ due: 1, held: 1 });
+    expect((await r.deps.jobs.get(r.job.jobId))?.candidate_at).toBeUndefined();
+    // herdr-2 keeps reporting idle until its own span covers the window: the gate would now approve.
+    r.clock.advance(10_000);
+    const covering = await see(r.deps, r.job, "idle", other);
+    expect(covering.coalesced).toBe(true);
+    expect(covering.job.candidate_at).toBeDefined();
+    const done = await evaluateDueCandidates(r.deps, { budget: BUDGET });
+    expect(done).toMatchObject({ due: 1, completed: 1 });
+    expect(await r.deps.jobs.get(r.job.jobId)).toMatchObject({ status: "completed", completed_evidence: { sources: ["watcher:herdr-2"] } });
+  });
+
   it("an observation landing between the sweep's read and its clear keeps the job due: the clear is conditional on the evidence the gate read", async () => {
     const r = await ready();
     await see(r.deps, r.job, "working");

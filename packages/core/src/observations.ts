@@ -139,7 +139,9 @@ export async function recordObservation(
 
 /**
  * The candidate mark a coalesced repeat leaves: due, in the same write, when the repeat
- * makes its span cover the settle window (the last sighting reaches the due time);
+ * makes its source's own span cover the settle window (its last sighting reaches the
+ * source's own due time: a polling rule measures each source on its own, so another
+ * source's earlier receipt, which set the job's first due time, is not the crossing);
  * removed when the set can no longer approve (a `working` seen again); otherwise left
  * as it is, so a watcher's every poll does not re-mark a job the sweep found held.
  */
@@ -150,11 +152,12 @@ function repeatCandidate(
   after: Observation,
   rules: readonly string[],
 ): { candidate?: string | null } {
-  const due = candidateDueOf(next, job.agent, rules);
-  if (due === null) return job.candidate_at === undefined ? {} : { candidate: null };
-  const at = Date.parse(due);
+  if (candidateDueOf(next, job.agent, rules) === null) return job.candidate_at === undefined ? {} : { candidate: null };
+  const own = candidateDueOf(next, job.agent, rules, after.source);
+  if (own === null) return {};
+  const at = Date.parse(own);
   const covers = Date.parse(before.last_seen_received_at) < at && at <= Date.parse(after.last_seen_received_at);
-  return covers ? { candidate: due } : {};
+  return covers ? { candidate: own } : {};
 }
 
 /** The job's latest recorded dispatch, or the refusal saying why there is none to observe. */

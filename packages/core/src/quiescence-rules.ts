@@ -82,9 +82,11 @@ export function quiescentStatesOf(backend: string): readonly string[] {
  * approve. None (null): nothing could approve until another observation arrives (no
  * working seen, a source still unsettled after it, no quiescent observation a rule
  * reads, or the evidence overflowed). A due time is only when to ask: the gate
- * decides, and a job the sweep finds held is cleared until its evidence moves.
+ * decides, and a job the sweep finds held is cleared until its evidence moves. With
+ * `source`, the receipts of that source alone: when its own span could cover the
+ * window (a polling rule measures each source on its own).
  */
-export function candidateDueOf(set: ObservationSet | undefined, backend: string, rules: readonly string[]): string | null {
+export function candidateDueOf(set: ObservationSet | undefined, backend: string, rules: readonly string[], source?: string): string | null {
   if (set === undefined || set.overflow !== undefined) return null;
   const readers = QUIESCENCE_RULES.filter((r) => r.backends.includes(backend) && rules.includes(r.name));
   if (readers.length === 0) return null;
@@ -97,6 +99,7 @@ export function candidateDueOf(set: ObservationSet | undefined, backend: string,
   const firsts = set.entries
     .filter(
       (e) =>
+        (source === undefined || e.source === source) &&
         Date.parse(e.received_at) > lastWorking &&
         quiescent.includes(e.state) &&
         readers.some((r) => r.sourceKind === e.source_kind && e.source.startsWith(`${r.sourceClass}:`)),
