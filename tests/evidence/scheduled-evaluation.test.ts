@@ -108,6 +108,57 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
     expect(await r.deps.jobs.get(r.job.jobId)).toMatchObject({ status: "completed", completed_evidence: { sources: ["watcher:herdr-2"] } });
   });
 
+  it("a job the sweep held because it was not opted in is marked due again when an operator opts it in: the opt-in moves no evidence, so nothing else would", async () => {
+    const r = await ready();
+    const progress = async (auto_complete: boolean) => {
+      const current = await r.deps.jobs.get(r.job.jobId);
+      return transitionJob(
+        r.deps,
+        r.job.jobId,
+        { action: "progress", expectedSeq: current?.transition_seq ?? -1, fields: { auto_complete } },
+        OPERATOR,
+      );
+    };
+    await progress(false);
+    await see(r.deps, r.job, "working");
+    r.clock.advance(1_000);
+    await see(r.deps, r.job, "idle");
+    r.clock.advance(WINDOW_MS + 1_000);
+    await see(r.deps, r.job, "idle");
+    const held = await evaluateDueCandidates(r.deps, { budget: BUDGET });
+    expect(held).toMatchObject({ due: 1, held: 1 });
+    expect(held.results[0]?.reason).toContain("did not opt in");
+    expect((await r.deps.jobs.get(r.job.jobId))?.candidate_at).toBeUndefined();
+    const optedIn = await progress(true);
+    expect(optedIn.candidate_at).toBeDefined();
+    const done = await evaluateDueCandidates(r.deps, { budget: BUDGET });
+    expect(done).toMatchObject({ due: 1, completed: 1 });
+  });
+
+  it("a job the sweep held while still pending is marked due again by its claim", async () => {
+    const r = await ready();
+    const job = await registerJob(r.deps, { prompt: "p", agent: "claude-code", auto_complete: true });
+    await recordDispatch(
+      r.deps,
+      job.job_id,
+      { attempt_id: 1, agent_session_uuid: SESSION, pane_process_generation: 3, pane_id: "%12" },
+      OPERATOR,
+    );
+    const pending: ReadyJob = { ...r.job, jobId: job.job_id, attemptId: 1 };
+    await see(r.deps, pending, "working");
+    r.clock.advance(1_000);
+    await see(r.deps, pending, "idle");
+    r.clock.advance(WINDOW_MS + 1_000);
+    await see(r.deps, pending, "idle");
+    const held = await evaluateDueCandidates(r.deps, { budget: BUDGET });
+    expect(held.results).toEqual([expect.objectContaining({ job_id: job.job_id, outcome: "held" })]);
+    expect(held.results[0]?.reason).toContain("not running");
+    const current = await r.deps.jobs.get(job.job_id);
+    const claimed = await transitionJob(r.deps, job.job_id, { action: "claim", expectedSeq: current?.transition_seq ?? -1 }, OPERATOR);
+    expect(claimed.candidate_at).toBeDefined();
+    expect(await candidates(r)).toEqual([job.job_id]);
+  });
+
   it("an observation landing between the sweep's read and its clear keeps the job due: the clear is conditional on the evidence the gate read", async () => {
     const r = await ready();
     await see(r.deps, r.job, "working");

@@ -53,6 +53,9 @@ export const FIELD_WRITERS = {
   expected_artifacts: ["operator"],
 } as const satisfies Record<keyof ProgressFields, readonly ActorKind[]>;
 
+/** The fields a transition may write that the gate reads (an operator's alone). */
+const GATE_FIELDS = ["auto_complete", "role", "expected_artifacts"] as const satisfies readonly (keyof ProgressFields)[];
+
 export function assertJobId(jobId: string): void {
   const r = JobId.safeParse(jobId);
   if (!r.success)
@@ -294,6 +297,11 @@ export async function transitionJob(
 
   const notify = input.notify ?? terminal;
   if (notify) set.pending_notification = newIntent(deps, rule.event, nextSeq, input.reason, actor.kind);
+  // A claim, or an operator's change of what the gate reads, moves no evidence but may be
+  // what a quiescent job lacked (the sweep held it pending, or not opted in, and cleared
+  // its mark): the same write marks it due now, and the sweep's next pass asks the gate
+  // (one evaluation a claim; the transition still reads no record).
+  const marksDue = !terminal && (input.action === "claim" || GATE_FIELDS.some((f) => fields[f] !== undefined));
   const change: JobChange = {
     from: rule.from,
     set: set as JobChange["set"],
@@ -302,6 +310,7 @@ export async function transitionJob(
     // Becoming running puts the job in the attention index, due now: the sweep's first
     // look sets its key from the whole record (its deadline, its activity).
     ...(input.action === "claim" ? { activity: { at: now, attention: now } } : {}),
+    ...(marksDue ? { candidate: now } : {}),
   };
   const record = await deps.jobs.transition(jobId, expectedSeq, change);
   deps.metrics?.transition(input.action);

@@ -238,7 +238,10 @@ export abstract class JobStoreBase implements JobStore {
     const checked = checkChange(change);
     // Every transition is activity, at its updated_at, unless the change says more (the attention key a claim sets).
     const activity = change.activity ?? (checked.set.updated_at === undefined ? undefined : { at: checked.set.updated_at });
-    const write = withActivity(changeWriteOf(jobId, expectedSeq, checked, ["transition_seq"]), activity && checkActivity(activity));
+    const write = withActivity(
+      withCandidate(changeWriteOf(jobId, expectedSeq, checked, ["transition_seq"]), checked.candidate),
+      activity && checkActivity(activity),
+    );
     return this.#conflictingWrite("transition", write, expectedSeq, checked);
   }
 
@@ -749,12 +752,16 @@ function checkChange(change: JobChange): JobChange {
     if (!UNSETTABLE.has(field)) throw new MamError("internal", `a change may not unset ${field}`);
     if (field in set) throw new MamError("internal", `a change may not both set and unset ${field}`);
   }
+  if (change.candidate !== undefined && typeof set.status === "string" && !NON_TERMINAL.includes(set.status as Status)) {
+    throw new MamError("internal", "a terminal write removes the candidate mark; it sets none");
+  }
   return {
     from: change.from,
     set: set as JobChange["set"],
     ...(unset.length === 0 ? {} : { unset }),
     ...(change.evidence === undefined ? {} : { evidence: change.evidence }),
     ...(change.note === undefined ? {} : { note: checkNote(change.note) as ChangeNote }),
+    ...(change.candidate === undefined ? {} : { candidate: checkDueTime(change.candidate) }),
   };
 }
 

@@ -56,6 +56,12 @@ export interface JobChange {
   readonly note?: ChangeNote;
   /** The activity the change is (issue 20, part 4): `activity_at` set, the stale mark cleared, the attention key left. */
   readonly activity?: Activity;
+  /**
+   * A candidate mark the same write sets (`candidate_at`, a due time): a claim, or an
+   * operator's change of what the gate reads, that may be what a quiescent job lacked.
+   * Never with a terminal status.
+   */
+  readonly candidate?: string;
 }
 
 /**
