@@ -305,14 +305,16 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       expect((await store.writeObservations("cand-a", 1, set(2), { bump: false }))?.candidate_at).toBe(at(8));
       expect((await store.writeObservations("cand-a", 2, set(3), { bump: true, candidate: null }))?.candidate_at).toBeUndefined();
       expect(await due(at(9))).toEqual(["cand-b", "cand-c"]);
-      // The clear is conditional on the evidence sequence and the observation rev read.
-      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 0 })).toBe(false);
-      expect(await store.clearCandidate("cand-b", { evidenceSeq: 2, observationsRev: 1 })).toBe(false);
+      // The clear is conditional on the evidence sequence, the observation rev and the transition sequence read.
       const before = await store.get("cand-b");
-      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 1 })).toBe(true);
+      const transitionSeq = before?.transition_seq ?? -1;
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 0, transitionSeq })).toBe(false);
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 2, observationsRev: 1, transitionSeq })).toBe(false);
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 1, transitionSeq: transitionSeq + 1 })).toBe(false);
+      expect(await store.clearCandidate("cand-b", { evidenceSeq: 1, observationsRev: 1, transitionSeq })).toBe(true);
       const { candidate_at: _gone, ...rest } = before as JobRecord;
       expect(await store.get("cand-b")).toEqual(rest);
-      await expectMamError(store.clearCandidate("nobody-here", { evidenceSeq: 0, observationsRev: 0 }), "job.notFound");
+      await expectMamError(store.clearCandidate("nobody-here", { evidenceSeq: 0, observationsRev: 0, transitionSeq: 0 }), "job.notFound");
       // A terminal write removes it; so does a new dispatch's evidence write.
       const done = await store.transition("cand-c", 1, { from: ["running"], set: { status: "completed", updated_at: at(9) } });
       expect(done.candidate_at).toBeUndefined();

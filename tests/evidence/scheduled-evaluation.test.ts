@@ -159,6 +159,31 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
     expect(await candidates(r)).toEqual([job.job_id]);
   });
 
+  it("a claim landing between the sweep's read of a pending job and its clear keeps the mark the claim set: the clear is conditional on the transition_seq the gate read too", async () => {
+    const r = await ready();
+    const job = await registerJob(r.deps, { prompt: "p", agent: "claude-code", auto_complete: true });
+    await recordDispatch(
+      r.deps,
+      job.job_id,
+      { attempt_id: 1, agent_session_uuid: SESSION, pane_process_generation: 3, pane_id: "%12" },
+      OPERATOR,
+    );
+    const pending: ReadyJob = { ...r.job, jobId: job.job_id, attemptId: 1 };
+    await see(r.deps, pending, "working");
+    r.clock.advance(1_000);
+    await see(r.deps, pending, "idle");
+    r.clock.advance(WINDOW_MS + 1_000);
+    await see(r.deps, pending, "idle");
+    const racing = before(r.deps, "clearCandidate", async () => {
+      const current = await r.deps.jobs.get(job.job_id);
+      await transitionJob(r.deps, job.job_id, { action: "claim", expectedSeq: current?.transition_seq ?? -1 }, OPERATOR);
+    });
+    const held = await evaluateDueCandidates(racing, { budget: BUDGET });
+    expect(held.results[0]?.reason).toContain("not running");
+    expect((await r.deps.jobs.get(job.job_id))?.status).toBe("running");
+    expect(await candidates(r)).toEqual([job.job_id]);
+  });
+
   it("an observation landing between the sweep's read and its clear keeps the job due: the clear is conditional on the evidence the gate read", async () => {
     const r = await ready();
     await see(r.deps, r.job, "working");

@@ -368,7 +368,7 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
   chargeUsage: (s) => s.chargeUsage("j", undefined, { attempt_id: 1, events: 1, bytes: 0, attempt_bytes: 0 } as never),
   holdLease: (s) => s.holdLease("j", "finalize", { id: "l-1", attempt_id: 1, since: AT, expires_at: AT }, { freeAt: AT }),
   writeObservations: (s) => s.writeObservations("j", 0, { attempt_id: 1, rev: 1, entries: [] }, { bump: false }),
-  clearCandidate: (s) => s.clearCandidate("j", { evidenceSeq: 1, observationsRev: 0 }),
+  clearCandidate: (s) => s.clearCandidate("j", { evidenceSeq: 1, observationsRev: 0, transitionSeq: 1 }),
   markAttention: (s) =>
     s.markAttention("j", {
       kind: "stale",

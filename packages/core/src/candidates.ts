@@ -19,8 +19,9 @@ import { evaluateJob } from "./services.ts";
  *   owed notifications (never limited by what follows)
  *     -> due candidates, at most `evaluations` read, until `bytes` of reports hashed
  *          committed ........ the completion's terminal write removed the mark
- *          held ............. mark cleared iff evidence_seq and the observation rev are
- *                             still what the gate read (an observation meanwhile keeps it due)
+ *          held ............. mark cleared iff evidence_seq, the observation rev and
+ *                             transition_seq are still what the gate read (an observation,
+ *                             a claim or an opt-in meanwhile keeps it due)
  *          lost the race .... left as it is (the write that won moved it)
  *          finalize running . left due, not evaluated (its lease may still be promoting the tree)
  *
@@ -128,7 +129,11 @@ async function evaluateOne(deps: CandidateDeps, job: JobRecord, now: Date): Prom
     return { job_id: job.job_id, outcome: "lost_race", reason: answer.reason };
   }
   // A hold: the mark goes until the evidence moves (conditionally on what the gate read).
-  await deps.jobs.clearCandidate(job.job_id, { evidenceSeq: job.evidence_seq, observationsRev: job.observations?.rev ?? 0 });
+  await deps.jobs.clearCandidate(job.job_id, {
+    evidenceSeq: job.evidence_seq,
+    observationsRev: job.observations?.rev ?? 0,
+    transitionSeq: job.transition_seq,
+  });
   return { job_id: job.job_id, outcome: "held", reason: answer.reason };
 }
 

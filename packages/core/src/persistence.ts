@@ -358,15 +358,19 @@ export abstract class JobStoreBase implements JobStore {
 
   async clearCandidate(jobId: string, expect: CandidateExpectation): Promise<boolean> {
     assertJobId(jobId);
-    const { evidenceSeq, observationsRev } = expect;
-    if (![evidenceSeq, observationsRev].every((n) => Number.isSafeInteger(n) && n >= 0)) {
-      throw new MamError("internal", "a candidate is cleared only against the evidence sequence and observation rev it was read at");
+    const { evidenceSeq, observationsRev, transitionSeq } = expect;
+    if (![evidenceSeq, observationsRev, transitionSeq].every((n) => Number.isSafeInteger(n) && n >= 0)) {
+      throw new MamError(
+        "internal",
+        "a candidate is cleared only against the evidence sequence, observation rev and transition sequence it was read at",
+      );
     }
     // A mark: no sequence, no feed row, no activity.
     return this.#boolWrite("clearCandidate", {
       jobId,
       conditions: [
         { kind: "statusIn", statuses: NON_TERMINAL },
+        { kind: "transitionSeqIs", seq: transitionSeq },
         { kind: "evidenceSeqIs", seq: evidenceSeq },
         { kind: "observationsRevIs", rev: observationsRev },
       ],

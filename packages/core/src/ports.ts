@@ -259,9 +259,9 @@ export interface JobRecords {
   ): Promise<JobRecord | undefined>;
   /**
    * A mark (issue 20): remove the job's candidate mark (`candidate_at`) iff the job is
-   * not terminal and its `evidence_seq` and observation set's `rev` (none: 0) are still
-   * `expect`'s — what the sweep read before a hold — so an observation or a finalize
-   * landing meanwhile keeps the job due. One conditional write; it bumps no sequence,
+   * not terminal and its `evidence_seq`, observation set's `rev` (none: 0) and
+   * `transition_seq` are still `expect`'s — what the sweep read before a hold — so an
+   * observation, a finalize or a claim landing meanwhile keeps the job due. One conditional write; it bumps no sequence,
    * adds no change-feed row, owes no notification and is no activity. True if
    * removed; false when a condition did not hold (nothing written). `job.notFound` if
    * there is no such job.
@@ -324,10 +324,15 @@ export interface JobListQuery {
   readonly dueBy?: string;
 }
 
-/** What `clearCandidate` requires of the record: the evidence the sweep evaluated. */
+/**
+ * What `clearCandidate` requires of the record: the evidence the sweep evaluated, and
+ * its `transition_seq` (a claim or an operator's opt-in marks the job in its own write,
+ * and moves no evidence).
+ */
 export interface CandidateExpectation {
   readonly evidenceSeq: number;
   readonly observationsRev: number;
+  readonly transitionSeq: number;
 }
 
 /** What a `writeObservations` call asks besides the set: whether it bumps `evidence_seq` (and tells the feed, by `note`). */
