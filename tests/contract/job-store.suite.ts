@@ -315,6 +315,12 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       const { candidate_at: _gone, ...rest } = before as JobRecord;
       expect(await store.get("cand-b")).toEqual(rest);
       await expectMamError(store.clearCandidate("nobody-here", { evidenceSeq: 0, observationsRev: 0, transitionSeq: 0 }), "job.notFound");
+      // Postponing moves only the mark read: not one an evidence write moved meanwhile.
+      expect(await store.postponeCandidate("cand-c", at(1), at(9))).toBe(false);
+      expect(await store.postponeCandidate("cand-c", at(7), "2025-01-15T12:30:00.000Z")).toBe(true);
+      expect((await store.get("cand-c"))?.candidate_at).toBe("2025-01-15T12:30:00.000Z");
+      expect(await due(at(9))).toEqual([]);
+      expect(await store.postponeCandidate("cand-b", at(5), at(9))).toBe(false);
       // A terminal write removes it; so does a new dispatch's evidence write.
       const done = await store.transition("cand-c", 1, { from: ["running"], set: { status: "completed", updated_at: at(9) } });
       expect(done.candidate_at).toBeUndefined();

@@ -195,11 +195,13 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
       await see(r.deps, r.job, "idle", other);
     });
     const pass = await evaluateDueCandidates(racing, { budget: BUDGET });
-    expect(pass).toMatchObject({ due: 1, held: 1 });
-    // The second watcher's idle re-marked the job in its own write; the sweep's clear lost.
+    expect(pass).toMatchObject({ due: 1, held: 0, kept: 1 });
+    // The second watcher's idle moved the evidence in its own write; the sweep's clear lost, and the
+    // job stays a candidate, behind the others (a settle window later).
     const record = await r.deps.jobs.get(r.job.jobId);
     expect(record?.observations?.entries.map((e) => e.source)).toEqual(["watcher:herdr-1", "watcher:herdr-1", "watcher:herdr-2"]);
     expect(record?.candidate_at).toBeDefined();
+    r.clock.advance(WINDOW_MS);
     expect(await candidates(r)).toEqual([r.job.jobId]);
   });
 
@@ -315,5 +317,30 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
       sources: ["agent:claude-code"],
       quiescence: "agent-attested",
     });
+  });
+
+  it("a candidate whose evidence keeps moving while the gate holds goes behind the others, due a settle window later: it cannot head every pass and starve the rest", async () => {
+    const r = await ready();
+    const first = r.job;
+    const second = await another(r);
+    for (const job of [first, second]) {
+      await see(r.deps, job, "working");
+      r.clock.advance(1_000);
+      await see(r.deps, job, "idle");
+      r.clock.advance(1_000);
+    }
+    r.clock.advance(WINDOW_MS);
+    // Each time the sweep clears the first job's mark, its watcher has just sighted it again (the rev moved).
+    const racing = before(r.deps, "clearCandidate", async () => {
+      await see(r.deps, first, "idle");
+    });
+    const budget = { evaluations: 1, bytes: BUDGET.bytes };
+    const one = await evaluateDueCandidates(racing, { budget });
+    expect(one.results.map((x) => [x.job_id, x.outcome])).toEqual([[first.jobId, "kept"]]);
+    const postponed = await r.deps.jobs.get(first.jobId);
+    expect(Date.parse(postponed?.candidate_at ?? "")).toBe(r.clock.now().getTime() + WINDOW_MS);
+    // The next pass takes the other candidate, which was due later than the first's old time.
+    const two = await evaluateDueCandidates(racing, { budget });
+    expect(two.results.map((x) => x.job_id)).toEqual([second.jobId]);
   });
 });

@@ -367,17 +367,18 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
   recordEvidence: (s) => s.recordEvidence("j", { guard: { attempt: 1 } }),
   chargeUsage: (s) => s.chargeUsage("j", undefined, { attempt_id: 1, events: 1, bytes: 0, attempt_bytes: 0 } as never),
   holdLease: (s) => s.holdLease("j", "finalize", { id: "l-1", attempt_id: 1, since: AT, expires_at: AT }, { freeAt: AT }),
-  writeObservations: (s) => s.writeObservations("j", 0, { attempt_id: 1, rev: 1, entries: [] }, { bump: false }),
-  clearCandidate: (s) => s.clearCandidate("j", { evidenceSeq: 1, observationsRev: 0, transitionSeq: 1 }),
+  writeObservations: (s) => s.writeObservations("j", 1, { attempt_id: 1, rev: 2, entries: [] }, { bump: false }),
+  clearCandidate: (s) => s.clearCandidate("j", { evidenceSeq: 1, observationsRev: 1, transitionSeq: 1 }),
+  postponeCandidate: (s) => s.postponeCandidate("j", AT, AT),
   markAttention: (s) =>
     s.markAttention("j", {
       kind: "stale",
       at: AT,
-      expect: { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 0 },
+      expect: { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 1 },
       attention: null,
       intent: { ...intent, id: "i-stale", event: "stale" },
     }),
-  rekeyAttention: (s) => s.rekeyAttention("j", { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 0 }, AT),
+  rekeyAttention: (s) => s.rekeyAttention("j", { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 1 }, AT),
   recordDispatch: (s) =>
     s.recordDispatch({
       job_id: "j",
@@ -420,6 +421,8 @@ describe("JobStoreBase: every write method reaches the commit hooks and the cach
       const cached = new VersionedStore({ cache: {} });
       await cached.create(job("j", { transition_seq: 1, pending_notification: intent }));
       await cached.recordEvidence("j", { guard: { newAttempt: 1 } });
+      // A candidate mark (the dispatch removed any), for the mark writes to move.
+      await cached.writeObservations("j", 0, { attempt_id: 1, rev: 1, entries: [] }, { bump: false, candidate: AT });
       const seen: Commit[] = [];
       cached.onCommitted(() => {
         throw new Error("a hook that fails");

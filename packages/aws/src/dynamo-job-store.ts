@@ -628,6 +628,8 @@ function conditionExpression(c: RecordCondition, x: Expressions): string {
       const is = `${x.name("observations")}.rev = ${x.value(c.rev)}`;
       return c.rev === 0 ? absentOr("observations", is) : is;
     }
+    case "candidateIs":
+      return `${x.name("candidate_at")} = ${x.value(c.at)}`;
     case "intentIs":
       return `${x.name("pending_notification")}.id = ${x.value(c.id)}`;
     case "usageIs": {

@@ -5247,7 +5247,41 @@ export interface operations {
            *           "failures": 1,
            *           "retry_at": "2026-11-20T10:08:30.000Z"
            *         }
-           *       ]
+           *       ],
+           *       "candidates": {
+           *         "due": 1,
+           *         "completed": 1,
+           *         "held": 0,
+           *         "kept": 0,
+           *         "failed": 0,
+           *         "not_tried": 0,
+           *         "bytes_hashed": 2048,
+           *         "results": [
+           *           {
+           *             "job_id": "job-3f2a",
+           *             "outcome": "completed",
+           *             "reason": "completed on evidence: manifest committed; quiescent for 31s (2 sightings by watcher:herdr-1) after the last working, by rule watcher.pane_status"
+           *           }
+           *         ]
+           *       },
+           *       "attention": {
+           *         "due": 2,
+           *         "stale": 1,
+           *         "overdue": 0,
+           *         "rekeyed": 1,
+           *         "lost_race": 0,
+           *         "failed": 0,
+           *         "results": [
+           *           {
+           *             "job_id": "job-5b7c",
+           *             "outcome": "stale"
+           *           },
+           *           {
+           *             "job_id": "job-9d1e",
+           *             "outcome": "rekeyed"
+           *           }
+           *         ]
+           *       }
            *     }
            */
           "application/json": components["schemas"]["RecoverySweepResult"];

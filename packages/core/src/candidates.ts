@@ -1,3 +1,4 @@
+import { DEFAULT_SETTLE_WINDOW_MS, evidenceFor } from "./allowlist.ts";
 import { type AttentionDeps, type AttentionResult, reviewAttention } from "./attention.ts";
 import type { Using } from "./deps.ts";
 import { isMamError, MamError } from "./errors.ts";
@@ -64,7 +65,7 @@ export interface EvaluationResult {
 }
 
 export type CandidateDeps = GateDeps & {
-  readonly jobs: GateDeps["jobs"] & Pick<JobRecords, "listCandidates" | "clearCandidate">;
+  readonly jobs: GateDeps["jobs"] & Pick<JobRecords, "listCandidates" | "clearCandidate" | "postponeCandidate">;
 };
 
 export interface EvaluateCandidatesOptions {
@@ -101,6 +102,8 @@ export async function evaluateDueCandidates(deps: CandidateDeps, opts: EvaluateC
       const message = e instanceof Error ? e.message : String(e);
       opts.log?.({ level: "error", event: "candidate_failed", job_id: job.job_id, code, message });
       stopped = code === "store.unavailable";
+      // A candidate that fails goes behind the others too (best effort: the store may be what failed).
+      if (!stopped) await postpone(metered, job, now).catch(() => undefined);
       result = { job_id: job.job_id, outcome: "failed", reason: isMamError(e) ? message : "internal error (see the log)" };
     }
     results.push(result);
@@ -121,20 +124,39 @@ export async function evaluateDueCandidates(deps: CandidateDeps, opts: EvaluateC
 async function evaluateOne(deps: CandidateDeps, job: JobRecord, now: Date): Promise<CandidateResult> {
   const lease = job.finalize_in_progress;
   if (lease !== undefined && Date.parse(lease.expires_at) > now.getTime()) {
+    await postpone(deps, job, now);
     return { job_id: job.job_id, outcome: "kept", reason: `a finalize of attempt ${lease.attempt_id} is in progress` };
   }
   const answer = await evaluateJob(deps, job.job_id, RECORDED, { job });
   if (answer.committed) return { job_id: job.job_id, outcome: "completed", reason: answer.reason };
   if (answer.lostRace === true) {
+    await postpone(deps, job, now);
     return { job_id: job.job_id, outcome: "lost_race", reason: answer.reason };
   }
   // A hold: the mark goes until the evidence moves (conditionally on what the gate read).
-  await deps.jobs.clearCandidate(job.job_id, {
+  const cleared = await deps.jobs.clearCandidate(job.job_id, {
     evidenceSeq: job.evidence_seq,
     observationsRev: job.observations?.rev ?? 0,
     transitionSeq: job.transition_seq,
   });
-  return { job_id: job.job_id, outcome: "held", reason: answer.reason };
+  if (cleared) return { job_id: job.job_id, outcome: "held", reason: answer.reason };
+  // Its evidence moved while the gate held: still a candidate, but behind the others.
+  await postpone(deps, job, now);
+  return { job_id: job.job_id, outcome: "kept", reason: `${answer.reason}; its evidence moved meanwhile: due again in a settle window` };
+}
+
+/**
+ * A candidate the sweep could not settle (its evidence moved while the gate held, it
+ * lost its race, its finalize is in progress, its evaluation failed) goes behind the
+ * others: due again one settle window from now, if its mark is still the one read (an
+ * evidence write that moved it meanwhile keeps its own). Without it, such a job would
+ * keep its old due time and head every pass, oldest first, and an agent that kept its
+ * job's evidence moving could take the whole budget (review finding).
+ */
+async function postpone(deps: CandidateDeps, job: JobRecord, now: Date): Promise<void> {
+  if (job.candidate_at === undefined) return;
+  const windowMs = evidenceFor(job.agent)?.settleWindowMs ?? DEFAULT_SETTLE_WINDOW_MS;
+  await deps.jobs.postponeCandidate(job.job_id, job.candidate_at, new Date(now.getTime() + windowMs).toISOString());
 }
 
 /** `reports` counting the bytes the gate hashes and reads through it into `meter` (every other method as it is). */

@@ -381,6 +381,27 @@ export abstract class JobStoreBase implements JobStore {
     });
   }
 
+  async postponeCandidate(jobId: string, read: string, to: string): Promise<boolean> {
+    assertJobId(jobId);
+    const at = checkDueTime(to);
+    // A mark: no sequence, no feed row, no activity; only the mark the sweep read moves.
+    return this.#boolWrite(
+      "postponeCandidate",
+      {
+        jobId,
+        conditions: [
+          { kind: "statusIn", statuses: NON_TERMINAL },
+          { kind: "candidateIs", at: checkDueTime(read) },
+        ],
+        set: { candidate_at: at },
+        unset: [],
+        bump: [],
+        keys: { candidate: sortableTime(at) },
+      },
+      "false",
+    );
+  }
+
   async listCandidates(limit: number, query: { readonly dueBy: string }): Promise<readonly JobRecord[]> {
     checkLimit(limit);
     return this.queryCandidates(limit, sortableTime(checkDueTime(query.dueBy)));
@@ -678,6 +699,7 @@ export const WRITE_METHODS = [
   "holdLease",
   "writeObservations",
   "clearCandidate",
+  "postponeCandidate",
   "markAttention",
   "rekeyAttention",
   "recordDispatch",

@@ -268,6 +268,15 @@ export interface JobRecords {
    */
   clearCandidate(jobId: string, expect: CandidateExpectation): Promise<boolean>;
   /**
+   * A mark: move the job's candidate mark from `read` (its `candidate_at` as the sweep
+   * read it) to `to`, iff the job is not terminal and the mark is still `read` — so a
+   * mark an evidence write moved meanwhile stays as it set it. What the sweep does with
+   * a candidate it could not clear (its evidence moved while the gate held, or the
+   * evaluation failed): it goes behind the others, due again a settle window later,
+   * instead of heading every pass. True if moved; false otherwise (nothing written).
+   */
+  postponeCandidate(jobId: string, read: string, to: string): Promise<boolean>;
+  /**
    * Jobs marked candidates due at or before `dueBy` (ISO-8601), the oldest due first:
    * a sparse index read by due time, so the cost is the number returned, not the
    * number of jobs nor of candidates not yet due.

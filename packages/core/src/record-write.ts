@@ -45,6 +45,8 @@ export type RecordCondition =
   | { readonly kind: "latestAttemptBelow"; readonly attempt: number }
   /** `observations.rev` (no observations: 0) is `rev`. */
   | { readonly kind: "observationsRevIs"; readonly rev: number }
+  /** `candidate_at` is `at`, exactly as stored (no mark: never holds). */
+  | { readonly kind: "candidateIs"; readonly at: string }
   /** The owed intent's id is `id` (none owed: never holds). */
   | { readonly kind: "intentIs"; readonly id: string }
   /** `agent_usage` counts exactly `events` and `bytes` (absent: 0 and 0). */
@@ -146,6 +148,8 @@ export function conditionHolds(record: JobRecord, condition: RecordCondition): b
       return (record.latest_attempt ?? 0) < condition.attempt;
     case "observationsRevIs":
       return (record.observations?.rev ?? 0) === condition.rev;
+    case "candidateIs":
+      return record.candidate_at === condition.at;
     case "intentIs":
       return record.pending_notification?.id === condition.id;
     case "usageIs":

@@ -425,6 +425,8 @@ function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
       return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?", params: [c.attempt] };
     case "observationsRevIs":
       return { sql: "coalesce(json_extract(doc, '$.observations.rev'), 0) = ?", params: [c.rev] };
+    case "candidateIs":
+      return { sql: "json_extract(doc, '$.candidate_at') = ?", params: [c.at] };
     case "intentIs":
       return { sql: "owed_intent_id = ?", params: [c.id] };
     case "usageIs":
