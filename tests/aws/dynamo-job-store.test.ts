@@ -86,7 +86,7 @@ describe("createJobTable", () => {
       expect(indexes[g.IndexName]?.KeySchema).toEqual(g.KeySchema);
       expect(indexes[g.IndexName]?.Projection).toEqual({ ProjectionType: "ALL" });
     }
-    expect(Object.keys(indexes).sort()).toEqual(["all", "by-status", "feed-by-job", "owed"]);
+    expect(Object.keys(indexes).sort()).toEqual(["all", "attention", "by-status", "feed-by-job", "owed"]);
     // DynamoDB Local keeps the stream, as DynamoDB does. dynalite accepts the
     // StreamSpecification and keeps no stream (gaps.noStreams; locally the change
     // relay stands in for DynamoDB Streams).
@@ -175,7 +175,14 @@ describe("DynamoJobStore: transition", () => {
     });
     expect(counter.total).toBe(1);
     expect(counter.byCommand).toEqual({ UpdateItemCommand: 1 });
-    expect(next).toEqual({ ...job("job-1"), status: "running", transition_seq: 1, updated_at: at(10), progress: { step: 1 } });
+    expect(next).toEqual({
+      ...job("job-1"),
+      status: "running",
+      transition_seq: 1,
+      updated_at: at(10),
+      progress: { step: 1 },
+      activity_at: at(10),
+    });
     expect(await store.get("job-1")).toEqual(next);
   });
 

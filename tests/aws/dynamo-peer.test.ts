@@ -13,6 +13,7 @@ import {
   PutItemCommand,
   TransactWriteItemsCommand,
   UpdateItemCommand,
+  UpdateTableCommand,
 } from "@aws-sdk/client-dynamodb";
 import { DescribeStreamCommand, GetRecordsCommand, GetShardIteratorCommand } from "@aws-sdk/client-dynamodb-streams";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -136,6 +137,23 @@ describe(`the DynamoDB peer (${DYNAMODB_PEER})`, () => {
     const expected = peer.gaps.noTransactions ? undefined : expect.anything();
     expect(await read("a")).toEqual(expected);
     expect(await read("b")).toEqual(expected);
+  });
+
+  it("adds a global secondary index to a table that exists (UpdateTable), unless noIndexCreation (then an error, the table unchanged)", async () => {
+    const name = await table();
+    const add = peer.client.send(
+      new UpdateTableCommand({
+        TableName: name,
+        AttributeDefinitions: [{ AttributeName: "gk", AttributeType: "S" }],
+        GlobalSecondaryIndexUpdates: [
+          { Create: { IndexName: "by-gk", KeySchema: [{ AttributeName: "gk", KeyType: "HASH" }], Projection: { ProjectionType: "ALL" } } },
+        ],
+      }),
+    );
+    if (peer.gaps.noIndexCreation) expect(await rejection(add)).toBeInstanceOf(Error);
+    else await add;
+    const { Table } = await peer.client.send(new DescribeTableCommand({ TableName: name }));
+    expect((Table?.GlobalSecondaryIndexes ?? []).map((g) => g.IndexName)).toEqual(peer.gaps.noIndexCreation ? [] : ["by-gk"]);
   });
 
   it("refuses, on both engines, a table name DynamoDB refuses, and creates nothing", async () => {

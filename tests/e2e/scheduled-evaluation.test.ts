@@ -123,4 +123,32 @@ describe("scheduled evaluation on mam serve (issue 20)", () => {
       await sub.close();
     }
   }, 60_000);
+
+  it("a claimed job with no activity for the stale window is marked stale by the sweep alone: one `stale` notification, listed by ?stale=true; the next activity clears the mark", async () => {
+    const op = service.operatorToken;
+    const jobId = "sched-stale";
+    expect((await call("POST", "/v1/jobs", op, { job_id: jobId, prompt: "p", agent: "codex" })).status).toBe(201);
+    const claimed = await call("POST", `/v1/jobs/${jobId}/transitions`, op, { action: "claim", expected_seq: 0 });
+    expect(claimed.status, claimed.text).toBe(200);
+    const sub = await subscribe(service.mqttUrl, `mam/jobs/${jobId}/events`);
+    try {
+      // MAM_STALE_AFTER_SECONDS is 1800 (the default): the sweep timer marks the job once the clock passes it.
+      clock.advance(1_801_000);
+      const message = await sub.waitFor((m) => JSON.parse(m.payload).event === "stale", 20_000);
+      expect(JSON.parse(message.payload)).toMatchObject({ event: "stale", job_id: jobId, data: { status: "running", by: "sweep" } });
+      const listed = await call("GET", "/v1/jobs?stale=true", op);
+      expect(listed.body.items.map((j: { job_id: string }) => j.job_id)).toEqual([jobId]);
+      const progressed = await call("POST", `/v1/jobs/${jobId}/transitions`, op, {
+        action: "progress",
+        expected_seq: claimed.body.transition_seq,
+        fields: { progress: { step: 2 } },
+      });
+      expect(progressed.status, progressed.text).toBe(200);
+      expect(progressed.body.stale_since).toBeUndefined();
+      expect((await call("GET", "/v1/jobs?stale=true", op)).body.items).toEqual([]);
+      expect(sub.received.filter((m) => JSON.parse(m.payload).event === "stale")).toHaveLength(1);
+    } finally {
+      await sub.close();
+    }
+  }, 60_000);
 });

@@ -47,6 +47,8 @@ export interface DynamoGaps {
   readonly noStreams: boolean;
   /** `TransactWriteItems` is an unknown operation. */
   readonly noTransactions: boolean;
+  /** `UpdateTable` cannot add a global secondary index to a table that exists (it answers an error, the table unchanged). */
+  readonly noIndexCreation: boolean;
 }
 
 /**
@@ -54,8 +56,8 @@ export interface DynamoGaps {
  * outside `[a-zA-Z0-9_.-]`), each with its own message: not a gap of either.
  */
 export const DYNAMO_GAPS: Readonly<Record<DynamoEngine, DynamoGaps>> = {
-  dynalite: { noItemOnConditionFailure: true, noStreams: true, noTransactions: true },
-  "dynamodb-local": { noItemOnConditionFailure: false, noStreams: false, noTransactions: false },
+  dynalite: { noItemOnConditionFailure: true, noStreams: true, noTransactions: true, noIndexCreation: true },
+  "dynamodb-local": { noItemOnConditionFailure: false, noStreams: false, noTransactions: false, noIndexCreation: false },
 };
 
 export interface DynamoPeer {

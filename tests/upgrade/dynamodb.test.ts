@@ -13,9 +13,18 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { PutItemCommand } from "@aws-sdk/client-dynamodb";
+import { CreateTableCommand, DescribeTableCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
 import { createTokenService, SCOPES } from "@mam/api";
-import { migrateJobTable, readTableVersion, TABLE_SCHEMA_VERSION, TABLE_STEPS, TABLE_VERSION_KEY, type TableTarget } from "@mam/aws";
+import {
+  JOB_TABLE_DEFINITION,
+  JOB_TABLE_INDEX,
+  migrateJobTable,
+  readTableVersion,
+  TABLE_SCHEMA_VERSION,
+  TABLE_STEPS,
+  TABLE_VERSION_KEY,
+  type TableTarget,
+} from "@mam/aws";
 import { runCli } from "@mam/cli";
 import { type MigrationStep, systemClock } from "@mam/core";
 import type { LambdaEvent } from "hono/aws-lambda";
@@ -196,6 +205,65 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
     expect(code, io.err.join("")).toBe(0);
     expect(JSON.parse(io.out.join(""))).toMatchObject({ store: `table ${table.tableName}`, from: 1, to: TABLE_SCHEMA_VERSION });
     expect(await readTableVersion(table)).toBe(TABLE_SCHEMA_VERSION);
+  });
+
+  it("a table made before the attention index (issue 20): a function refuses to start naming `mam migrate --table <name>`, which adds it and waits for it (DynamoDB Local; dynalite cannot add an index to a table, noIndexCreation, so there mam migrate exits 1 naming it)", async () => {
+    const tableName = `mam-upgrade-${randomUUID().slice(0, 8)}`;
+    const def = JOB_TABLE_DEFINITION;
+    const without = def.GlobalSecondaryIndexes.filter((g) => g.IndexName !== JOB_TABLE_INDEX.attention);
+    await peers.dynamo.client.send(
+      new CreateTableCommand({
+        TableName: tableName,
+        BillingMode: def.BillingMode,
+        AttributeDefinitions: def.AttributeDefinitions.filter((a) => !a.AttributeName.startsWith("attn_")).map((a) => ({ ...a })),
+        KeySchema: def.KeySchema.map((k) => ({ ...k })),
+        GlobalSecondaryIndexes: without.map((g) => ({
+          IndexName: g.IndexName,
+          KeySchema: g.KeySchema.map((k) => ({ ...k })),
+          Projection: { ...g.Projection },
+        })),
+        StreamSpecification: { StreamEnabled: true, StreamViewType: def.StreamSpecification.StreamViewType },
+      }),
+    );
+    const table = { client: peers.dynamo.client, tableName };
+    // At version 2, the layout before the index.
+    await peers.dynamo.client.send(
+      new PutItemCommand({
+        TableName: tableName,
+        Item: { pk: { S: TABLE_VERSION_KEY.pk }, sk: { S: TABLE_VERSION_KEY.sk }, version: { N: "2" } },
+      }),
+    );
+    const env = peers.env(tableName, { MAM_BUCKET_NAME: FIXTURE_BUCKET, MAM_TOKEN_SIGNING_KEY: FIXTURE_SIGNING_KEY });
+    const app = await composeHttpApp(env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined });
+    const refused = await app.request("/v1/jobs", { headers: { authorization: `Bearer ${operator}` } });
+    expect(refused.status).toBe(500);
+    expect(await refused.json()).toMatchObject({
+      code: "store.version",
+      detail: expect.stringContaining(`mam migrate --table ${tableName}`),
+    });
+    expect(await readTableVersion(table)).toBe(2);
+    vi.stubEnv("AWS_ACCESS_KEY_ID", CREDENTIALS.accessKeyId);
+    vi.stubEnv("AWS_SECRET_ACCESS_KEY", CREDENTIALS.secretAccessKey);
+    const io = captureIo({});
+    const code = await runCli(
+      ["migrate", "--table", tableName, "--region", "us-east-1", "--endpoint", peers.dynamo.endpoint, "--json"],
+      io,
+    );
+    const indexes = async () =>
+      ((await peers.dynamo.client.send(new DescribeTableCommand({ TableName: tableName }))).Table?.GlobalSecondaryIndexes ?? []).map(
+        (g) => g.IndexName,
+      );
+    if (peers.dynamo.gaps.noIndexCreation) {
+      expect(code).toBe(1);
+      expect(io.err.join("")).toMatch(/add index attention to table/);
+      expect(await readTableVersion(table)).toBe(2);
+      return;
+    }
+    expect(code, io.err.join("")).toBe(0);
+    expect(await indexes()).toContain(JOB_TABLE_INDEX.attention);
+    expect(await readTableVersion(table)).toBe(TABLE_SCHEMA_VERSION);
+    const listed = await app.request("/v1/jobs", { headers: { authorization: `Bearer ${operator}` } });
+    expect(listed.status).toBe(200);
   });
 
   it("a table stamped with a future version is refused, naming both versions: the http function answers 500 store.version (liveness still 200), the sweep throws, mam migrate exits 1", async () => {

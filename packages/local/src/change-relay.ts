@@ -11,14 +11,15 @@ import type { CommitHook, JobRecord } from "@mam/core";
  *   transition() --commit--> record owes intent --> onOwed(record) --> flush --> settle
  *                                      \--(missed)--> sweep timer --> flush --> settle
  *
- * Observed: transitions and `replaceNotification` (the intents they commit). Not
+ * Observed: transitions, `replaceNotification` and the sweep's `markAttention` (the
+ * intents they commit: a stale or overdue job's notification goes out at once). Not
  * observed: `reviseNotification`, which keeps the intent it marks (a failure recorded,
  * a backoff, a quarantine, a release): handing it to `onOwed` would re-send at once
  * what the sweep just decided to wait for. The sweep picks it up when it is due.
  */
 export function changeRelay(onOwed: (record: JobRecord) => void): CommitHook {
   return (commit) => {
-    if (commit.method !== "transition" && commit.method !== "replaceNotification") return;
+    if (commit.method !== "transition" && commit.method !== "replaceNotification" && commit.method !== "markAttention") return;
     if (commit.record?.pending_notification !== undefined) onOwed(commit.record);
   };
 }
