@@ -34,6 +34,24 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
   /** A second job on the same stores and clock, ready for the gate. */
   const another = (r: Ready): Promise<ReadyJob> => readyJob(r.deps, {});
 
+  /** A job dispatched and opted in but never claimed, which a watcher saw settle past the window. */
+  async function pendingQuiescent(r: Ready) {
+    const job = await registerJob(r.deps, { prompt: "p", agent: "claude-code", auto_complete: true });
+    await recordDispatch(
+      r.deps,
+      job.job_id,
+      { attempt_id: 1, agent_session_uuid: SESSION, pane_process_generation: 3, pane_id: "%12" },
+      OPERATOR,
+    );
+    const pending: ReadyJob = { ...r.job, jobId: job.job_id, attemptId: 1 };
+    await see(r.deps, pending, "working");
+    r.clock.advance(1_000);
+    await see(r.deps, pending, "idle");
+    r.clock.advance(WINDOW_MS + 1_000);
+    await see(r.deps, pending, "idle");
+    return job;
+  }
+
   const candidates = async (r: Ready) =>
     (await r.deps.jobs.listCandidates(100, { dueBy: r.clock.now().toISOString() })).map((j) => j.job_id);
 
@@ -137,19 +155,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
 
   it("a job the sweep held while still pending is marked due again by its claim", async () => {
     const r = await ready();
-    const job = await registerJob(r.deps, { prompt: "p", agent: "claude-code", auto_complete: true });
-    await recordDispatch(
-      r.deps,
-      job.job_id,
-      { attempt_id: 1, agent_session_uuid: SESSION, pane_process_generation: 3, pane_id: "%12" },
-      OPERATOR,
-    );
-    const pending: ReadyJob = { ...r.job, jobId: job.job_id, attemptId: 1 };
-    await see(r.deps, pending, "working");
-    r.clock.advance(1_000);
-    await see(r.deps, pending, "idle");
-    r.clock.advance(WINDOW_MS + 1_000);
-    await see(r.deps, pending, "idle");
+    const job = await pendingQuiescent(r);
     const held = await evaluateDueCandidates(r.deps, { budget: BUDGET });
     expect(held.results).toEqual([expect.objectContaining({ job_id: job.job_id, outcome: "held" })]);
     expect(held.results[0]?.reason).toContain("not running");
@@ -161,19 +167,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
 
   it("a claim landing between the sweep's read of a pending job and its clear keeps the mark the claim set: the clear is conditional on the transition_seq the gate read too", async () => {
     const r = await ready();
-    const job = await registerJob(r.deps, { prompt: "p", agent: "claude-code", auto_complete: true });
-    await recordDispatch(
-      r.deps,
-      job.job_id,
-      { attempt_id: 1, agent_session_uuid: SESSION, pane_process_generation: 3, pane_id: "%12" },
-      OPERATOR,
-    );
-    const pending: ReadyJob = { ...r.job, jobId: job.job_id, attemptId: 1 };
-    await see(r.deps, pending, "working");
-    r.clock.advance(1_000);
-    await see(r.deps, pending, "idle");
-    r.clock.advance(WINDOW_MS + 1_000);
-    await see(r.deps, pending, "idle");
+    const job = await pendingQuiescent(r);
     const racing = before(r.deps, "clearCandidate", async () => {
       const current = await r.deps.jobs.get(job.job_id);
       await transitionJob(r.deps, job.job_id, { action: "claim", expectedSeq: current?.transition_seq ?? -1 }, OPERATOR);

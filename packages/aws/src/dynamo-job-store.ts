@@ -296,31 +296,33 @@ export class DynamoJobStore extends JobStoreBase {
   }
 
   protected async queryCandidates(limit: number, dueBy: string): Promise<JobRecord[]> {
-    const items = await this.#queryUpTo(
-      {
-        TableName: this.tableName,
-        IndexName: JOB_TABLE_INDEX.feedByJob,
-        KeyConditionExpression: "feed_job = :c AND feed_job_sk <= :due",
-        ExpressionAttributeValues: { ":c": CANDIDATES, ":due": dueBound(dueBy) },
-        ScanIndexForward: true,
-      },
-      limit,
-      "list due candidates",
-    );
-    return items.map((i) => jobRecordOfItem(i));
+    return this.#queryDue(JOB_TABLE_INDEX.feedByJob, ["feed_job", CANDIDATES], "feed_job_sk", dueBy, limit, "list due candidates");
   }
 
   protected async queryAttention(limit: number, dueBy: string): Promise<JobRecord[]> {
+    return this.#queryDue(JOB_TABLE_INDEX.attention, ["attn_pk", ATTENTION], "attn_at", dueBy, limit, "list jobs due for attention");
+  }
+
+  /** A sparse index's partition read by due time (`<due>#<job_id>` keys at or before `dueBy`), the oldest first. */
+  async #queryDue(
+    index: string,
+    [hash, value]: readonly [string, string],
+    range: string,
+    dueBy: string,
+    limit: number,
+    what: string,
+  ): Promise<JobRecord[]> {
     const items = await this.#queryUpTo(
       {
         TableName: this.tableName,
-        IndexName: JOB_TABLE_INDEX.attention,
-        KeyConditionExpression: "attn_pk = :a AND attn_at <= :due",
-        ExpressionAttributeValues: { ":a": ATTENTION, ":due": dueBound(dueBy) },
+        IndexName: index,
+        KeyConditionExpression: "#h = :h AND #r <= :due",
+        ExpressionAttributeNames: { "#h": hash, "#r": range },
+        ExpressionAttributeValues: { ":h": value, ":due": dueBound(dueBy) },
         ScanIndexForward: true,
       },
       limit,
-      "list jobs due for attention",
+      what,
     );
     return items.map((i) => jobRecordOfItem(i));
   }
