@@ -931,6 +931,11 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           ["colour=red", "query.colour"],
           ["owed=yes", "query.owed"],
           ["owed=quarantined&status=running", "query.owed"],
+          ["stale=yes", "query.stale"],
+          ["candidate=later", "query.candidate"],
+          ["stale=true&overdue=true", "query.stale"],
+          ["stale=true&owed=quarantined", "query.stale"],
+          ["overdue=true&status=pending", "query.status"],
         ] as const) {
           const res = await h.call("GET", `/v1/jobs?${q}`, { token: h.operator });
           expectProblem(res, 400, "input.invalid");

@@ -330,6 +330,32 @@ export function jobStoreContract(name: string, make: () => Promise<{ store: JobS
       await expectMamError(store.transition("cand-a", 1, { from: ["running"], set: { candidate_at: at(9) } as never }), "internal");
     });
 
+    it("a marked listing (issue 20: stale, overdue, candidate due) lists the running jobs carrying the mark, newest update first, paged; no other job", async () => {
+      const running = { status: "running" as const, transition_seq: 1 };
+      await store.create(job("m-stale", { ...running, updated_at: at(3), stale_since: at(2) }));
+      await store.create(job("m-both", { ...running, updated_at: at(4), stale_since: at(2), overdue_since: at(3) }));
+      await store.create(job("m-overdue", { ...running, updated_at: at(5), overdue_since: at(4) }));
+      await store.create(job("m-due", { ...running, updated_at: at(6), candidate_at: at(5) }));
+      await store.create(job("m-later", { ...running, updated_at: at(7), candidate_at: "2025-01-15T13:00:00.000Z" }));
+      await store.create(job("m-plain", { ...running, updated_at: at(8) }));
+      await store.create(job("m-pending", { status: "pending", updated_at: at(9), stale_since: at(2) }));
+      const ids = async (mark: "stale" | "overdue" | "candidate", limit = 10, cursor?: string) => {
+        const page = await store.list({ mark, limit, dueBy: at(9), ...(cursor === undefined ? {} : { cursor }) });
+        return { ids: page.items.map((j) => j.job_id), cursor: page.cursor };
+      };
+      expect((await ids("stale")).ids).toEqual(["m-both", "m-stale"]);
+      expect((await ids("overdue")).ids).toEqual(["m-overdue", "m-both"]);
+      expect((await ids("candidate")).ids).toEqual(["m-due"]);
+      const first = await ids("stale", 1);
+      expect(first.ids).toEqual(["m-both"]);
+      expect((await ids("stale", 1, first.cursor)).ids).toEqual(["m-stale"]);
+      // A marked listing's cursor is its own.
+      await expectMamError(
+        store.list({ limit: 1, status: "running", ...(first.cursor === undefined ? {} : { cursor: first.cursor }) }),
+        "input.invalid",
+      );
+    });
+
     it("a transition never sets the observations: they are core's writeObservations' alone", async () => {
       await store.create(job("obs-set", { status: "running", transition_seq: 1, latest_attempt: 1 }));
       await expectMamError(
