@@ -168,6 +168,23 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
       applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
     });
     const ms = performance.now() - started;
+    // Step 4 put every running job in the attention index, due now (its first look sets its key); no other job.
+    const keyed = new Database(db, { readonly: true });
+    try {
+      const rows = keyed.prepare("SELECT job_id, status, attention_at, json_extract(doc, '$.attention_at') AS doc_at FROM jobs").all() as {
+        job_id: string;
+        status: string;
+        attention_at: string | null;
+        doc_at: string | null;
+      }[];
+      expect(rows.filter((r) => r.attention_at !== null).map((r) => r.job_id)).toEqual(
+        rows.filter((r) => r.status === "running").map((r) => r.job_id),
+      );
+      expect(rows.some((r) => r.status === "running")).toBe(true);
+      for (const r of rows) expect(r.doc_at, r.job_id).toBe(r.attention_at);
+    } finally {
+      keyed.close();
+    }
     const after = layoutOf(db);
     expect(migrateDataDir(dir)).toEqual({ from: SQLITE_SCHEMA_VERSION, to: SQLITE_SCHEMA_VERSION, applied: [] });
     expect(layoutOf(db)).toEqual(after);
