@@ -129,6 +129,25 @@ describeBackends("issue 20: stale and overdue jobs", (backend) => {
     expect(await listed(deps, "overdue")).toEqual([]);
   });
 
+  it("a mark never supersedes an owed notification unsent: a job both overdue and stale is marked overdue, and stale only once the overdue notification went out", async () => {
+    const { deps, clock } = await ready({ MAM_DEADLINE_SECONDS: "900" });
+    const job = await readyJob(deps, {});
+    await reviewAttention(deps);
+    clock.advance(16 * MINUTE);
+    expect(await reviewAttention(deps)).toMatchObject({ overdue: 1, stale: 0 });
+    const overdue = (await deps.jobs.get(job.jobId))?.pending_notification;
+    expect(overdue?.event).toBe("overdue");
+    // The next pass, before the overdue notification went out (a publisher lagging, a
+    // broker down): still stale, but marking it now would drop the overdue one unsent.
+    clock.advance(MINUTE);
+    expect((await reviewAttention(deps)).stale).toBe(0);
+    expect((await deps.jobs.get(job.jobId))?.pending_notification?.id).toBe(overdue?.id);
+    expect((await recoverNotifications(deps)).sent).toBe(1);
+    clock.advance(2 * MINUTE);
+    expect((await reviewAttention(deps)).stale).toBe(1);
+    expect((await deps.jobs.get(job.jobId))?.pending_notification?.event).toBe("stale");
+  });
+
   it("a completed job carries no mark: the terminal write removes the stale mark and the attention key; the index no longer holds it", async () => {
     const { deps, clock } = await ready();
     const job = await readyJob(deps, {});

@@ -78,8 +78,8 @@ export type AttentionDeps = Using<Pick<JobRecords, "listAttention" | "markAttent
 /**
  * The sweep's look at the jobs due for attention, oldest due first: mark each stale or
  * overdue when it is (one mark a look: an overdue job that is also stale is marked
- * stale at the next look, so neither notification supersedes the other unsent), else
- * move its key. Each write is conditional on the status, sequences and observation rev
+ * stale at a later look, once the overdue notification went: a mark never supersedes
+ * an owed intent unsent, but an earlier mark of its own kind), else move its key. Each write is conditional on the status, sequences and observation rev
  * read: an activity meanwhile wins, and the job is looked at again when its key says.
  */
 export async function reviewAttention(
@@ -136,6 +136,15 @@ async function lookAt(deps: AttentionDeps, job: JobRecord, nowMs: number, at: st
   const overdue = running && job.deadline_at !== undefined && job.overdue_since === undefined && Date.parse(job.deadline_at) <= nowMs;
   const activity = Date.parse(job.activity_at ?? job.updated_at);
   const stale = running && job.stale_since === undefined && activity + flags.attention.staleAfterSeconds * 1000 <= nowMs;
+  const owed = job.pending_notification;
+  if ((overdue || stale) && owed !== undefined && !(owed.by === "sweep" && owed.event === (overdue ? "overdue" : "stale"))) {
+    // A mark's intent would replace the one owed, unsent (the overdue one of the look
+    // before, while a publisher lags or a broker is down; an operator's; a quarantined
+    // one): the mark waits, and the job is looked at again when the owed one may have
+    // gone. Only an earlier mark of the same kind, unsent, is replaced (it says less).
+    const written = await deps.jobs.rekeyAttention(job.job_id, expect, deferredLook(owed, nowMs, flags));
+    return written ? "rekeyed" : "lost_race";
+  }
   if (overdue || stale) {
     const kind = overdue ? "overdue" : "stale";
     const marked: JobRecord = overdue ? { ...job, overdue_since: at } : { ...job, stale_since: at };
@@ -154,4 +163,14 @@ async function lookAt(deps: AttentionDeps, job: JobRecord, nowMs: number, at: st
   }
   const written = await deps.jobs.rekeyAttention(job.job_id, expect, attentionKeyOf(job, nowMs, flags));
   return written ? "rekeyed" : "lost_race";
+}
+
+/** While a job owes an intent, its due mark waits: the next look at the owed intent's retry, or a minute (a stale window when quarantined) from now. */
+export const OWED_DEFER_MS = 60_000;
+
+function deferredLook(owed: NonNullable<JobRecord["pending_notification"]>, nowMs: number, flags: Pick<Flags, "attention">): string {
+  const staleMs = flags.attention.staleAfterSeconds * 1000;
+  if (owed.quarantined_at !== undefined) return new Date(nowMs + staleMs).toISOString();
+  const retry = owed.retry_at === undefined ? Number.NaN : Date.parse(owed.retry_at);
+  return new Date(retry > nowMs ? retry : nowMs + Math.min(OWED_DEFER_MS, staleMs)).toISOString();
 }
