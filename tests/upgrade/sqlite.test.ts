@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { createTokenService, SCOPES } from "@mam/api";
 import { runCli, startService } from "@mam/cli";
-import { MamError, parseConfig, systemClock, verifyAttemptReport } from "@mam/core";
+import { MamError, parseConfig, parseFlags, randomIds, reviewAttention, systemClock, verifyAttemptReport } from "@mam/core";
 import { migrateDataDir, migrateSqlite, SQLITE_SCHEMA_VERSION, SQLITE_STEPS, SqliteJobStore, startEmbeddedBroker } from "@mam/local";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
@@ -215,6 +215,28 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
       expect(cancelled.status).toBe("cancelled");
       const rows = await store.listChanges({ limit: 10, jobId: "j-pending" });
       expect(rows.items.map((r) => r.kind)).toEqual(["job.transitioned"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("the running jobs of a database made before the attention index are in it after the upgrade, due at once: the sweep looks at them, so one silent since before the upgrade is marked stale (issue 20)", async () => {
+    const { dir, db } = await copy();
+    migrateDataDir(dir);
+    const running = Object.entries(V1)
+      .filter(([, e]) => e.status === "running")
+      .map(([id]) => id)
+      .sort();
+    expect(running.length).toBeGreaterThan(0);
+    const store = new SqliteJobStore(db);
+    try {
+      const due = await store.listAttention(100, { dueBy: "2100-01-01T00:00:00.000Z" });
+      expect(due.map((r) => r.job_id).sort()).toEqual(running);
+      for (const r of due) expect(r.attention_at, r.job_id).toBe(r.updated_at);
+      // Silent since before the upgrade (the fixture's jobs are days old): marked at the first look.
+      const pass = await reviewAttention({ jobs: store, clock: systemClock, ids: randomIds, flags: parseFlags({}) });
+      expect(pass).toMatchObject({ due: running.length, stale: running.length });
+      expect((await store.list({ limit: 10, mark: "stale" })).items.map((r) => r.job_id).sort()).toEqual(running);
     } finally {
       await store.close();
     }

@@ -105,7 +105,7 @@ CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);`);
   {
     version: 4,
     describe:
-      "the marks: candidate_at on jobs (when the scheduled evaluation is next due, core's sortable time; NULL: not a candidate) and attention_at (when the sweep next looks for staleness or a deadline; NULL: never), each with its partial index (jobs_candidates, jobs_attention: (key, job_id) where the key is set), so the sweep reads only the jobs due; every running job is due for a look at once (its first look sets its key), no record is a candidate before it",
+      "the marks: candidate_at on jobs (when the scheduled evaluation is next due, core's sortable time; NULL: not a candidate) and attention_at (when the sweep next looks for staleness or a deadline; NULL: never), each with its partial index (jobs_candidates, jobs_attention: (key, job_id) where the key is set), so the sweep reads only the jobs due; no record carries a mark before it, and each running job is due for a look at once",
     up(db) {
       const columns = new Set((db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
       for (const column of ["candidate_at", "attention_at"]) {
@@ -113,11 +113,11 @@ CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);`);
       }
       db.exec(`CREATE INDEX IF NOT EXISTS jobs_candidates ON jobs (candidate_at, job_id) WHERE ${CANDIDATE_MARKED}`);
       db.exec(`CREATE INDEX IF NOT EXISTS jobs_attention ON jobs (attention_at, job_id) WHERE ${ATTENTION_KEYED}`);
-      // A job already running is due for a look now: the sweep's first look sets its key
-      // from the whole record (its last update stands for its last activity).
-      db.exec(`UPDATE jobs SET attention_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
-        doc = json_set(doc, '$.attention_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-        WHERE status = 'running' AND attention_at IS NULL AND json_valid(doc)`);
+      // A job running before the index would never be in it (only a claim, a dispatch and
+      // the sweep key it): each is due at its last update, so the sweep's first look sets
+      // its key from the whole record. Only the unkeyed are written: idempotent.
+      db.exec(`UPDATE jobs SET attention_at = updated_at, doc = json_set(doc, '$.attention_at', updated_at)
+        WHERE status = 'running' AND attention_at IS NULL`);
     },
   },
 ];
