@@ -184,6 +184,24 @@ describeBackends("issue 20: stale and overdue jobs", (backend) => {
     await expectRows(deps, job.jobId, "job.stale", (found) => expect(found).toEqual([]));
   });
 
+  it("two sweeps marking one job at once (a scheduled pass and an operator's, or an index read lagging the mark) mark it once: the mark is conditional on the attention key read, which it moves", async () => {
+    const { deps, clock } = await ready();
+    const job = await readyJob(deps, {});
+    await reviewAttention(deps);
+    clock.advance(STALE_S * 1000 + MINUTE);
+    let inner: Awaited<ReturnType<typeof reviewAttention>> | undefined;
+    const racing = before(deps, "markAttention", async () => {
+      if (inner === undefined) inner = await reviewAttention(deps);
+    });
+    const outer = await reviewAttention(racing);
+    expect(inner?.results).toEqual([{ job_id: job.jobId, outcome: "stale" }]);
+    expect(outer.results).toEqual([{ job_id: job.jobId, outcome: "lost_race" }]);
+    const record = await deps.jobs.get(job.jobId);
+    expect(record?.pending_notification?.event).toBe("stale");
+    await expectRows(deps, job.jobId, "job.stale", (found) => expect(found).toHaveLength(1));
+    await expectRows(deps, job.jobId, "intent.superseded", (found) => expect(found).toEqual([]));
+  });
+
   it("the sweep reads only the jobs whose look is due: an active job is looked at once a window, a silent one marked, and a job not yet due is never read", async () => {
     const { deps, clock } = await ready();
     const jobs: ReadyJob[] = [];

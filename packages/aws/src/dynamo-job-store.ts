@@ -632,6 +632,8 @@ function conditionExpression(c: RecordCondition, x: Expressions): string {
     }
     case "candidateIs":
       return `${x.name("candidate_at")} = ${x.value(c.at)}`;
+    case "attentionIs":
+      return `${x.name("attention_at")} = ${x.value(c.at)}`;
     case "intentIs":
       return `${x.name("pending_notification")}.id = ${x.value(c.id)}`;
     case "usageIs": {

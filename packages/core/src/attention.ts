@@ -130,6 +130,7 @@ async function lookAt(deps: AttentionDeps, job: JobRecord, nowMs: number, at: st
     transitionSeq: job.transition_seq,
     evidenceSeq: job.evidence_seq,
     observationsRev: job.observations?.rev ?? 0,
+    ...(job.attention_at === undefined ? {} : { attention: job.attention_at }),
   };
   const { flags } = deps;
   const running = job.status === "running";

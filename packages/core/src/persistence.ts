@@ -936,7 +936,7 @@ function checkActivity(activity: Activity): Activity {
   return activity;
 }
 
-/** What a mark requires: the status among `statuses`, and the sequences and observation rev the sweep read. */
+/** What a mark requires: the status among `statuses`, and the sequences, observation rev and attention key the sweep read. */
 function attentionConditions(expect: AttentionExpectation, statuses: readonly Status[]): RecordCondition[] {
   const { transitionSeq, evidenceSeq, observationsRev } = expect;
   if (![transitionSeq, evidenceSeq, observationsRev].every((n) => Number.isSafeInteger(n) && n >= 0)) {
@@ -947,6 +947,7 @@ function attentionConditions(expect: AttentionExpectation, statuses: readonly St
     { kind: "transitionSeqIs", seq: transitionSeq },
     { kind: "evidenceSeqIs", seq: evidenceSeq },
     { kind: "observationsRevIs", rev: observationsRev },
+    ...(expect.attention === undefined ? [] : [{ kind: "attentionIs", at: checkDueTime(expect.attention) } as const]),
   ];
 }
 

@@ -308,6 +308,12 @@ export interface AttentionExpectation {
   readonly transitionSeq: number;
   readonly evidenceSeq: number;
   readonly observationsRev: number;
+  /**
+   * The attention key read (`attention_at`, as stored): a mark and a rekey hold only while
+   * it is still there, so two sweeps (or an index read lagging a mark) never mark one
+   * stale period twice (a mark moves no sequence). Absent: not compared.
+   */
+  readonly attention?: string;
 }
 
 /** A stale or overdue mark, as the sweep writes it. */

@@ -47,6 +47,8 @@ export type RecordCondition =
   | { readonly kind: "observationsRevIs"; readonly rev: number }
   /** `candidate_at` is `at`, exactly as stored (no mark: never holds). */
   | { readonly kind: "candidateIs"; readonly at: string }
+  /** `attention_at` is `at`, exactly as stored (no key: never holds). */
+  | { readonly kind: "attentionIs"; readonly at: string }
   /** The owed intent's id is `id` (none owed: never holds). */
   | { readonly kind: "intentIs"; readonly id: string }
   /** `agent_usage` counts exactly `events` and `bytes` (absent: 0 and 0). */
@@ -150,6 +152,8 @@ export function conditionHolds(record: JobRecord, condition: RecordCondition): b
       return (record.observations?.rev ?? 0) === condition.rev;
     case "candidateIs":
       return record.candidate_at === condition.at;
+    case "attentionIs":
+      return record.attention_at === condition.at;
     case "intentIs":
       return record.pending_notification?.id === condition.id;
     case "usageIs":

@@ -427,6 +427,8 @@ function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
       return { sql: "coalesce(json_extract(doc, '$.observations.rev'), 0) = ?", params: [c.rev] };
     case "candidateIs":
       return { sql: "json_extract(doc, '$.candidate_at') = ?", params: [c.at] };
+    case "attentionIs":
+      return { sql: "json_extract(doc, '$.attention_at') = ?", params: [c.at] };
     case "intentIs":
       return { sql: "owed_intent_id = ?", params: [c.id] };
     case "usageIs":
