@@ -166,12 +166,13 @@ async function lookAt(deps: AttentionDeps, job: JobRecord, nowMs: number, at: st
   return written ? "rekeyed" : "lost_race";
 }
 
-/** While a job owes an intent, its due mark waits: the next look at the owed intent's retry, or a minute (a stale window when quarantined) from now. */
+/** While a job owes an intent, its due mark waits: the next look at the owed intent's retry (at most a stale window away), else a minute from now (a stale window when quarantined). */
 export const OWED_DEFER_MS = 60_000;
 
 function deferredLook(owed: NonNullable<JobRecord["pending_notification"]>, nowMs: number, flags: Pick<Flags, "attention">): string {
   const staleMs = flags.attention.staleAfterSeconds * 1000;
   if (owed.quarantined_at !== undefined) return new Date(nowMs + staleMs).toISOString();
   const retry = owed.retry_at === undefined ? Number.NaN : Date.parse(owed.retry_at);
-  return new Date(retry > nowMs ? retry : nowMs + Math.min(OWED_DEFER_MS, staleMs)).toISOString();
+  // A backoff may be long: never past a stale window from now.
+  return new Date(retry > nowMs ? Math.min(retry, nowMs + staleMs) : nowMs + Math.min(OWED_DEFER_MS, staleMs)).toISOString();
 }
