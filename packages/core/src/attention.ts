@@ -63,7 +63,7 @@ export interface AttentionResult {
   readonly due: number;
   readonly stale: number;
   readonly overdue: number;
-  /** Looked at, nothing due: the key moved to the next look. */
+  /** Looked at, nothing due (or a due mark waiting for an owed intent to go): the key moved to the next look. */
   readonly rekeyed: number;
   readonly lost_race: number;
   readonly failed: number;
