@@ -44,12 +44,17 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
       OPERATOR,
     );
     const pending: ReadyJob = { ...r.job, jobId: job.job_id, attemptId: 1 };
-    await see(r.deps, pending, "working");
-    r.clock.advance(1_000);
-    await see(r.deps, pending, "idle");
+    await workedThenIdle(r, pending, 1_000);
     r.clock.advance(WINDOW_MS + 1_000);
     await see(r.deps, pending, "idle");
     return job;
+  }
+
+  /** A watcher saw `job` working, then idle `gapMs` later. */
+  async function workedThenIdle(r: Ready, job: ReadyJob, gapMs: number) {
+    await see(r.deps, job, "working");
+    r.clock.advance(gapMs);
+    await see(r.deps, job, "idle");
   }
 
   const candidates = async (r: Ready) =>
@@ -73,9 +78,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
 
   it("the sweep completes a due candidate on recorded evidence once a repeat covers the window; before that it holds and clears the mark, and the covering repeat marks it due again (a watcher's every poll does not)", async () => {
     const r = await ready();
-    await see(r.deps, r.job, "working");
-    r.clock.advance(2_000);
-    await see(r.deps, r.job, "idle");
+    await workedThenIdle(r, r.job, 2_000);
     r.clock.advance(10_000);
     // A repeat inside the window leaves the mark as it was.
     const early = await see(r.deps, r.job, "idle");
@@ -138,9 +141,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
       );
     };
     await progress(false);
-    await see(r.deps, r.job, "working");
-    r.clock.advance(1_000);
-    await see(r.deps, r.job, "idle");
+    await workedThenIdle(r, r.job, 1_000);
     r.clock.advance(WINDOW_MS + 1_000);
     await see(r.deps, r.job, "idle");
     const held = await evaluateDueCandidates(r.deps, { budget: BUDGET });
@@ -180,9 +181,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
 
   it("an observation landing between the sweep's read and its clear keeps the job due: the clear is conditional on the evidence the gate read", async () => {
     const r = await ready();
-    await see(r.deps, r.job, "working");
-    r.clock.advance(1_000);
-    await see(r.deps, r.job, "idle");
+    await workedThenIdle(r, r.job, 1_000);
     r.clock.advance(WINDOW_MS + 1_000);
     const other: Observer = { kind: "watcher", name: "herdr-2" };
     const racing = before(r.deps, "clearCandidate", async () => {
@@ -222,9 +221,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
 
   it("with MAM_AUTO_COMPLETE=0 the sweep reads, evaluates and clears nothing: the stores' fingerprint is unchanged", async () => {
     const r = await ready();
-    await see(r.deps, r.job, "working");
-    r.clock.advance(1_000);
-    await see(r.deps, r.job, "idle");
+    await workedThenIdle(r, r.job, 1_000);
     r.clock.advance(WINDOW_MS + 5_000);
     await see(r.deps, r.job, "idle");
     const off = r.b.deps(parseFlags({ MAM_AUTO_COMPLETE: "0" }), { clock: r.clock });
@@ -239,9 +236,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
     const r = await ready();
     const jobs = [r.job, await another(r), await another(r)];
     for (const job of jobs) {
-      await see(r.deps, job, "working");
-      r.clock.advance(1_000);
-      await see(r.deps, job, "idle");
+      await workedThenIdle(r, job, 1_000);
       r.clock.advance(1_000);
     }
     r.clock.advance(WINDOW_MS);
@@ -264,9 +259,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
     const r = await ready();
     const jobs = [r.job, await another(r), await another(r)];
     for (const job of jobs) {
-      await see(r.deps, job, "working");
-      r.clock.advance(1_000);
-      await see(r.deps, job, "idle");
+      await workedThenIdle(r, job, 1_000);
     }
     r.clock.advance(WINDOW_MS + 1_000);
     for (const job of jobs) await see(r.deps, job, "idle");
@@ -318,9 +311,7 @@ describeBackends("issue 20: scheduled evaluation of due candidates", (backend) =
     const first = r.job;
     const second = await another(r);
     for (const job of [first, second]) {
-      await see(r.deps, job, "working");
-      r.clock.advance(1_000);
-      await see(r.deps, job, "idle");
+      await workedThenIdle(r, job, 1_000);
       r.clock.advance(1_000);
     }
     r.clock.advance(WINDOW_MS);

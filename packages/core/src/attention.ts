@@ -3,7 +3,7 @@ import type { Using } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import type { LogEvent } from "./logger.ts";
-import type { AttentionExpectation, JobRecords } from "./ports.ts";
+import type { AttentionExpectation, CandidateExpectation, JobRecords } from "./ports.ts";
 import type { JobRecord } from "./schemas.ts";
 
 /**
@@ -32,6 +32,11 @@ import type { JobRecord } from "./schemas.ts";
  * dispatched job no agent claimed stays `pending` (listed by status), and its deadline
  * is counted from the dispatch, so it is overdue as soon as it is claimed late.
  */
+
+/** What the sweep read of `job` that a mark it writes is conditional on (every write that moves the job moves one of them). */
+export function readOf(job: JobRecord): CandidateExpectation {
+  return { transitionSeq: job.transition_seq, evidenceSeq: job.evidence_seq, observationsRev: job.observations?.rev ?? 0 };
+}
 
 /** When the sweep should next look at `job` (epoch ms): null when it is not running. */
 export function nextLookOf(job: JobRecord, nowMs: number, flags: Pick<Flags, "attention">): number | null {
@@ -126,10 +131,8 @@ export async function reviewAttention(
 
 async function lookAt(deps: AttentionDeps, job: JobRecord, nowMs: number, at: string): Promise<AttentionOutcome> {
   const expect: AttentionExpectation = {
+    ...readOf(job),
     status: job.status,
-    transitionSeq: job.transition_seq,
-    evidenceSeq: job.evidence_seq,
-    observationsRev: job.observations?.rev ?? 0,
     ...(job.attention_at === undefined ? {} : { attention: job.attention_at }),
   };
   const { flags } = deps;

@@ -1,5 +1,5 @@
 import { DEFAULT_SETTLE_WINDOW_MS, evidenceFor } from "./allowlist.ts";
-import { type AttentionDeps, type AttentionResult, reviewAttention } from "./attention.ts";
+import { type AttentionDeps, type AttentionResult, readOf, reviewAttention } from "./attention.ts";
 import type { Using } from "./deps.ts";
 import { isMamError, MamError } from "./errors.ts";
 import { type GateDeps, RECORDED } from "./gate.ts";
@@ -134,11 +134,7 @@ async function evaluateOne(deps: CandidateDeps, job: JobRecord, now: Date): Prom
     return { job_id: job.job_id, outcome: "lost_race", reason: answer.reason };
   }
   // A hold: the mark goes until the evidence moves (conditionally on what the gate read).
-  const cleared = await deps.jobs.clearCandidate(job.job_id, {
-    evidenceSeq: job.evidence_seq,
-    observationsRev: job.observations?.rev ?? 0,
-    transitionSeq: job.transition_seq,
-  });
+  const cleared = await deps.jobs.clearCandidate(job.job_id, readOf(job));
   if (cleared) return { job_id: job.job_id, outcome: "held", reason: answer.reason };
   // Its evidence moved while the gate held: still a candidate, but behind the others.
   await postpone(deps, job, now);

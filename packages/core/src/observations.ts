@@ -76,7 +76,7 @@ export async function recordObservation(
     const received = deps.clock.now();
     checkObservation(body, job, dispatch, sourceClass, received, deps.flags.observationSkewSeconds);
     const receivedAt = received.toISOString();
-    const stored = job.observations?.attempt_id === dispatch.attempt_id ? job.observations : undefined;
+    const stored = observationsOf(job, dispatch.attempt_id);
     const rev = job.observations?.rev ?? 0;
     const entries = stored?.entries ?? [];
     const last = findLast(entries, (e) => e.source === source);
@@ -158,6 +158,11 @@ function repeatCandidate(
   const at = Date.parse(own);
   const covers = Date.parse(before.last_seen_received_at) < at && at <= Date.parse(after.last_seen_received_at);
   return covers ? { candidate: own } : {};
+}
+
+/** The job's observation set, when it is of `attemptId` (a set of an earlier attempt is none of this one's). */
+export function observationsOf(job: JobRecord, attemptId: number): ObservationSet | undefined {
+  return job.observations?.attempt_id === attemptId ? job.observations : undefined;
 }
 
 /** The job's latest recorded dispatch, or the refusal saying why there is none to observe. */
@@ -294,7 +299,7 @@ function findLast<T>(items: readonly T[], test: (item: T) => boolean): T | undef
  * can be rebuilt from.
  */
 export function buildScenario(job: JobRecord, dispatch: DispatchRecord, now: Date): RecordedScenario {
-  const set = job.observations?.attempt_id === dispatch.attempt_id ? job.observations : undefined;
+  const set = observationsOf(job, dispatch.attempt_id);
   const at = now.toISOString();
   return {
     schema: "mam.scenario/v2",

@@ -329,7 +329,6 @@ export abstract class JobStoreBase implements JobStore {
   ): Promise<JobRecord | undefined> {
     assertJobId(jobId);
     const set = checkObservations(expectedRev, next);
-    const candidate = opts.candidate === undefined || opts.candidate === null ? opts.candidate : checkDueTime(opts.candidate);
     const write: RecordWrite = {
       jobId,
       conditions: [
@@ -337,14 +336,14 @@ export abstract class JobStoreBase implements JobStore {
         { kind: "latestAttemptIs", attempt: set.attempt_id },
         { kind: "observationsRevIs", rev: expectedRev },
       ],
-      set: { observations: set, ...(typeof candidate === "string" ? { candidate_at: candidate } : {}) },
-      unset: candidate === null ? ["candidate_at"] : [],
+      set: { observations: set },
+      unset: [],
       bump: opts.bump ? ["evidence_seq"] : [],
-      keys: candidate === undefined ? {} : { candidate: candidate === null ? null : sortableTime(candidate) },
+      keys: {},
       // A coalesced repeat tells the feed nothing (no row): only a write that bumps does.
       ...(opts.bump ? { feed: checkNote(opts.note) ?? {} } : {}),
     };
-    const written = withActivity(write, opts.activity && checkActivity(opts.activity));
+    const written = withActivity(withCandidate(write, opts.candidate), opts.activity && checkActivity(opts.activity));
     const outcome = await this.#write(
       "writeObservations",
       jobId,
@@ -358,22 +357,10 @@ export abstract class JobStoreBase implements JobStore {
 
   async clearCandidate(jobId: string, expect: CandidateExpectation): Promise<boolean> {
     assertJobId(jobId);
-    const { evidenceSeq, observationsRev, transitionSeq } = expect;
-    if (![evidenceSeq, observationsRev, transitionSeq].every((n) => Number.isSafeInteger(n) && n >= 0)) {
-      throw new MamError(
-        "internal",
-        "a candidate is cleared only against the evidence sequence, observation rev and transition sequence it was read at",
-      );
-    }
     // A mark: no sequence, no feed row, no activity.
     return this.#boolWrite("clearCandidate", {
       jobId,
-      conditions: [
-        { kind: "statusIn", statuses: NON_TERMINAL },
-        { kind: "transitionSeqIs", seq: transitionSeq },
-        { kind: "evidenceSeqIs", seq: evidenceSeq },
-        { kind: "observationsRevIs", rev: observationsRev },
-      ],
+      conditions: readConditions(expect, NON_TERMINAL),
       set: {},
       unset: ["candidate_at"],
       bump: [],
@@ -417,7 +404,7 @@ export abstract class JobStoreBase implements JobStore {
     const attention = mark.attention === null ? null : checkDueTime(mark.attention);
     return this.#boolWrite("markAttention", {
       jobId,
-      conditions: attentionConditions(mark.expect, [mark.expect.status]),
+      conditions: [...readConditions(mark.expect, [mark.expect.status]), ...attentionKeyCondition(mark.expect)],
       set: {
         [mark.kind === "stale" ? "stale_since" : "overdue_since"]: at,
         pending_notification: intent.data,
@@ -436,7 +423,7 @@ export abstract class JobStoreBase implements JobStore {
     // A mark: no sequence, no feed row, no activity.
     return this.#boolWrite("rekeyAttention", {
       jobId,
-      conditions: attentionConditions(expect, NON_TERMINAL),
+      conditions: [...readConditions(expect, NON_TERMINAL), ...attentionKeyCondition(expect)],
       set: at === null ? {} : { attention_at: at },
       unset: at === null ? ["attention_at"] : [],
       bump: [],
@@ -936,8 +923,12 @@ function checkActivity(activity: Activity): Activity {
   return activity;
 }
 
-/** What a mark requires: the status among `statuses`, and the sequences, observation rev and attention key the sweep read. */
-function attentionConditions(expect: AttentionExpectation, statuses: readonly Status[]): RecordCondition[] {
+/**
+ * What a mark requires of the record: the status among `statuses`, and the sequences
+ * and observation rev the sweep read (`readOf`), so any write that moved the job since
+ * wins. Otherwise `internal` (core's own bug), before any storage is asked.
+ */
+function readConditions(expect: CandidateExpectation, statuses: readonly Status[]): RecordCondition[] {
   const { transitionSeq, evidenceSeq, observationsRev } = expect;
   if (![transitionSeq, evidenceSeq, observationsRev].every((n) => Number.isSafeInteger(n) && n >= 0)) {
     throw new MamError("internal", "a mark is written only against the sequences and observation rev it was read at");
@@ -947,8 +938,12 @@ function attentionConditions(expect: AttentionExpectation, statuses: readonly St
     { kind: "transitionSeqIs", seq: transitionSeq },
     { kind: "evidenceSeqIs", seq: evidenceSeq },
     { kind: "observationsRevIs", rev: observationsRev },
-    ...(expect.attention === undefined ? [] : [{ kind: "attentionIs", at: checkDueTime(expect.attention) } as const]),
   ];
+}
+
+/** An attention mark's or rekey's: the attention key is still the one read, when it was read. */
+function attentionKeyCondition(expect: AttentionExpectation): RecordCondition[] {
+  return expect.attention === undefined ? [] : [{ kind: "attentionIs", at: checkDueTime(expect.attention) }];
 }
 
 /** A dispatch's `write` also setting the new attempt's deadline, when it has one (only a dispatch may). */
@@ -958,9 +953,13 @@ function withDeadline(write: RecordWrite, deadline: string | undefined, dispatch
   return { ...write, set: { ...write.set, deadline_at: deadline }, unset: write.unset.filter((f) => f !== "deadline_at") };
 }
 
-/** `write` also setting the candidate mark at `due` (an evidence write's), when there is one. */
-function withCandidate(write: RecordWrite, due: string | undefined): RecordWrite {
+/** `write` also setting the candidate mark at `due`, or removing it (`null`); `undefined` leaves it as it is. */
+function withCandidate(write: RecordWrite, due: string | null | undefined): RecordWrite {
   if (due === undefined) return write;
+  if (due === null) {
+    const unset = write.unset.includes("candidate_at") ? write.unset : [...write.unset, "candidate_at"];
+    return { ...write, unset, keys: { ...write.keys, candidate: null } };
+  }
   const at = checkDueTime(due);
   return {
     ...write,

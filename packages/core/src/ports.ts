@@ -303,11 +303,8 @@ export interface JobRecords {
 }
 
 /** What the sweep read of a job before it marks it or moves its attention key. */
-export interface AttentionExpectation {
+export interface AttentionExpectation extends CandidateExpectation {
   readonly status: Status;
-  readonly transitionSeq: number;
-  readonly evidenceSeq: number;
-  readonly observationsRev: number;
   /**
    * The attention key read (`attention_at`, as stored): a mark and a rekey hold only while
    * it is still there, so two sweeps (or an index read lagging a mark) never mark one

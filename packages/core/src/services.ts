@@ -26,6 +26,7 @@ import {
 import { evaluateGate, type GateDeps, type GateResult } from "./gate.ts";
 import { releaseLease, withLease } from "./leases.ts";
 import { type FlushResult, flushNotification } from "./notifier.ts";
+import { observationsOf } from "./observations.ts";
 import type { DispatchRecords, JobRecords, ReportStore } from "./ports.ts";
 import { candidateDueOf } from "./quiescence-rules.ts";
 import { chargeAgentUsage, keepDiskFloor } from "./quotas.ts";
@@ -40,7 +41,6 @@ import {
   type JobRecord,
   type Lease,
   NON_TERMINAL,
-  type ObservationSet,
   zodIssues,
 } from "./schemas.ts";
 
@@ -234,7 +234,7 @@ export async function finalizeAttemptReport(
     let committed: JobRecord;
     try {
       // A finalize may be what a quiescent job lacked: the same write marks it due.
-      const due = before.auto_complete ? candidateDueOf(recordedOf(before, attemptId), before.agent, deps.flags.quiescenceRules) : null;
+      const due = before.auto_complete ? candidateDueOf(observationsOf(before, attemptId), before.agent, deps.flags.quiescenceRules) : null;
       committed = await deps.jobs.recordEvidence(jobId, {
         guard: { attempt: attemptId },
         set: { finalized_report: pointerOf(prepared) },
@@ -411,11 +411,6 @@ export function pointerOf(prepared: PreparedFinalize): FinalizedReport {
  * manifest only when it is the one `finalized_report` names, so a late writer can
  * delay a completion, never make one rest on other bytes.
  */
-/** The job's observation set, when it is of `attemptId`. */
-function recordedOf(job: JobRecord, attemptId: number): ObservationSet | undefined {
-  return job.observations?.attempt_id === attemptId ? job.observations : undefined;
-}
-
 async function applyFinalizeIfCurrent(
   deps: Using<Pick<JobRecords, "get">, "reports">,
   prepared: PreparedFinalize,
