@@ -6,7 +6,16 @@
  * next activity (stale) or dispatch (overdue), removed by a terminal write; the sweep
  * finds them through the attention index and reads no job that is not due.
  */
-import { type Deps, OPERATOR, parseFlags, recordDispatch, recoverNotifications, reviewAttention, transitionJob } from "@mam/core";
+import {
+  type Deps,
+  newIntent,
+  OPERATOR,
+  parseFlags,
+  recordDispatch,
+  recoverNotifications,
+  reviewAttention,
+  transitionJob,
+} from "@mam/core";
 import { expect, it } from "vitest";
 import { describeBackends } from "../seed/harness.ts";
 import { type ReadyJob, readyJob } from "../seed/scenario.ts";
@@ -200,6 +209,21 @@ describeBackends("issue 20: stale and overdue jobs", (backend) => {
     expect(record?.pending_notification?.event).toBe("stale");
     await expectRows(deps, job.jobId, "job.stale", (found) => expect(found).toHaveLength(1));
     await expectRows(deps, job.jobId, "intent.superseded", (found) => expect(found).toEqual([]));
+  });
+
+  it("an intent owed while the sweep marks (an operator's, landing between its read and its write) is never superseded unsent: the mark is conditional on the owed intent it read", async () => {
+    const { deps, clock } = await ready();
+    const job = await readyJob(deps, {});
+    await reviewAttention(deps);
+    clock.advance(STALE_S * 1000 + MINUTE);
+    const operators = newIntent(deps, "progress", 1, "an operator's own notice", "operator");
+    const racing = before(deps, "markAttention", async () => {
+      await deps.jobs.replaceNotification(job.jobId, operators);
+    });
+    expect((await reviewAttention(racing)).results).toEqual([{ job_id: job.jobId, outcome: "lost_race" }]);
+    const record = await deps.jobs.get(job.jobId);
+    expect(record?.pending_notification?.id).toBe(operators.id);
+    expect(record?.stale_since).toBeUndefined();
   });
 
   it("the sweep reads only the jobs whose look is due: an active job is looked at once a window, a silent one marked, and a job not yet due is never read", async () => {

@@ -377,6 +377,7 @@ const COMMITTING_CALLS: Record<WriteMethod, (s: JobStoreBase) => Promise<unknown
       expect: { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 1 },
       attention: null,
       intent: { ...intent, id: "i-stale", event: "stale" },
+      replaces: "i-1",
     }),
   rekeyAttention: (s) => s.rekeyAttention("j", { status: "pending", transitionSeq: 1, evidenceSeq: 1, observationsRev: 1 }, AT),
   recordDispatch: (s) =>

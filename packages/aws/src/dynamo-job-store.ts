@@ -636,6 +636,8 @@ function conditionExpression(c: RecordCondition, x: Expressions): string {
       return `${x.name("attention_at")} = ${x.value(c.at)}`;
     case "intentIs":
       return `${x.name("pending_notification")}.id = ${x.value(c.id)}`;
+    case "noIntent":
+      return `attribute_not_exists(${x.name("pending_notification")})`;
     case "usageIs": {
       const usage = x.name("agent_usage");
       const counted = `(${usage}.events = ${x.value(c.events)} AND ${usage}.bytes = ${x.value(c.bytes)})`;

@@ -161,6 +161,7 @@ async function lookAt(deps: AttentionDeps, job: JobRecord, nowMs: number, at: st
       expect,
       attention: attentionKeyOf(marked, nowMs, flags),
       intent: newIntent(deps, kind, job.transition_seq, reason, "sweep"),
+      replaces: owed?.id ?? null,
       note: { actor: { type: "service" } },
     });
     return written ? kind : "lost_race";

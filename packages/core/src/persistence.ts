@@ -404,7 +404,11 @@ export abstract class JobStoreBase implements JobStore {
     const attention = mark.attention === null ? null : checkDueTime(mark.attention);
     return this.#boolWrite("markAttention", {
       jobId,
-      conditions: [...readConditions(mark.expect, [mark.expect.status]), ...attentionKeyCondition(mark.expect)],
+      conditions: [
+        ...readConditions(mark.expect, [mark.expect.status]),
+        ...attentionKeyCondition(mark.expect),
+        mark.replaces === null ? { kind: "noIntent" } : { kind: "intentIs", id: mark.replaces },
+      ],
       set: {
         [mark.kind === "stale" ? "stale_since" : "overdue_since"]: at,
         pending_notification: intent.data,

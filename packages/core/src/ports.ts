@@ -320,6 +320,12 @@ export interface AttentionMark {
   readonly expect: AttentionExpectation;
   readonly attention: string | null;
   readonly intent: NotificationIntent;
+  /**
+   * The owed intent the sweep read, which `intent` replaces (an earlier mark's of the
+   * same kind), or null: none owed. The mark holds only while that is still so, so an
+   * intent owed meanwhile (an operator's) is never superseded unsent.
+   */
+  readonly replaces: string | null;
   readonly note?: ChangeNote;
 }
 

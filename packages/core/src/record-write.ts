@@ -51,6 +51,8 @@ export type RecordCondition =
   | { readonly kind: "attentionIs"; readonly at: string }
   /** The owed intent's id is `id` (none owed: never holds). */
   | { readonly kind: "intentIs"; readonly id: string }
+  /** No intent is owed. */
+  | { readonly kind: "noIntent" }
   /** `agent_usage` counts exactly `events` and `bytes` (absent: 0 and 0). */
   | { readonly kind: "usageIs"; readonly events: number; readonly bytes: number }
   /** The lease in `field` has id `id`. */
@@ -156,6 +158,8 @@ export function conditionHolds(record: JobRecord, condition: RecordCondition): b
       return record.attention_at === condition.at;
     case "intentIs":
       return record.pending_notification?.id === condition.id;
+    case "noIntent":
+      return record.pending_notification === undefined;
     case "usageIs":
       return (record.agent_usage?.events ?? 0) === condition.events && (record.agent_usage?.bytes ?? 0) === condition.bytes;
     case "leaseHeldBy":

@@ -431,6 +431,8 @@ function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
       return { sql: "json_extract(doc, '$.attention_at') = ?", params: [c.at] };
     case "intentIs":
       return { sql: "owed_intent_id = ?", params: [c.id] };
+    case "noIntent":
+      return { sql: "owed_intent_id IS NULL", params: [] };
     case "usageIs":
       return {
         sql: "coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?",
