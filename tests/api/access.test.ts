@@ -20,6 +20,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "GET /v1/jobs/{job_id}": { kind: "protected", scope: "read", agent: "job" },
       "POST /v1/jobs/{job_id}/transitions": { kind: "protected", scope: "write", agent: "job" },
       "POST /v1/jobs/{job_id}/dispatches": { kind: "protected", scope: "write" },
+      "GET /v1/jobs/{job_id}/dispatches/{attempt}": { kind: "protected", scope: "read", agent: "attempt" },
       "PUT /v1/jobs/{job_id}/attempts/{attempt}/report": { kind: "protected", scope: "write", agent: "attempt" },
       "POST /v1/jobs/{job_id}/attempts/{attempt}/report/upload": { kind: "protected", scope: "write", agent: "attempt" },
       "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize": { kind: "protected", scope: "write", agent: "attempt" },

@@ -210,6 +210,23 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(principal).toMatchObject({ kind: "agent", jobId: job.job_id, attemptId: 1 });
       });
 
+      it("GET /v1/jobs/{id}/dispatches/{n} reads the recorded dispatch, terminal_id included; an unrecorded attempt is a 404", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const posted = await h.call("POST", `/v1/jobs/${job.job_id}/dispatches`, {
+          token: h.operator,
+          json: { attempt_id: 1, agent_session_uuid: "uuid-1", pane_process_generation: 0, pane_id: "w1-p2", terminal_id: "term-9" },
+        });
+        expect(posted.status).toBe(201);
+        const read = await h.call("GET", `/v1/jobs/${job.job_id}/dispatches/1`, { token: posted.body.agent_token });
+        expect(read.status).toBe(200);
+        expect(read.body).toEqual(posted.body.dispatch);
+        expect(read.body).toMatchObject({ pane_id: "w1-p2", terminal_id: "term-9" });
+        const missing = await h.call("GET", `/v1/jobs/${job.job_id}/dispatches/2`, { token: h.operator });
+        expect(missing.status).toBe(404);
+        expect(missing.body.type).toContain("dispatch");
+      });
+
       it("an agent claims, stages, finalizes and publishes `completed`; the operator verifies; the event log shows it", async () => {
         const h = await harness();
         const job = await register(h, { expected_artifacts: ["commit"] });

@@ -333,6 +333,8 @@ export const DispatchRequestSchema = z.strictObject({
   agent_session_uuid: z.string().min(1).max(128),
   pane_process_generation: z.number().int().min(0),
   pane_id: z.string().max(128).optional(),
+  /** The terminal the pane runs (herdr's `terminal_id`): with `pane_id`, how a collector maps a pane to this dispatch. */
+  terminal_id: z.string().min(1).max(128).optional(),
   anchor: ExecutionAnchorSchema.partial({ started_at: true }).optional(),
   /** A start-to-close timeout for this attempt, in seconds from the dispatch (default: MAM_DEADLINE_SECONDS, if set). */
   deadline_seconds: z
@@ -350,6 +352,7 @@ export const DispatchRecordSchema = z.strictObject({
   agent_session_uuid: z.string().min(1).max(128),
   pane_process_generation: z.number().int().min(0),
   pane_id: z.string().max(128).optional(),
+  terminal_id: z.string().min(1).max(128).optional(),
   anchor: ExecutionAnchorSchema,
   recorded_at: IsoTime,
   /** The attempt's start-to-close deadline, when it has one (`deadline_seconds`, else MAM_DEADLINE_SECONDS). */

@@ -76,6 +76,7 @@ export async function recordDispatch(
     agent_session_uuid: d.agent_session_uuid,
     pane_process_generation: d.pane_process_generation,
     ...(d.pane_id === undefined ? {} : { pane_id: d.pane_id }),
+    ...(d.terminal_id === undefined ? {} : { terminal_id: d.terminal_id }),
     anchor: {
       started_at: d.anchor?.started_at ?? now,
       ...(d.anchor?.workspace_revision === undefined ? {} : { workspace_revision: d.anchor.workspace_revision }),

@@ -1,7 +1,7 @@
 import type { Access } from "../access.ts";
 import { dryRunGateRoute, evaluateJobRoute, listEventsRoute, publishEventRoute } from "./events.ts";
 import { listChangesRoute, streamChangesRoute } from "./feed.ts";
-import { getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
+import { getDispatchRoute, getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
 import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
 import { recordObservationRoute } from "./observations.ts";
 import { releaseNotificationRoute, runRecoverySweepRoute } from "./operations.ts";
@@ -18,6 +18,7 @@ export const ROUTES = [
   getJobRoute,
   transitionJobRoute,
   recordDispatchRoute,
+  getDispatchRoute,
   stageReportRoute,
   requestUploadRoute,
   finalizeReportRoute,

@@ -4,6 +4,8 @@ import { operator, operatorOrAgent, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, ETAG_HEADER, exampleProblem, jsonAnswer, jsonRequest, LOCATION_HEADER } from "../openapi.ts";
 import {
+  AttemptPathSchema,
+  DispatchRecord,
   DispatchRequest,
   DispatchResponseSchema,
   JobPageSchema,
@@ -200,6 +202,31 @@ export const recordDispatchRoute = withHandler(
     const dispatch = await withCurrentRecord(deps, jobId, () => recordDispatch(deps, jobId, c.req.valid("json"), actorOf(principalOf(c))));
     const minted = tokens.mintAgent(jobId, dispatch.attempt_id);
     return c.json({ dispatch, agent_token: minted.token, expires_at: minted.expiresAt }, 201);
+  },
+);
+
+export const getDispatchRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("read", "attempt"),
+    {
+      operationId: "getDispatch",
+      method: "get",
+      path: "/v1/jobs/{job_id}/dispatches/{attempt}",
+      tags: ["dispatch"],
+      summary: "Read one recorded dispatch",
+      description:
+        "The write-once record of one attempt: its session, process generation, pane and terminal, anchor and deadline. A collector maps what it sees to a dispatch by it (`mam watch herdr`).",
+      request: { params: AttemptPathSchema },
+      responses: { 200: jsonAnswer("The dispatch.", DispatchRecord, EXAMPLE.dispatchResponse.dispatch) },
+    },
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    const { job_id: jobId, attempt } = c.req.valid("param");
+    const dispatch = await deps.jobs.getDispatch(jobId, attempt);
+    if (dispatch === undefined) throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attempt}`);
+    return c.json(dispatch, 200);
   },
 );
 
