@@ -80,7 +80,11 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
       const [method, template] = key.split(" ") as [string, string];
       return {
         method,
-        path: template.replace("{job_id}", jobId).replace("{attempt}", String(attempt)).replace("{file}", "swagger-ui.css"),
+        path: template
+          .replace("{job_id}", jobId)
+          .replace("{attempt}", String(attempt))
+          .replace("{file}", "swagger-ui.css")
+          .replace("{agent}", "claude-code"),
       };
     }
 
@@ -105,6 +109,8 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           return { json: { event: "progress", finalize: { attempt_id: attempt, side_effects: [] } } };
         case "POST /v1/recovery-sweeps":
           return { json: {} };
+        case "POST /v1/hooks/{agent}":
+          return { json: { hook_event_name: "Notification", session_id: "s", notification_type: "auth_success" } };
         case "POST /v1/jobs/{job_id}/notification-release":
           return { json: {} };
         default:
@@ -759,6 +765,14 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         for (const key of protectedKeys) {
           const access = ROUTE_PERMISSIONS[key];
           if (access.kind !== "protected") continue;
+          if (access.agentOnly === true) {
+            // An agent hook's route takes no operator token, whatever its scopes (the token names the job and attempt).
+            const { method, path } = concrete(key, job.job_id);
+            const res = await h.call(method, path, { token: h.tokens.mintOperator([...SCOPES]), ...validRequest(key) });
+            expectProblem(res, 403, "auth.forbidden");
+            expect(res.body.detail, key).toContain("only an agent's token");
+            continue;
+          }
           const others = SCOPES.filter((s) => s !== access.scope) as Scope[];
           const { method, path } = concrete(key, job.job_id);
           const res = await h.call(method, path, { token: h.tokens.mintOperator(others), ...validRequest(key) });

@@ -18,11 +18,21 @@ import { invalidInput } from "./validation.ts";
  */
 export type AgentBinding = "job" | "attempt" | "self";
 
-export type Access = { readonly kind: "public" } | { readonly kind: "protected"; readonly scope: Scope; readonly agent?: AgentBinding };
+export type Access =
+  | { readonly kind: "public" }
+  | {
+      readonly kind: "protected";
+      readonly scope: Scope;
+      readonly agent?: AgentBinding;
+      /** Only an agent's token: what the route records is the token's own job and attempt (an agent hook). */
+      readonly agentOnly?: true;
+    };
 
 export const anyone = { kind: "public" } as const satisfies Access;
 export const operator = (scope: Scope) => ({ kind: "protected", scope }) as const satisfies Access;
 export const operatorOrAgent = (scope: Scope, agent: AgentBinding) => ({ kind: "protected", scope, agent }) as const satisfies Access;
+/** An agent hook's route: the agent token names the job and attempt, so the path names neither and no operator token fits. */
+export const agentOnly = { kind: "protected", scope: "observe", agent: "self", agentOnly: true } as const satisfies Access;
 
 export interface PathParams {
   readonly jobId?: string;
@@ -87,6 +97,12 @@ export function requireAccess(
 export function authorize(principal: Principal, access: Access, params: PathParams): void {
   if (access.kind === "public") return;
   if (principal.kind === "operator") {
+    if (access.agentOnly === true) {
+      throw new MamError(
+        "auth.forbidden",
+        "only an agent's token posts hook events: the token names the job and attempt the event is of (mam dispatch gives it as MAM_TOKEN)",
+      );
+    }
     if (!principal.scopes.includes(access.scope)) {
       throw new MamError("auth.forbidden", `this operator token lacks the ${access.scope} scope (it has ${principal.scopes.join(", ")})`, {
         details: { required_scope: access.scope },

@@ -16,15 +16,37 @@ export const REPORT_UPLOAD_PATH = "/v1/jobs/{job_id}/attempts/{attempt}/report/u
  * any request body goes instead (`upload`: the path of the upload route, the
  * request's own when it is known).
  */
-export function tooLarge(limit: number, what: string, upload = REPORT_UPLOAD_PATH): MamError {
+export function tooLarge(limit: number, what: string, upload: string | null = REPORT_UPLOAD_PATH): MamError {
   return new MamError(
     "input.tooLarge",
-    `the ${what} is larger than the limit of ${limit} bytes; a larger report goes by an upload: POST ${upload}`,
+    upload === null
+      ? `the ${what} is larger than the limit of ${limit} bytes`
+      : `the ${what} is larger than the limit of ${limit} bytes; a larger report goes by an upload: POST ${upload}`,
     {
       issues: [{ path: "body", message: `at most ${limit} bytes` }],
-      details: { limit, upload },
+      details: upload === null ? { limit } : { limit, upload },
     },
   );
+}
+
+/**
+ * An agent hook's body (`POST /v1/hooks/{agent}`): never buffered. The route reads it
+ * chunk by chunk through core's allowlist scanner, which keeps a few fields and drops
+ * the rest as it passes (a `PostToolUse` carries the tool's whole output), so a large
+ * event meets no JSON body limit; `limit` (HOOK_BODY_MAX_BYTES) only bounds the
+ * reading. A declared Content-Length over it is refused before a byte is read.
+ */
+export function hookBody<E extends { Variables: UploadVariables }>(limit: number): MiddlewareHandler<E> {
+  return async (c, next) => {
+    const header = c.req.header("content-length");
+    const declared = header !== undefined && /^\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : undefined;
+    if (declared !== undefined && declared > limit) throw tooLarge(limit, "hook event", null);
+    (c as unknown as Context<{ Variables: UploadVariables }>).set(
+      "upload",
+      new Upload(c.req.raw.body, limit, { declaredLength: declared, uploadPath: null, what: "hook event" }),
+    );
+    await next();
+  };
 }
 
 /** Every media type the routes' media-type check lets through as JSON (`application/json`, `application/*+json`). */
@@ -117,18 +139,20 @@ export class Upload {
   readonly #body: ReadableStream<Uint8Array> | null;
   #limit: number;
   readonly #declaredLength: number | undefined;
-  readonly #uploadPath: string;
+  readonly #uploadPath: string | null;
+  readonly #what: string;
   #exceeded = false;
 
   constructor(
     body: ReadableStream<Uint8Array> | null,
     limit: number,
-    opts: { readonly declaredLength?: number | undefined; readonly uploadPath?: string } = {},
+    opts: { readonly declaredLength?: number | undefined; readonly uploadPath?: string | null; readonly what?: string } = {},
   ) {
     this.#body = body;
     this.#limit = limit;
     this.#declaredLength = opts.declaredLength;
-    this.#uploadPath = opts.uploadPath ?? REPORT_UPLOAD_PATH;
+    this.#uploadPath = opts.uploadPath === undefined ? REPORT_UPLOAD_PATH : opts.uploadPath;
+    this.#what = opts.what ?? "report";
   }
 
   /** The most this body can be: its declared Content-Length, else the limit (what an agent's upload reserves of its quota). */
@@ -162,7 +186,7 @@ export class Upload {
   }
 
   #tooLarge(): MamError {
-    return tooLarge(this.#limit, "report", this.#uploadPath);
+    return tooLarge(this.#limit, this.#what, this.#uploadPath);
   }
 
   async *#chunks(body: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {

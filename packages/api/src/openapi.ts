@@ -23,7 +23,11 @@ import { ProblemSchema } from "./wire.ts";
  * 413 and 415 for a JSON body, 503 when a store is behind it, 500 always; `problems`
  * adds the route's own (404, 409, 412...), each with an example.
  */
-export type MamRoute = RouteConfig & { readonly "x-mam-access": Access };
+export type MamRoute = RouteConfig & {
+  readonly "x-mam-access": Access;
+  /** `scanned`: the body is read as it streams by core's hook scanner, never buffered (an agent hook's event). */
+  readonly "x-mam-body"?: "scanned";
+};
 
 export function defineRoute<const R extends RouteConfig>(
   access: Access,

@@ -207,6 +207,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/v1/hooks/{agent}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Record an agent hook's event as an observation of the token's attempt
+     * @description The agent's token names the job and attempt, so the URL is the same for every job. The event is read by the mapping in docs/agents.md (Stop with empty `background_tasks` and `session_crons`: idle, read by the documented rule `agent.claude-code.stop`; prompt and tool events: working; StopFailure, a permission prompt: blocked; SessionStart `clear` or `fork`: the attempt's quiescence evidence ends). The session it names must be the dispatch's (`mam dispatch` generates it) — for Codex, the one its first event bound — or it is a 404 `observation.mismatch` naming the field. Answered 204 with no body (Claude Code reads any 2xx JSON body as control input), except a Stop nudge: a job with `nudge_on_stop` whose agent stopped with no finalized report gets `{decision: block, reason}` once (MAM_NUDGE_MAX). A refusal writes nothing; hooks fail open, so a refused event lets the agent carry on.
+     */
+    post: operations["postHookEvent"];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/v1/jobs/{job_id}/evaluations": {
     parameters: {
       query?: never;
@@ -544,6 +564,7 @@ export interface components {
       };
       expected_artifacts: string[];
       auto_complete: boolean;
+      nudge_on_stop?: boolean;
       agent_session?: string;
       /** @description free-form progress: at most 8192 bytes of JSON, nested at most 16 levels; numbers 0 or of magnitude 1e-130 to below 1e126; no `__proto__`, `constructor` or empty key */
       progress?: {
@@ -644,6 +665,20 @@ export interface components {
           /** Format: date-time */
           last_seen_received_at: string;
           sightings: number;
+          hook?: {
+            event: string;
+            stop_hook_active?: boolean;
+            notification_type?: string;
+            error?: string;
+            reason?: string;
+            source?: string;
+            background_tasks?: {
+              type?: string;
+              status?: string;
+            }[];
+            background_task_count?: number;
+            session_crons?: number;
+          };
         }[];
         overflow?: {
           source: string;
@@ -652,6 +687,20 @@ export interface components {
           /** Format: date-time */
           at: string;
         };
+        ended?: {
+          source: string;
+          /** @enum {string} */
+          cause: "clear" | "fork";
+          /** Format: date-time */
+          at: string;
+        };
+        bound_session?: {
+          id: string;
+          field: string;
+          /** Format: date-time */
+          at: string;
+        };
+        nudges?: number;
       };
       /** Format: date-time */
       candidate_at?: string;
@@ -719,6 +768,7 @@ export interface components {
       role?: "Worker" | "Reviewer";
       expected_artifacts?: string[];
       auto_complete?: boolean;
+      nudge_on_stop?: boolean;
     };
     JobPage: {
       items: components["schemas"]["JobRecord"][];
@@ -741,6 +791,7 @@ export interface components {
         };
         agent_session?: string;
         auto_complete?: boolean;
+        nudge_on_stop?: boolean;
         /** @enum {string} */
         role?: "Worker" | "Reviewer";
         expected_artifacts?: string[];
@@ -895,6 +946,20 @@ export interface components {
       /** Format: date-time */
       last_seen_received_at: string;
       sightings: number;
+      hook?: {
+        event: string;
+        stop_hook_active?: boolean;
+        notification_type?: string;
+        error?: string;
+        reason?: string;
+        source?: string;
+        background_tasks?: {
+          type?: string;
+          status?: string;
+        }[];
+        background_task_count?: number;
+        session_crons?: number;
+      };
     };
     /** @description What was seen of the job's latest dispatch: the state, the kind of signal, the dispatch identity (attempt and session always; a watcher also the process generation, and the pane where the dispatch recorded one) and when the sender saw it. */
     ObservationRequest: {
@@ -913,6 +978,12 @@ export interface components {
       recorded_by?: unknown;
       /** @description Refused: received_at is set by mam, never by the sender. */
       received_at?: unknown;
+    };
+    StopNudge: {
+      /** @enum {string} */
+      decision: "block";
+      /** @description A fixed template naming the attempt and the `mam finalize` command; never a field of the job. */
+      reason: string;
     };
     GateResponse: {
       committed: boolean;
@@ -3968,6 +4039,273 @@ export interface operations {
            *       "status": 429,
            *       "detail": "the agent sources of attempt 1 have recorded 64 observations, their bound: this state was not stored, and the attempt's evidence is marked overflowed (the gate holds until the next dispatch)",
            *       "code": "quota.observations",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
+  postHookEvent: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description Whose hook sent the event: `claude-code` or `codex`. */
+        agent: "claude-code" | "codex";
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        "application/json": {
+          [key: string]: unknown;
+        };
+      };
+    };
+    responses: {
+      /** @description A Stop nudge: the agent is sent back to finalize its report. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "decision": "block",
+           *       "reason": "mam: attempt 1 has no finalized report. Write your report to report-final.md, then run mam finalize --job \"$MAM_JOB\" --attempt \"$MAM_ATTEMPT\" --report report-final.md and stop again."
+           *     }
+           */
+          "application/json": components["schemas"]["StopNudge"];
+        };
+      };
+      /** @description Recorded (or no evidence in it); no body. */
+      204: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
+      400: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.invalid",
+           *       "title": "The request is not valid",
+           *       "status": 400,
+           *       "detail": "invalid body: body.colour: unknown field",
+           *       "code": "input.invalid",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.colour",
+           *           "message": "unknown field"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.exists`: The job already exists; `job.transitionConflict`: The job moved on: stale transition_seq; `job.transitionRefused`: The job's status does not allow this transition; `job.evidenceConflict`: The job's evidence moved on: another report write, finalize or dispatch landed first; `job.evidenceMissing`: The job expects evidence that is not there; `dispatch.exists`: That attempt was already dispatched; `dispatch.outOfOrder`: The attempt is not greater than the job's latest dispatched attempt; `observation.mismatch`: The observation does not match the job's latest recorded dispatch; `report.frozen`: The job is terminal; its report tree is frozen; `report.notLatest`: Reports are accepted only for the job's latest attempt; `report.changed`: The report changed while it was being pinned; `report.mismatch`: The uploaded report is not the one its upload declared; `report.uploadInFlight`: Another upload of this attempt's report is in flight; `report.finalizeInProgress`: Another finalize of this attempt's report is in progress */
+      409: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/observation.mismatch",
+           *       "title": "The observation does not match the job's latest recorded dispatch",
+           *       "status": 409,
+           *       "detail": "session_id does not match attempt 1's recorded dispatch (another session's observation)",
+           *       "code": "observation.mismatch",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body.session_id",
+           *           "message": "does not match the recorded dispatch"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `input.tooLarge`: The body is too large; `quota.bytes`: The job's or the attempt's byte quota would be exceeded */
+      413: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.tooLarge",
+           *       "title": "The body is too large",
+           *       "status": 413,
+           *       "detail": "the JSON body is larger than the limit of 1048576 bytes",
+           *       "code": "input.tooLarge",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "body",
+           *           "message": "at most 1048576 bytes"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `input.unsupportedMediaType`: Unsupported media type */
+      415: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.unsupportedMediaType",
+           *       "title": "Unsupported media type",
+           *       "status": 415,
+           *       "detail": "this route takes application/json, not \"text/plain\"",
+           *       "code": "input.unsupportedMediaType",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }

@@ -249,6 +249,11 @@ export const EnvSchema = z.object({
     "core (API)",
     "How far an observation's `observed_at` may lie after the moment mam received it (its sender's clock running ahead), 0 to 300; later is `400` naming `observed_at`, nothing written. Also how far a posted scenario's times may lie after mam's clock.",
   ),
+  MAM_NUDGE_MAX: setting(
+    int("MAM_NUDGE_MAX", 1, 1, 7),
+    "core (API)",
+    "The most Stop nudges one attempt is answered with (a job's `nudge_on_stop`: a Claude Code `Stop` with no finalized report is sent back to work with `decision: block`), 1 to 7 (Claude Code gives up after 8 consecutive blocks). Each is counted in its Stop observation's own conditional write. See docs/agents.md.",
+  ),
   MAM_STALE_AFTER_SECONDS: setting(
     int("MAM_STALE_AFTER_SECONDS", 1800, 60, 30 * 86_400),
     "core (API, CLI), sweep",
@@ -442,6 +447,8 @@ export interface Flags {
   readonly observationSkewSeconds: number;
   /** When a running job is stale (MAM_STALE_AFTER_SECONDS) and the deadline of a dispatch that names none (MAM_DEADLINE_SECONDS; 0: none). */
   readonly attention: { readonly staleAfterSeconds: number; readonly deadlineSeconds: number };
+  /** The most Stop nudges an attempt gets (MAM_NUDGE_MAX). */
+  readonly nudgeMax: number;
 }
 
 /** Bounds on the one upload in flight and the one finalize in progress of an attempt (issue 17). */
@@ -532,6 +539,7 @@ function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined
     leases: { uploadSeconds: e.MAM_REPORT_UPLOAD_TTL_SECONDS, finalizeSeconds: e.MAM_FINALIZE_LEASE_SECONDS },
     observationSkewSeconds: e.MAM_OBSERVATION_SKEW_SECONDS,
     attention: { staleAfterSeconds: e.MAM_STALE_AFTER_SECONDS, deadlineSeconds: e.MAM_DEADLINE_SECONDS },
+    nudgeMax: e.MAM_NUDGE_MAX,
   };
   const sweep: SweepPolicy = { maxFailures: e.MAM_SWEEP_MAX_FAILURES, backoffMs: e.MAM_SWEEP_BACKOFF_SECONDS * 1000 };
   return deepFreeze({

@@ -49,6 +49,7 @@ export const FIELD_WRITERS = {
   progress: ["agent", "operator"],
   agent_session: ["agent", "operator"],
   auto_complete: ["operator"],
+  nudge_on_stop: ["operator"],
   role: ["operator"],
   expected_artifacts: ["operator"],
 } as const satisfies Record<keyof ProgressFields, readonly ActorKind[]>;
@@ -93,6 +94,7 @@ export async function registerJob(
     evidence_seq: 0,
     expected_artifacts: req.expected_artifacts ?? [],
     auto_complete: req.auto_complete ?? false,
+    ...(req.nudge_on_stop === true ? { nudge_on_stop: true } : {}),
     created_at: now,
     updated_at: now,
   };

@@ -2,6 +2,7 @@ import type { Using } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
+import { recordChecks } from "./gate-checks.ts";
 import { GATE_REASON_CLASS, type GateRefusal } from "./metrics.ts";
 import { buildScenario } from "./observations.ts";
 import type { RecordedScenario } from "./policy.ts";
@@ -85,21 +86,12 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
 
 async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   const { flags } = deps;
-  if (!flags.autoComplete) return refuse("disabled", "auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)");
-  if (!flags.engineCas)
-    return refuse("cas_rolled_back", "auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)");
-
+  const first = recordChecks(flags, undefined, input.jobId);
+  // The flags refuse before the record is read; the record's checks after.
+  if (first?.refusal === "disabled" || first?.refusal === "cas_rolled_back") return refuse(first.refusal, first.reason);
   const job = input.job ?? (await deps.jobs.get(input.jobId));
-  if (!job) return refuse("job_missing", `job ${input.jobId} does not exist`);
-  if (job.status !== "running") return refuse("not_running", `job ${job.job_id} is ${job.status}, not running`);
-  if (job.auto_complete !== true)
-    return refuse("not_opted_in", `job ${job.job_id} did not opt in to auto-completion (auto_complete is not true)`);
-  if (!flags.allowedBackends.includes(job.agent)) {
-    return refuse(
-      "backend_not_allowed",
-      `backend ${JSON.stringify(job.agent)} has no quiescent-state evidence in the allowlist (allowed: ${flags.allowedBackends.join(", ") || "none"})`,
-    );
-  }
+  const checked = recordChecks(flags, job, input.jobId);
+  if (checked !== undefined || job === undefined) return refuse(checked?.refusal ?? "job_missing", checked?.reason ?? "");
   if (input.reportLocation === undefined) {
     return refuse("no_report_location", "no report location was given, so the gate cannot independently verify the report");
   }

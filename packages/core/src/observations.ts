@@ -4,11 +4,14 @@ import type { Using } from "./deps.ts";
 import { getJob } from "./engine.ts";
 import { MamError } from "./errors.ts";
 import { noteOf } from "./feed.ts";
+import { nudgeDue } from "./nudge.ts";
 import { CLOCK_SOURCE_KIND, type RecordedScenario } from "./policy.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
 import { candidateDueOf } from "./quiescence-rules.ts";
 import {
   type DispatchRecord,
+  type EvidenceEnd,
+  type HookDetails,
   isTerminal,
   type JobRecord,
   type Observation,
@@ -31,6 +34,30 @@ export interface RecordedObservation {
   readonly observation: Observation;
   readonly coalesced: boolean;
   readonly job: JobRecord;
+  /** The write counted a Stop nudge (`ObservationOptions.nudge`): answer it with one. */
+  readonly nudged: boolean;
+}
+
+/** What an agent hook's event adds to an observation (agent-hooks.ts); a watcher's or a plain post has none. */
+export interface ObservationOptions {
+  /** The field the session came in, named when another session is refused (default `agent_session_uuid`). */
+  readonly sessionField?: string;
+  /**
+   * The session named is the agent's own id (a Codex thread), not the dispatch's: the
+   * attempt's first event binds it, set once, in that event's write; an event naming
+   * another is refused. The observation then carries the dispatch's session.
+   */
+  readonly bindsSession?: boolean;
+  /** The hook's allowlisted fields, kept on a new observation. */
+  readonly hook?: HookDetails;
+  /**
+   * A Claude Code `SessionStart` of `clear` or `fork`: the conversation the dispatch
+   * started is over. Recorded whatever session it names (the new one), and the same
+   * write ends the attempt's quiescence evidence: the gate holds until the next dispatch.
+   */
+  readonly endsEvidence?: EvidenceEnd["cause"];
+  /** A quiescent `Stop`: send the agent back when `nudgeDue` says so, counted in this write (`nudges`). */
+  readonly nudge?: { readonly stopHookActive: boolean };
 }
 
 /** Times a lost write is tried again from a fresh read before the caller is told to retry. */
@@ -57,6 +84,7 @@ export async function recordObservation(
   request: ObservationRequest,
   observer: Observer,
   actor?: Actor,
+  options: ObservationOptions = {},
 ): Promise<RecordedObservation> {
   const parsed = ObservationRequestSchema.safeParse(request);
   if (!parsed.success) throw new MamError("input.invalid", "invalid observation", { issues: zodIssues(parsed.error, "body") });
@@ -74,62 +102,75 @@ export async function recordObservation(
       read !== undefined && read.attempt_id === job.latest_attempt && !isTerminal(job.status) ? read : await latestDispatch(deps, job);
     read = dispatch;
     const received = deps.clock.now();
-    checkObservation(body, job, dispatch, sourceClass, received, deps.flags.observationSkewSeconds);
-    const receivedAt = received.toISOString();
     const stored = observationsOf(job, dispatch.attempt_id);
+    const bound = boundSessionOf(stored, body, dispatch, options);
+    const seen = bound.body;
+    checkObservation(seen, job, dispatch, sourceClass, received, deps.flags.observationSkewSeconds, options);
+    const receivedAt = received.toISOString();
     const rev = job.observations?.rev ?? 0;
     const entries = stored?.entries ?? [];
+    const nudged = options.nudge !== undefined && nudgeDue(job, stored, dispatch.attempt_id, deps.flags, options.nudge.stopHookActive);
+    // What every write of this observation carries besides it: the session it binds (once), an end, a nudge counted.
+    const extra = (set: ObservationSet): ObservationSet => ({
+      ...set,
+      ...(set.bound_session === undefined && bound.binds !== undefined ? { bound_session: { ...bound.binds, at: receivedAt } } : {}),
+      ...(options.endsEvidence === undefined || set.ended !== undefined
+        ? {}
+        : { ended: { source, cause: options.endsEvidence, at: receivedAt } }),
+      ...(nudged ? { nudges: (set.nudges ?? 0) + 1 } : {}),
+    });
     const last = findLast(entries, (e) => e.source === source);
-    if (last !== undefined && repeats(last, body)) {
-      const seen: Observation = {
+    if (last !== undefined && repeats(last, seen)) {
+      const again: Observation = {
         ...last,
         last_seen_received_at: laterOf(receivedAt, last.last_seen_received_at),
         sightings: last.sightings + 1,
       };
-      const next: ObservationSet = {
+      const next: ObservationSet = extra({
         ...(stored as ObservationSet),
         rev: rev + 1,
-        entries: entries.map((e) => (e.seq === seen.seq ? seen : e)),
-      };
-      const candidate = repeatCandidate(job, next, last, seen, deps.flags.quiescenceRules);
+        entries: entries.map((e) => (e.seq === again.seq ? again : e)),
+      });
+      const candidate = repeatCandidate(job, next, last, again, deps.flags.quiescenceRules);
       // A `working` sighted again is activity (it clears a stale mark); any other repeat is not.
-      const activity = seen.state === "working" ? { activity: { at: receivedAt } } : {};
+      const activity = again.state === "working" ? { activity: { at: receivedAt } } : {};
       const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: false, ...candidate, ...activity });
-      if (written !== undefined) return { observation: seen, coalesced: true, job: written };
+      if (written !== undefined) return { observation: again, coalesced: true, job: written, nudged };
       continue;
     }
     const observation: Observation = {
       seq: entries.reduce((max, e) => Math.max(max, e.seq), 0) + 1,
       source,
-      source_kind: body.source_kind,
-      state: body.state,
-      agent_session_uuid: body.agent_session_uuid,
-      ...(body.pane_process_generation === undefined ? {} : { pane_process_generation: body.pane_process_generation }),
-      ...(body.pane_id === undefined ? {} : { pane_id: body.pane_id }),
-      observed_at: body.observed_at,
+      source_kind: seen.source_kind,
+      state: seen.state,
+      agent_session_uuid: seen.agent_session_uuid,
+      ...(seen.pane_process_generation === undefined ? {} : { pane_process_generation: seen.pane_process_generation }),
+      ...(seen.pane_id === undefined ? {} : { pane_id: seen.pane_id }),
+      observed_at: seen.observed_at,
       received_at: receivedAt,
       last_seen_received_at: receivedAt,
       sightings: 1,
+      ...(options.hook === undefined ? {} : { hook: options.hook }),
     };
     const base: ObservationSet = stored ?? { attempt_id: dispatch.attempt_id, rev: rev + 1, entries: [] };
-    const bound = boundPassed(entries, sourceClass, observation);
-    if (bound !== undefined) {
-      const refusal = overBound(sourceClass, bound, dispatch.attempt_id);
+    const passed = boundPassed(entries, sourceClass, observation);
+    if (passed !== undefined) {
+      const refusal = overBound(sourceClass, passed, dispatch.attempt_id);
       // The attempt's evidence is already marked overflowed: nothing more to write.
       if (stored?.overflow !== undefined) throw refusal;
-      const next: ObservationSet = { ...base, rev: rev + 1, overflow: { source, bound, at: receivedAt } };
-      const note = noteOf(actor, { overflowed: { source, bound } });
+      const next: ObservationSet = { ...base, rev: rev + 1, overflow: { source, bound: passed, at: receivedAt } };
+      const note = noteOf(actor, { overflowed: { source, bound: passed } });
       // Overflowed evidence holds the gate until the next dispatch: the job is no candidate.
       const candidate = job.candidate_at === undefined ? {} : { candidate: null };
       if ((await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note, ...candidate })) !== undefined) throw refusal;
       continue;
     }
-    const next: ObservationSet = { ...base, rev: rev + 1, entries: [...entries, observation] };
+    const next: ObservationSet = extra({ ...base, rev: rev + 1, entries: [...entries, observation] });
     const note = noteOf(actor, { observed: { source, source_kind: observation.source_kind, state: observation.state } });
     const due = candidateDueOf(next, job.agent, deps.flags.quiescenceRules);
     const candidate = due === null && job.candidate_at === undefined ? {} : { candidate: due };
     const written = await deps.jobs.writeObservations(jobId, rev, next, { bump: true, note, ...candidate, activity: { at: receivedAt } });
-    if (written !== undefined) return { observation, coalesced: false, job: written };
+    if (written !== undefined) return { observation, coalesced: false, job: written, nudged };
   }
   throw new MamError(
     "store.unavailable",
@@ -195,9 +236,11 @@ function checkObservation(
   sourceClass: SourceClass,
   received: Date,
   skewSeconds: number,
+  options: ObservationOptions,
 ): void {
   const mismatch = (field: string, message: string) =>
     new MamError("observation.mismatch", message, { issues: [{ path: `body.${field}`, message }], details: { current: job } });
+  const sessionField = options.sessionField ?? "agent_session_uuid";
   if (body.attempt_id !== dispatch.attempt_id) {
     if (body.attempt_id > dispatch.attempt_id) {
       throw new MamError("dispatch.notFound", `job ${job.job_id} has no recorded dispatch for attempt ${body.attempt_id}`);
@@ -207,10 +250,11 @@ function checkObservation(
       `attempt ${body.attempt_id} is not job ${job.job_id}'s latest dispatch (attempt ${dispatch.attempt_id}): an observation of a superseded dispatch is not recorded`,
     );
   }
-  if (body.agent_session_uuid !== dispatch.agent_session_uuid) {
+  // A cleared or forked session names its new id: recorded as what ends the evidence of the one dispatched.
+  if (body.agent_session_uuid !== dispatch.agent_session_uuid && options.endsEvidence === undefined) {
     throw mismatch(
-      "agent_session_uuid",
-      `agent_session_uuid does not match attempt ${dispatch.attempt_id}'s recorded dispatch (another session's observation)`,
+      sessionField,
+      `${sessionField} does not match attempt ${dispatch.attempt_id}'s recorded dispatch (another session's observation): this token belongs to the session mam dispatch generated (MAM_SESSION)`,
     );
   }
   if (body.pane_process_generation === undefined) {
@@ -247,6 +291,29 @@ function checkObservation(
     const message = `observed_at ${body.observed_at} is before attempt ${dispatch.attempt_id}'s dispatch started (${dispatch.anchor.started_at}): it is not an observation of this dispatch`;
     throw new MamError("input.invalid", message, { issues: [{ path: "body.observed_at", message: "before the dispatch's anchor" }] });
   }
+}
+
+/**
+ * The session an event names when it is the agent's own (`bindsSession`, a Codex
+ * thread): the one the attempt's first event bound, or, with none bound yet, bound
+ * by this one (`binds`). The observation then carries the dispatch's session. An
+ * event naming another than the bound one is refused, naming its field.
+ */
+function boundSessionOf(
+  stored: ObservationSet | undefined,
+  body: ObservationRequest,
+  dispatch: DispatchRecord,
+  options: ObservationOptions,
+): { body: ObservationRequest; binds?: { id: string; field: string } } {
+  if (options.bindsSession !== true) return { body };
+  const field = options.sessionField ?? "agent_session_uuid";
+  const bound = stored?.bound_session;
+  if (bound !== undefined && bound.id !== body.agent_session_uuid) {
+    const message = `${field} ${body.agent_session_uuid} is not the session attempt ${dispatch.attempt_id}'s first event bound (${bound.id}, at ${bound.at}): another session's event on this token`;
+    throw new MamError("observation.mismatch", message, { issues: [{ path: `body.${field}`, message }] });
+  }
+  const seen = { ...body, agent_session_uuid: dispatch.agent_session_uuid };
+  return bound === undefined ? { body: seen, binds: { id: body.agent_session_uuid, field } } : { body: seen };
 }
 
 /** The same state, by the same kind of signal, of the same dispatch identity: a repeat, coalesced. */
@@ -331,5 +398,6 @@ export function buildScenario(job: JobRecord, dispatch: DispatchRecord, now: Dat
     ],
     filesystem: { manifest_committed: job.finalized_report?.attempt_id === dispatch.attempt_id },
     ...(set?.overflow === undefined ? {} : { evidence_overflow: set.overflow }),
+    ...(set?.ended === undefined ? {} : { evidence_ended: set.ended }),
   };
 }

@@ -76,6 +76,8 @@ export const RecordedScenarioSchema = z.looseObject({
   ),
   filesystem: z.looseObject({ manifest_committed: z.boolean() }),
   evidence_overflow: z.looseObject({ source: z.string(), bound: z.string(), at: IsoTime }).optional(),
+  /** The agent's session was cleared or forked (a Claude Code `SessionStart`): the dispatched conversation is over. */
+  evidence_ended: z.looseObject({ source: z.string(), cause: z.string(), at: IsoTime }).optional(),
   /** What it was built from: the record's sequences and its observations' `rev`. */
   built_from: z
     .looseObject({ evidence_seq: z.number().int(), transition_seq: z.number().int(), observations_rev: z.number().int() })
@@ -188,6 +190,12 @@ function decideRecorded(scenario: unknown, ctx: DecideContext): Decision {
   if (!parsed.success) return invalid(parsed.error);
   const s = parsed.data;
   const ids = s.dispatch_context;
+  if (s.evidence_ended !== undefined) {
+    const e = s.evidence_ended;
+    return hold(
+      `the agent's session was ${e.cause === "clear" ? "cleared" : "forked"} (${e.source}, SessionStart source ${e.cause}, at ${e.at}): what it did after is another conversation than the one dispatched, so this attempt's quiescence evidence ended; record a new dispatch to go on`,
+    );
+  }
   for (const [index, item] of s.timeline.entries()) {
     for (const field of ["agent_session_uuid", "pane_process_generation", "pane_id"] as const) {
       const v = item[field];
@@ -233,7 +241,7 @@ function decideRecorded(scenario: unknown, ctx: DecideContext): Decision {
   }
   const reasons: string[] = [];
   for (const rule of enabled) {
-    const answer = applyRule(rule, after, seen, clock, windowMs);
+    const answer = applyRule(rule, after, seen, clock, windowMs, quiescent);
     if (answer.decision === "candidate_approved") return answer;
     reasons.push(`${rule.name}: ${answer.reason}`);
   }
@@ -252,6 +260,7 @@ function applyRule(
   seen: readonly { item: Item; first: number; last: number }[],
   clock: Item | undefined,
   windowMs: number,
+  quiescent: readonly string[],
 ): Decision {
   const mine = after.filter((o) => o.item.source_kind === rule.sourceKind && o.item.source.startsWith(`${rule.sourceClass}:`));
   if (mine.length === 0) return hold(`no ${rule.sourceClass} ${rule.sourceKind} observation saw it quiescent after the last working`);
@@ -276,9 +285,11 @@ function applyRule(
       `quiescent for ${best / 1000}s by its last sighting, less than the ${windowMs / 1000}s settle window (mam's clock does not extend a watcher's span)`,
     );
   }
-  // An event: the last thing recorded of the attempt, by any source, closed by mam's clock.
+  // An event, closed by mam's clock: after it, only quiescent confirmations (an idle
+  // prompt, the session's end, a watcher's idle), by any source; anything else after it
+  // was refused above as unsettled, and a `working` would have moved the last working past it.
   const latest = mine[mine.length - 1] as { item: Item; first: number; last: number };
-  const later = seen.find((o) => o !== latest && o.last > latest.first);
+  const later = seen.find((o) => o !== latest && o.last > latest.first && !quiescent.includes(o.item.state));
   if (later !== undefined) {
     return hold(`${later.item.source} recorded ${later.item.state} at ${later.item.last_seen_at}, after ${rule.sourceKind}`);
   }

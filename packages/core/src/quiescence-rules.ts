@@ -87,7 +87,7 @@ export function quiescentStatesOf(backend: string): readonly string[] {
  * window (a polling rule measures each source on its own).
  */
 export function candidateDueOf(set: ObservationSet | undefined, backend: string, rules: readonly string[], source?: string): string | null {
-  if (set === undefined || set.overflow !== undefined) return null;
+  if (set === undefined || set.overflow !== undefined || set.ended !== undefined) return null;
   const readers = QUIESCENCE_RULES.filter((r) => r.backends.includes(backend) && rules.includes(r.name));
   if (readers.length === 0) return null;
   const quiescent = quiescentStatesOf(backend);

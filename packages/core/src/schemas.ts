@@ -162,6 +162,28 @@ export const OBSERVED_STATES = ["working", "idle", "done", "blocked", "unknown"]
 export const ObservedStateSchema = z.enum(OBSERVED_STATES);
 export type ObservedState = z.infer<typeof ObservedStateSchema>;
 
+/**
+ * The allowlisted fields of an agent hook's event (Claude Code's, Codex's), all that
+ * mam keeps of it: never a tool's input or output, a prompt or a message. Each string
+ * bounded; `background_tasks` only their types and statuses; `session_crons` a count.
+ */
+export const HookDetailsSchema = z.strictObject({
+  event: z.string().min(1).max(64),
+  stop_hook_active: z.boolean().optional(),
+  notification_type: z.string().max(64).optional(),
+  error: z.string().max(256).optional(),
+  reason: z.string().max(64).optional(),
+  source: z.string().max(32).optional(),
+  background_tasks: z
+    .array(z.strictObject({ type: z.string().max(64).optional(), status: z.string().max(32).optional() }))
+    .max(16)
+    .optional(),
+  /** How many tasks there were, when more than the 16 kept. */
+  background_task_count: z.number().int().min(0).optional(),
+  session_crons: z.number().int().min(0).optional(),
+});
+export type HookDetails = z.infer<typeof HookDetailsSchema>;
+
 /** Who recorded an observation, by class: a watcher token (`watcher:<name>`) or an agent's own token (`agent:<backend>`). */
 export const SOURCE_CLASSES = ["watcher", "agent"] as const;
 export type SourceClass = (typeof SOURCE_CLASSES)[number];
@@ -194,8 +216,27 @@ export const ObservationSchema = z.strictObject({
   received_at: IsoTime,
   last_seen_received_at: IsoTime,
   sightings: z.number().int().min(1),
+  /** What an agent hook's event said, its allowlisted fields only (agent-hooks.ts); a repeat keeps its first. */
+  hook: HookDetailsSchema.optional(),
 });
 export type Observation = z.infer<typeof ObservationSchema>;
+
+/** How an attempt's session ended its quiescence evidence: a Claude Code `SessionStart` of `clear` or `fork` (another conversation). */
+export const EvidenceEndSchema = z.strictObject({
+  source: ObservationSource,
+  cause: z.enum(["clear", "fork"]),
+  at: IsoTime,
+});
+export type EvidenceEnd = z.infer<typeof EvidenceEndSchema>;
+
+/** The agent's own session id, bound to the attempt by its first hook event when the agent names it (a Codex thread). Set once. */
+export const BoundSessionSchema = z.strictObject({
+  id: z.string().min(1).max(128),
+  /** The field it came in (`thread-id`, `session_id`), named when another session is refused. */
+  field: z.string().min(1).max(32),
+  at: IsoTime,
+});
+export type BoundSession = z.infer<typeof BoundSessionSchema>;
 
 /** Why a source's next observation was not stored: its class's count or bytes bound (`OBSERVATION_BOUNDS`). */
 export const OverflowSchema = z.strictObject({
@@ -218,6 +259,11 @@ export const ObservationSetSchema = z.strictObject({
   rev: z.number().int().min(1),
   entries: z.array(ObservationSchema),
   overflow: OverflowSchema.optional(),
+  /** A session cleared or forked: the gate holds until the next dispatch. */
+  ended: EvidenceEndSchema.optional(),
+  bound_session: BoundSessionSchema.optional(),
+  /** Stop nudges answered on this attempt (each counted in its Stop observation's write; at most MAM_NUDGE_MAX). */
+  nudges: z.number().int().min(1).optional(),
 });
 export type ObservationSet = z.infer<typeof ObservationSetSchema>;
 
@@ -252,6 +298,8 @@ export const JobRecordSchema = z.strictObject({
   finalized_report: FinalizedReportSchema.optional(),
   expected_artifacts: z.array(ArtifactKind),
   auto_complete: z.boolean(),
+  /** Answer a `Stop` hook with no finalized report by sending the agent back once (issue 21); off when absent. */
+  nudge_on_stop: z.boolean().optional(),
   agent_session: z.string().max(256).optional(),
   progress: ProgressSchema.optional(),
   completed_by: z.literal("auto_complete").optional(),
@@ -296,6 +344,7 @@ export const RegisterJobSchema = z.strictObject({
   role: RoleSchema.optional(),
   expected_artifacts: z.array(ArtifactKind).max(32).optional(),
   auto_complete: z.boolean().optional(),
+  nudge_on_stop: z.boolean().optional(),
 });
 export type RegisterJob = z.infer<typeof RegisterJobSchema>;
 
@@ -308,6 +357,7 @@ export const ProgressFieldsSchema = z.strictObject({
   progress: ProgressSchema.optional(),
   agent_session: boundedText(256).optional(),
   auto_complete: z.boolean().optional(),
+  nudge_on_stop: z.boolean().optional(),
   role: RoleSchema.optional(),
   expected_artifacts: z.array(ArtifactKind).max(32).optional(),
 });

@@ -1,6 +1,7 @@
 import type { Access } from "../access.ts";
 import { dryRunGateRoute, evaluateJobRoute, listEventsRoute, publishEventRoute } from "./events.ts";
 import { listChangesRoute, streamChangesRoute } from "./feed.ts";
+import { postHookEventRoute } from "./hooks.ts";
 import { getDispatchRoute, getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
 import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
 import { recordObservationRoute } from "./observations.ts";
@@ -24,6 +25,7 @@ export const ROUTES = [
   finalizeReportRoute,
   verifyReportRoute,
   recordObservationRoute,
+  postHookEventRoute,
   evaluateJobRoute,
   dryRunGateRoute,
   publishEventRoute,

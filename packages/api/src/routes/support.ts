@@ -1,8 +1,8 @@
 import { defineOpenAPIRoute, type OpenAPIHono, type OpenAPIRoute } from "@hono/zod-openapi";
-import { type Actor, type JobRecord, MamError } from "@mam/core";
+import { type Actor, HOOK_BODY_MAX_BYTES, type JobRecord, MamError } from "@mam/core";
 import type { Context, MiddlewareHandler } from "hono";
 import { bearerAuth, requireAccess } from "../access.ts";
-import { jsonBody, reportBody } from "../body.ts";
+import { hookBody, jsonBody, reportBody } from "../body.ts";
 import type { AppEnv, Services } from "../context.ts";
 import type { MamRoute } from "../openapi.ts";
 import type { Principal } from "../tokens.ts";
@@ -40,7 +40,8 @@ function withMiddleware<R extends MamRoute>(route: R, services: Services): R {
     middleware.push(bearerAuth(services), requireAccess(access, route.request?.params, services));
   }
   const body = route.request?.body?.content;
-  if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.settings.jsonBodyLimit));
+  if (route["x-mam-body"] === "scanned") middleware.push(hookBody<AppEnv>(HOOK_BODY_MAX_BYTES));
+  else if (body?.["application/json"] !== undefined) middleware.push(...jsonBody(services.settings.jsonBodyLimit));
   // Where the store has no upload address of its own, declared uploads come through the report route.
   // (Asked per request: building the routes, and so the document, touches no store.)
   else if (body !== undefined) {
