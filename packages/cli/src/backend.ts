@@ -27,12 +27,19 @@ export interface Backend {
    * verified in place (`mam verify --report-dir`) is no backend's: `verifyReportDir`.
    */
   verify(jobId: string, input: VerifyInput): Promise<VerificationAnswer>;
+  /**
+   * Record a dispatch and mint its agent's token (the operator's call): through the
+   * API, or on the data dir's store with its signing key (`mam dispatch`).
+   */
+  dispatch(jobId: string, request: DispatchRequestBody): Promise<DispatchAnswer>;
   /** One page of the change feed after `after` (from the beginning without it). */
   listChanges(query: { after?: string | undefined; limit: number }): Promise<ChangePageAnswer>;
   close(): Promise<void>;
 }
 
 export type ChangePageAnswer = Answer<"/v1/events", "get">;
+export type DispatchAnswer = Answer<"/v1/jobs/{job_id}/dispatches", "post">;
+export type DispatchRequestBody = Schemas["DispatchRequest"];
 
 /** A re-sent completion (or its finalize), on the bytes its completion pinned: the job is already done; nothing was written. */
 export type AlreadyCompletedAnswer = Schemas["AlreadyCompleted"];

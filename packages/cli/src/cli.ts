@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -16,6 +17,7 @@ import {
   systemClock,
 } from "@mam/core";
 import { dataDirPaths, migrateDataDir, readCredentials } from "@mam/local";
+import { type AgentEnvironment, launchLines, writeEnvFile } from "./agent-env.ts";
 import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
 import { embeddedBackend, namedDataDir, verifyReportDir } from "./embedded-backend.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
@@ -210,6 +212,88 @@ record}); nothing is written. Anything else on a finished job is refused (exit 1
       // No `published`: the service publishes every commit on another path (its relay or stream publisher).
       const outcome = answer.published === true ? "published" : "the service publishes it";
       ctx.out(`${finalized}${event} committed (seq ${seq}); ${outcome}`, answer);
+      return EXIT_OK;
+    },
+  },
+  dispatch: {
+    summary: "record a dispatch, generate its session id and hand the agent its environment (token, job, attempt, session)",
+    usage: `mam dispatch --job ID --attempt N (--env-out PATH | --json) [--generation G] [--pane ID --terminal ID]
+    [--workspace-revision REV] [--deadline SECONDS] [--agent-api URL] [--api URL --token TOKEN | --data-dir DIR]
+
+Records attempt N of job ID (greater than its latest), with a session id mam
+generates, and mints the agent's token (bound to this job and attempt; a newer
+dispatch retires it). The agent's environment — MAM_API_URL, MAM_TOKEN, MAM_JOB,
+MAM_ATTEMPT, MAM_SESSION — goes to --env-out PATH, written 0600 (export lines:
+\`. PATH\` in a shell), or with --json to stdout; never on a command line. Then
+start the agent with it:
+
+  . PATH && claude --session-id "$MAM_SESSION"     (Claude Code: its hooks name that session)
+  . PATH && codex                                   (Codex: its first event binds its thread)
+
+--pane and --terminal are the herdr pane and terminal the agent runs in (mam watch
+herdr maps a pane to its dispatch by both); --generation is the pane's process
+generation (0 by default). --agent-api is the URL the agent calls (default: --api,
+or http://127.0.0.1:MAM_PORT in data-dir mode). See docs/agents.md.
+
+--json prints {dispatch, expires_at, env, env_file?, launch}.`,
+    modes: "both",
+    options: {
+      job: { type: "string" },
+      attempt: { type: "string" },
+      generation: { type: "string" },
+      pane: { type: "string" },
+      terminal: { type: "string" },
+      "workspace-revision": { type: "string" },
+      deadline: { type: "string" },
+      "env-out": { type: "string" },
+      "agent-api": { type: "string" },
+    },
+    async run(v, ctx) {
+      const jobId = required("job", v.job);
+      const attemptId = positiveInt("attempt", required("attempt", v.attempt)) as number;
+      const envOut = str(v["env-out"]);
+      if (envOut === undefined && v.json !== true) {
+        throw new MamError("input.invalid", "say where the agent's environment goes: --env-out PATH (written 0600) or --json (stdout)");
+      }
+      const generation = v.generation === undefined ? 0 : Number(v.generation);
+      if (!Number.isInteger(generation) || generation < 0)
+        throw new MamError("input.invalid", "--generation must be a non-negative integer");
+      const deadline = positiveInt("deadline", v.deadline);
+      const backend = ctx.backend();
+      const agentApi =
+        str(v["agent-api"]) ??
+        (backend.mode === "api" ? (str(v.api) ?? ctx.config.apiUrl) : undefined) ??
+        `http://127.0.0.1:${ctx.config.port}`;
+      if (!URL.canParse(agentApi)) throw new MamError("input.invalid", `--agent-api must be a URL, not ${JSON.stringify(agentApi)}`);
+      const session = randomUUID();
+      const answer = await backend.dispatch(jobId, {
+        attempt_id: attemptId,
+        agent_session_uuid: session,
+        pane_process_generation: generation,
+        ...(str(v.pane) === undefined ? {} : { pane_id: str(v.pane) as string }),
+        ...(str(v.terminal) === undefined ? {} : { terminal_id: str(v.terminal) as string }),
+        ...(str(v["workspace-revision"]) === undefined ? {} : { anchor: { workspace_revision: str(v["workspace-revision"]) as string } }),
+        ...(deadline === undefined ? {} : { deadline_seconds: deadline }),
+      });
+      const env: AgentEnvironment = {
+        MAM_API_URL: agentApi,
+        MAM_TOKEN: answer.agent_token,
+        MAM_JOB: jobId,
+        MAM_ATTEMPT: String(attemptId),
+        MAM_SESSION: session,
+      };
+      if (envOut !== undefined) await writeEnvFile(envOut, env);
+      const launch = launchLines(envOut);
+      ctx.out(
+        `dispatched attempt ${attemptId} of job ${jobId} (session ${session}); the agent's environment is in ${envOut} (0600)\nstart Claude Code with: ${launch["claude-code"]}\nor Codex with: ${launch.codex}`,
+        {
+          dispatch: answer.dispatch,
+          expires_at: answer.expires_at,
+          env,
+          ...(envOut === undefined ? {} : { env_file: resolve(envOut) }),
+          launch,
+        },
+      );
       return EXIT_OK;
     },
   },
@@ -518,6 +602,7 @@ function stopSignal(io: CliIo): { signal: AbortSignal; wait(ms: number): Promise
 const GROUPS = new Set(Object.keys(COMMANDS).flatMap((n) => (n.includes(" ") ? [n.split(" ")[0]!] : [])));
 
 const SERVE_SUMMARY = "run the service on the embedded default (what npm start runs)";
+const HOOK_SUMMARY = "an agent's hook (claude-code, codex): post the event to mam; prints only a Stop nudge, always exits 0";
 
 function helpText(): string {
   const lines = Object.entries(COMMANDS).map(([n, c]) => `  ${n.padEnd(15)} ${c.summary}`);
@@ -528,6 +613,7 @@ Usage: mam <command> [options]    (mam <command> --help for one command)
 Commands:
 ${lines.join("\n")}
   ${"serve".padEnd(15)} ${SERVE_SUMMARY}
+  ${"hook".padEnd(15)} ${HOOK_SUMMARY}
 
 ${MODES_TEXT}
 
@@ -572,6 +658,11 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
   if (name === "serve") {
     const { serveCommand } = await import("./serve.ts");
     return serveCommand(rest, io);
+  }
+  // An agent's hook: never a usage error, a stack trace or anything on stdout but a nudge (hook.ts).
+  if (name === "hook") {
+    const { hookCommand } = await import("./hook.ts");
+    return hookCommand(rest, io);
   }
   let key = name;
   if (GROUPS.has(name)) {

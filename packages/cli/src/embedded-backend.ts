@@ -11,6 +11,7 @@ import {
   MamError,
   OPERATOR,
   REPORT_NAME,
+  recordDispatch,
   STAGED_REPORT_NAME,
   systemClock,
   verificationAnswer,
@@ -70,6 +71,28 @@ export function embeddedBackend(opts: EmbeddedOptions): Backend {
           { inline: true, resent: dir === undefined ? { stored: "report" } : { bytes: localReport(dir) } },
         );
         return onTheWire(answer);
+      } finally {
+        await deps.close();
+      }
+    },
+
+    async dispatch(jobId, request) {
+      const deps = await openStore(opts);
+      try {
+        const { createTokenService } = await import("@mam/api");
+        const signingKey = opts.config.tokenSigningKey ?? (await readCredentials(existingStore(opts).root))?.signing_key;
+        if (signingKey === undefined) {
+          throw new MamError(
+            "input.invalid",
+            "no signing key for the agent's token: run mam serve once on this data dir, or set MAM_TOKEN_SIGNING_KEY",
+          );
+        }
+        const dispatch = await recordDispatch(deps, jobId, request, OPERATOR);
+        const minted = createTokenService({ signingKey, clock: systemClock, agentTtlSeconds: opts.config.agentTokenTtlSeconds }).mintAgent(
+          jobId,
+          dispatch.attempt_id,
+        );
+        return onTheWire({ dispatch, agent_token: minted.token, expires_at: minted.expiresAt });
       } finally {
         await deps.close();
       }

@@ -32,6 +32,10 @@ export function httpBackend(opts: { baseUrl: string; token: string | undefined; 
       );
     },
 
+    async dispatch(jobId, request) {
+      return ok(client.POST("/v1/jobs/{job_id}/dispatches", { params: { path: { job_id: jobId } }, body: request }));
+    },
+
     async finalize(jobId, input) {
       const already = await stageReport(client, jobId, input);
       if (already !== undefined) return already;

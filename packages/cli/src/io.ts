@@ -7,4 +7,6 @@ export interface CliIo {
   readonly fetch?: typeof fetch;
   /** Ends a long-running command (`mam events --follow`); SIGINT and SIGTERM when absent. */
   readonly signal?: AbortSignal;
+  /** What the command reads on stdin (`mam hook`: the agent's event); process.stdin in the `mam` binary. */
+  readonly stdin?: AsyncIterable<Uint8Array>;
 }

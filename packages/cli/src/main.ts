@@ -4,4 +4,5 @@ process.exitCode = await runCli(process.argv.slice(2), {
   env: process.env,
   stdout: (s) => process.stdout.write(s),
   stderr: (s) => process.stderr.write(s),
+  stdin: process.stdin,
 });

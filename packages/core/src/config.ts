@@ -394,6 +394,11 @@ export const EnvSchema = z.object({
     "The service `mam` calls in API mode (the same as `--api URL`).",
   ),
   MAM_TOKEN: setting(z.string().min(1).optional(), "CLI", "The token `mam` sends in API mode (the same as `--token TOKEN`)."),
+  MAM_HOOK_LOG: setting(
+    z.string().min(1).optional(),
+    "CLI (`mam hook`)",
+    "Where `mam hook claude-code` and `mam hook codex` write a line when an event could not be delivered (service unreachable, malformed input, a refusal): a file made 0600, never holding the token or the event. Default `~/.local/state/mam/hook.log`.",
+  ),
 });
 
 /**

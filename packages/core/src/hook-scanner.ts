@@ -234,7 +234,7 @@ export class HookScanner {
       this.#raw = [b];
       return;
     }
-    throw new HookJsonError(`unexpected character ${JSON.stringify(String.fromCharCode(b))}`);
+    throw new HookJsonError("an unexpected character");
   }
 
   #valuePath: readonly (string | number)[] = [];
@@ -302,7 +302,7 @@ export class HookScanner {
     this.#raw = undefined;
     const text = String.fromCharCode(...(raw ?? []));
     if (!(text === "true" || text === "false" || text === "null" || NUMBER.test(text)))
-      throw new HookJsonError(`not a JSON value: ${text.slice(0, 32)}`);
+      throw new HookJsonError("a number or literal that is not JSON");
     if (this.#literalKept) this.#keep(JSON.parse(text) as number | boolean | null);
   }
 
