@@ -14,24 +14,25 @@ export interface ProcessRun {
 
 /**
  * Run `node <args>` to its end in `cwd` with only PATH and `env` in its environment:
- * its exit status and both streams. `killAfterMs`: a process expected to end at once
+ * its exit status and both streams; `stdin`, what it reads on stdin. `killAfterMs`: a process expected to end at once
  * that has not by then is SIGKILLed (status null) rather than left to hang the test.
  */
 export async function runNode(
   args: readonly string[],
-  opts: { readonly cwd?: string; readonly env?: Record<string, string>; readonly killAfterMs?: number } = {},
+  opts: { readonly cwd?: string; readonly env?: Record<string, string>; readonly killAfterMs?: number; readonly stdin?: string } = {},
 ): Promise<ProcessRun> {
   const child = spawn(process.execPath, args, {
     cwd: opts.cwd ?? ROOT,
     env: { PATH: process.env.PATH ?? "", ...opts.env },
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: [opts.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
   });
+  if (opts.stdin !== undefined) child.stdin?.end(opts.stdin);
   let stdout = "";
   let stderr = "";
-  child.stdout.on("data", (d: Buffer) => {
+  child.stdout?.on("data", (d: Buffer) => {
     stdout += d.toString();
   });
-  child.stderr.on("data", (d: Buffer) => {
+  child.stderr?.on("data", (d: Buffer) => {
     stderr += d.toString();
   });
   const timer = opts.killAfterMs === undefined ? undefined : setTimeout(() => child.kill("SIGKILL"), opts.killAfterMs);

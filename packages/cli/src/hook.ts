@@ -142,8 +142,12 @@ function problemOf(text: string): string {
 function whyNot(e: unknown): string {
   if (e instanceof HookJsonError) return `the event is not one JSON object (${e.message})`;
   if (e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError")) return `no answer within ${HOOK_DEADLINE_MS} ms`;
-  const cause = (e as { cause?: { code?: unknown } } | undefined)?.cause?.code;
-  if (typeof cause === "string") return `the service could not be reached (${cause})`;
+  // fetch's failure names its cause: a socket error's code, or the codes of each address tried.
+  const cause = (e as { cause?: { code?: unknown; errors?: { code?: unknown }[] } } | undefined)?.cause;
+  const code = cause?.code ?? cause?.errors?.find((x) => typeof x.code === "string")?.code;
+  if (e instanceof TypeError && cause !== undefined) {
+    return `the service could not be reached (${typeof code === "string" ? code : String((cause as { message?: unknown }).message ?? "fetch failed").slice(0, 100)})`;
+  }
   if (e instanceof Error && e.constructor.name === "MamError") return e.message.slice(0, 300);
   return e instanceof Error ? e.message.slice(0, 300) : "an unknown failure";
 }
