@@ -17,6 +17,7 @@ describe("parseConfig", () => {
       leases: { uploadSeconds: 900, finalizeSeconds: 300 },
       observationSkewSeconds: 5,
       attention: { staleAfterSeconds: 1800, deadlineSeconds: 0 },
+      nudgeMax: 1,
       quiescenceRules: ["watcher.pane_status"],
     });
     expect(config).toMatchObject({
@@ -61,6 +62,7 @@ describe("parseConfig", () => {
       MAM_STALE_AFTER_SECONDS: "600",
       MAM_DEADLINE_SECONDS: "3600",
       MAM_AUTO_COMPLETE_SOURCES: "agent.claude-code.stop",
+      MAM_NUDGE_MAX: "3",
     });
     expect(config.flags).toEqual({
       autoComplete: true,
@@ -71,6 +73,7 @@ describe("parseConfig", () => {
       leases: { uploadSeconds: 120, finalizeSeconds: 30 },
       observationSkewSeconds: 30,
       attention: { staleAfterSeconds: 600, deadlineSeconds: 3600 },
+      nudgeMax: 3,
       quiescenceRules: ["agent.claude-code.stop"],
     });
     expect(config).toMatchObject({ port: 9000, dataDir: "/var/lib/mam", mqttUrl: "mqtt://broker.internal:1884", mqttPort: 11883 });

@@ -4106,7 +4106,24 @@ export interface operations {
     };
     requestBody: {
       content: {
+        /**
+         * @example {
+         *       "session_id": "0f8e2c1a-7b7d-4e0b-9a57-2b1f0c3d9e11",
+         *       "transcript_path": "/home/dev/.claude/projects/repo/0f8e2c1a-7b7d-4e0b-9a57-2b1f0c3d9e11.jsonl",
+         *       "cwd": "/home/dev/repo",
+         *       "hook_event_name": "Stop",
+         *       "stop_hook_active": false,
+         *       "last_assistant_message": "Done: the tests pass.",
+         *       "background_tasks": [],
+         *       "session_crons": []
+         *     }
+         */
         "application/json": {
+          /** @description The event (`Stop`, `PostToolUse`, …); Codex's notify sends `type` instead. */
+          hook_event_name: string;
+          /** @description The agent's session: the dispatch's (`claude --session-id "$MAM_SESSION"`); Codex's thread. */
+          session_id: string;
+        } & {
           [key: string]: unknown;
         };
       };
@@ -4132,6 +4149,8 @@ export interface operations {
       /** @description Recorded (or no evidence in it); no body. */
       204: {
         headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
           [name: string]: unknown;
         };
         content?: never;
