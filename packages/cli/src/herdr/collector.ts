@@ -68,6 +68,8 @@ interface Posted {
 interface Session {
   readonly generation: number;
   readonly statusSubs: Map<string, HerdrSubscriptionHandle>;
+  /** Panes whose status subscription is being opened. */
+  readonly opening: Set<string>;
   readonly closing: Set<HerdrSubscriptionHandle>;
   lost: () => void;
   readonly lostPromise: Promise<void>;
@@ -162,12 +164,19 @@ export class HerdrCollector {
     const lostPromise = new Promise<void>((resolve) => {
       lost = resolve;
     });
-    const session: Session = { generation, statusSubs: new Map(), closing: new Set(), lost, lostPromise };
+    const session: Session = { generation, statusSubs: new Map(), opening: new Set(), closing: new Set(), lost, lostPromise };
     const onAbort = () => session.lost();
     this.#o.signal.addEventListener("abort", onAbort);
     let listed = false;
     let lifecycle: HerdrSubscriptionHandle | undefined;
     try {
+      if (this.#o.once) {
+        this.#session = session;
+        await this.#list(session);
+        this.#logConnected();
+        await Promise.all(this.#mappedKeys().map((key) => this.#reconcile(key)));
+        return true;
+      }
       lifecycle = await this.#o.herdr.subscribe([{ type: "pane.created" }, { type: "pane.closed" }, { type: "pane.exited" }], (line) =>
         this.#onLine(generation, line),
       );
@@ -175,11 +184,7 @@ export class HerdrCollector {
       this.#session = session;
       await this.#resync(session);
       listed = true;
-      this.#o.log(`herdr: connected to ${this.#o.herdr.path}; ${this.#panes.size} panes listed, ${this.#mappedKeys().length} mapped`);
-      if (this.#o.once) {
-        await Promise.all(this.#mappedKeys().map((key) => this.#reconcile(key)));
-        return true;
-      }
+      this.#logConnected();
       await session.lostPromise;
       return true;
     } catch (e) {
@@ -197,13 +202,21 @@ export class HerdrCollector {
     }
   }
 
+  #logConnected(): void {
+    const mapped = [...this.#panes.values()].filter((pane) => this.#keyOfPane(pane) !== undefined).length;
+    this.#o.log(`herdr: connected to ${this.#o.herdr.path}; ${this.#panes.size} panes listed, ${mapped} mapped`);
+  }
+
   /** List herdr's panes, open a status subscription per mapped pane, list again if any opened (the gap), post. */
   async #resync(session: Session): Promise<void> {
     await this.#list(session);
     let opened = false;
     for (const key of this.#mappedKeys()) {
       const d = this.#dispatches.get(key);
-      if (d?.pane_id === undefined || session.statusSubs.has(d.pane_id)) continue;
+      if (d?.pane_id === undefined || session.statusSubs.has(d.pane_id) || session.opening.has(d.pane_id)) continue;
+      // A pane herdr does not list (or of another terminal) is subscribed to when pane_created names it.
+      const pane = this.#panes.get(d.pane_id);
+      if (pane === undefined || pane.terminal_id !== d.terminal_id) continue;
       if (await this.#subscribeStatus(session, d.pane_id)) opened = true;
       if (this.#session !== session) return;
     }
@@ -257,11 +270,13 @@ export class HerdrCollector {
   }
 
   async #subscribeStatus(session: Session, paneId: string): Promise<boolean> {
+    session.opening.add(paneId);
     try {
       const sub = await this.#o.herdr.subscribe([{ type: "pane.agent_status_changed", pane_id: paneId }], (line) =>
         this.#onLine(session.generation, line),
       );
-      if (this.#session !== session) {
+      // The session ended, or the pane's mapping did, while it was being opened.
+      if (this.#session !== session || !this.#mappedPaneIds().includes(paneId)) {
         sub.close();
         return false;
       }
@@ -278,6 +293,8 @@ export class HerdrCollector {
         return false;
       }
       throw e;
+    } finally {
+      session.opening.delete(paneId);
     }
   }
 
