@@ -16,6 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
 import { FakeHerdr, type FakePane } from "../support/fake-herdr.ts";
+import { herdrSchemaErrors } from "../support/herdr-schema.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
@@ -158,9 +159,30 @@ async function watch(name: string, panes: (Partial<FakePane> & Pick<FakePane, "p
   return running;
 }
 
+/**
+ * Both sides spoke herdr's pinned schema: every request the collector sent is a
+ * `request`; every line the fake wrote is a `success_response`, an `error_response`,
+ * an `event` (lifecycle kinds are snake_case) or a `subscription_event` (dotted kinds).
+ */
+function expectSchemaConformance(herdr: FakeHerdr): void {
+  const bad: string[] = [];
+  for (const r of herdr.requests) for (const e of herdrSchemaErrors("request", r)) bad.push(`request ${JSON.stringify(r)}: ${e}`);
+  for (const line of herdr.sent) {
+    const l = line as Record<string, unknown>;
+    const name =
+      "result" in l ? "success_response" : "error" in l ? "error_response" : String(l.event).includes(".") ? "subscription_event" : "event";
+    for (const e of herdrSchemaErrors(name, line)) bad.push(`${name} ${JSON.stringify(line)}: ${e}`);
+  }
+  expect(bad).toEqual([]);
+}
+
 afterEach(async () => {
-  await running?.stop();
+  const r = running;
   running = undefined;
+  if (r === undefined) return;
+  await r.stop();
+  expectSchemaConformance(r.herdr);
+  expect(r.herdr.requests.length).toBeGreaterThan(0);
 });
 
 describe("mam watch herdr (issue 21, part 5)", () => {
@@ -334,6 +356,65 @@ describe("mam watch herdr (issue 21, part 5)", () => {
     expect(herdr.subscribed("pane.agent_status_changed", "w1:p8")).toBe(0);
     expect(log.count(/^(re-)?posted job herdr-(other|no-|closed attempt 1 pane w1:p8: idle)/)).toBe(0);
   }, 60_000);
+});
+
+describe("herdr's pinned schema, as the tests read it", () => {
+  it("rejects what herdr would not send or accept: a dotted lifecycle kind, a status event with a revision-only body, a request without params", () => {
+    expect(
+      herdrSchemaErrors("event", { event: "pane.closed", data: { type: "pane_closed", pane_id: "w1:p1", workspace_id: "w1" } }),
+    ).not.toEqual([]);
+    expect(
+      herdrSchemaErrors("event", { event: "pane_closed", data: { type: "pane_closed", pane_id: "w1:p1", workspace_id: "w1" } }),
+    ).toEqual([]);
+    expect(
+      herdrSchemaErrors("subscription_event", { event: "pane.agent_status_changed", data: { pane_id: "w1:p1", revision: 3 } }),
+    ).not.toEqual([]);
+    expect(herdrSchemaErrors("request", { id: "mam-1", method: "pane.list" })).not.toEqual([]);
+    expect(herdrSchemaErrors("request", { id: "mam-1", method: "pane.list", params: {} })).toEqual([]);
+    expect(
+      herdrSchemaErrors("request", {
+        id: "mam-2",
+        method: "events.subscribe",
+        params: { subscriptions: [{ type: "pane.agent_status_changed" }] },
+      }),
+    ).not.toEqual([]);
+  });
+});
+
+describe("mam watch herdr, refused by mam", () => {
+  it("logs mam's refusal (a token without the observe scope) and carries on: it never crashes, and posts the next change", async () => {
+    const jobId = "herdr-refused";
+    await runningJob(jobId, { pane_id: "w2:p1", terminal_id: "term-r" });
+    const io = captureIo({});
+    expect(await runCli(["token", "create", "--scope", "read", "--name", "herdr-read-only", "--data-dir", dataDir, "--json"], io)).toBe(0);
+    const readOnly = JSON.parse(io.out.join("")).token as string;
+    const herdr = await FakeHerdr.start(path.join(tmp.dir, "refused.sock"));
+    herdr.createPane({ pane_id: "w2:p1", terminal_id: "term-r", agent_status: "working" });
+    const log = new Log();
+    const controller = new AbortController();
+    const done = new HerdrCollector({
+      herdr: new HerdrSocket(herdr.path),
+      mam: mamPort(createMamClient({ baseUrl: service.url, token: readOnly })),
+      clock,
+      log: log.add,
+      signal: controller.signal,
+      discoveryMs: 50,
+      tickMs: 50,
+      backoff: { initialMs: 20, maxMs: 200 },
+    }).run();
+    try {
+      await log.until(/^mam refused working for job herdr-refused attempt 1 pane w2:p1: /);
+      herdr.setStatus("w2:p1", "idle");
+      await log.until(/^mam refused idle for job herdr-refused attempt 1 pane w2:p1: /);
+      expect(log.count(/^mam refused working/)).toBe(1);
+      expect(await observationsOf(jobId)).toEqual([]);
+    } finally {
+      controller.abort();
+      await done;
+      await herdr.stop();
+    }
+    expectSchemaConformance(herdr);
+  }, 30_000);
 });
 
 describe("mam watch herdr, the command", () => {

@@ -50,10 +50,12 @@ export interface FakePane {
   agent_session?: { source: string; agent: string; kind: "id" | "path"; value: string } | null;
 }
 
+/** A request line as it was read: every field kept, so a test can validate it against the schema. */
 export interface RecordedRequest {
   readonly id: unknown;
   readonly method: unknown;
   readonly params: unknown;
+  readonly [field: string]: unknown;
 }
 
 type Subscription = { type: string; pane_id?: string; agent_status?: string | null };
@@ -69,7 +71,10 @@ const KNOWN_TYPES = new Set([...LIFECYCLE_TYPES, "pane.agent_status_changed"]);
 
 export class FakeHerdr {
   readonly path: string;
+  /** Every request line it read, parsed (a line that was not JSON is not here). */
   readonly requests: RecordedRequest[] = [];
+  /** Every line it wrote: answers, acknowledgements and pushed events. */
+  readonly sent: unknown[] = [];
   readonly #server: Server;
   readonly #panes = new Map<string, FakePane>();
   readonly #subscribers = new Set<Subscriber>();
@@ -187,7 +192,9 @@ export class FakeHerdr {
   }
 
   #write(socket: Socket, line: unknown): void {
-    if (!socket.destroyed) socket.write(`${JSON.stringify(line)}\n`);
+    if (socket.destroyed) return;
+    this.sent.push(line);
+    socket.write(`${JSON.stringify(line)}\n`);
   }
 
   #accept(socket: Socket): void {
@@ -225,7 +232,7 @@ export class FakeHerdr {
         error: { code: "invalid_request", message: `invalid request: ${(e as Error).message}` },
       };
     }
-    this.requests.push({ id: request.id, method: request.method, params: request.params });
+    this.requests.push(request as RecordedRequest);
     this.#wake();
     const id = request.id;
     const params = request.params;
