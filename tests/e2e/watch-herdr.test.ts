@@ -195,17 +195,25 @@ describe("mam watch herdr (issue 21, part 5)", () => {
       const { herdr, log } = await watch("complete", [
         { pane_id: "w1:p1", terminal_id: "term-a", agent_status: "working", agent: "claude" },
       ]);
+      await log.until(/^herdr: connected/);
       await log.until(/^posted job herdr-complete attempt 1 pane w1:p1: working/);
       clock.advance(2_000);
       herdr.setStatus("w1:p1", "idle");
       await log.until(/^posted job herdr-complete attempt 1 pane w1:p1: idle/);
+      expect(log.count(/^re-posted /)).toBe(0);
       // claude-code's settle window is 30 s: the collector re-posts the quiescent pane every half window.
       clock.advance(16_000);
       await log.until(/^re-posted job herdr-complete attempt 1 pane w1:p1: idle/, 1);
       clock.advance(16_000);
       await log.until(/^re-posted job herdr-complete attempt 1 pane w1:p1: idle/, 2);
 
-      const message = await sub.waitFor((m) => JSON.parse(m.payload).event === "completed", 20_000);
+      const message = await sub
+        .waitFor((m) => JSON.parse(m.payload).event === "completed", 20_000)
+        .catch(async (e: Error) => {
+          const now = await call("GET", `/v1/jobs/${jobId}`, service.operatorToken);
+          const gate = await call("GET", `/v1/jobs/${jobId}/gate`, service.operatorToken);
+          throw new Error(`${e.message}\nrecord: ${now.text}\ngate: ${gate.text}\nlog:\n${log.lines.join("\n")}`);
+        });
       expect(JSON.parse(message.payload)).toMatchObject({
         event: "completed",
         job_id: jobId,
@@ -308,7 +316,8 @@ describe("mam watch herdr (issue 21, part 5)", () => {
     const fingerprint = async (jobs: readonly string[]) =>
       Promise.all(
         jobs.map(async (j) => ({
-          record: (await call("GET", `/v1/jobs/${j}`, service.operatorToken)).text,
+          // The sweep's own next look (`attention_at`) moves by itself; everything else is the job's.
+          record: { ...(await call("GET", `/v1/jobs/${j}`, service.operatorToken)).body, attention_at: undefined },
           events: (await call("GET", `/v1/jobs/${j}/events`, service.operatorToken)).text,
         })),
       );

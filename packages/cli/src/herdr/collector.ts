@@ -70,6 +70,8 @@ interface Session {
   readonly statusSubs: Map<string, HerdrSubscriptionHandle>;
   /** Panes whose status subscription is being opened. */
   readonly opening: Set<string>;
+  /** The first list, subscriptions and second list are done: posting may start (never from a half-synced view). */
+  ready: boolean;
   readonly closing: Set<HerdrSubscriptionHandle>;
   lost: () => void;
   readonly lostPromise: Promise<void>;
@@ -164,7 +166,7 @@ export class HerdrCollector {
     const lostPromise = new Promise<void>((resolve) => {
       lost = resolve;
     });
-    const session: Session = { generation, statusSubs: new Map(), opening: new Set(), closing: new Set(), lost, lostPromise };
+    const session: Session = { generation, statusSubs: new Map(), opening: new Set(), ready: false, closing: new Set(), lost, lostPromise };
     const onAbort = () => session.lost();
     this.#o.signal.addEventListener("abort", onAbort);
     let listed = false;
@@ -173,6 +175,7 @@ export class HerdrCollector {
       if (this.#o.once) {
         this.#session = session;
         await this.#list(session);
+        session.ready = true;
         this.#logConnected();
         await Promise.all(this.#mappedKeys().map((key) => this.#reconcile(key)));
         return true;
@@ -221,6 +224,8 @@ export class HerdrCollector {
       if (this.#session !== session) return;
     }
     if (opened) await this.#list(session);
+    if (this.#session !== session) return;
+    session.ready = true;
     this.#reconcileAll();
   }
 
@@ -413,14 +418,14 @@ export class HerdrCollector {
   }
 
   #reconcileAll(): void {
-    if (this.#session === undefined) return;
+    if (this.#session?.ready !== true) return;
     for (const key of this.#mappedKeys()) void this.#reconcile(key);
   }
 
   /** Post the dispatch's pane if it changed since the last post, or re-post it if quiescent and due. */
   async #reconcile(key: string): Promise<void> {
     const d = this.#dispatches.get(key);
-    if (d?.pane_id === undefined || this.#session === undefined || this.#inFlight.has(key)) return;
+    if (d?.pane_id === undefined || this.#session?.ready !== true || this.#inFlight.has(key)) return;
     const pane = this.#panes.get(d.pane_id);
     if (pane === undefined || this.#keyOfPane(pane) !== key) return;
     const last = this.#posted.get(key);
