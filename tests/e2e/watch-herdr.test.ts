@@ -132,14 +132,20 @@ interface Running {
 let running: Running | undefined;
 
 /** A fake herdr with `panes`, and a collector watching it; stopped after the test. */
-async function watch(name: string, panes: (Partial<FakePane> & Pick<FakePane, "pane_id" | "terminal_id">)[]): Promise<Running> {
+async function watch(
+  name: string,
+  panes: (Partial<FakePane> & Pick<FakePane, "pane_id" | "terminal_id">)[],
+  opts: { fetch?: typeof fetch } = {},
+): Promise<Running> {
   const herdr = await FakeHerdr.start(path.join(tmp.dir, `${name}.sock`));
   for (const p of panes) herdr.createPane(p);
   const log = new Log();
   const controller = new AbortController();
   const done = new HerdrCollector({
     herdr: new HerdrSocket(herdr.path),
-    mam: mamPort(createMamClient({ baseUrl: service.url, token: watcherToken })),
+    mam: mamPort(
+      createMamClient({ baseUrl: service.url, token: watcherToken, ...(opts.fetch === undefined ? {} : { fetch: opts.fetch }) }),
+    ),
     clock,
     log: log.add,
     signal: controller.signal,
@@ -365,6 +371,50 @@ describe("mam watch herdr (issue 21, part 5)", () => {
     expect(herdr.subscribed("pane.agent_status_changed", "w1:p8")).toBe(0);
     expect(log.count(/^(re-)?posted job herdr-(other|no-|closed attempt 1 pane w1:p8: idle)/)).toBe(0);
   }, 60_000);
+});
+
+describe("mam watch herdr, when mam or the pane goes away", () => {
+  it("retries a post mam could not be reached for, and posts it once mam answers again", async () => {
+    const jobId = "herdr-retry";
+    await runningJob(jobId, { pane_id: "w3:p1", terminal_id: "term-retry" });
+    // The network between the collector and mam fails for observation posts until told otherwise.
+    let down = true;
+    const failing: typeof fetch = (input, init) => {
+      const request = new Request(input, init);
+      if (down && request.method === "POST" && request.url.endsWith("/observations")) return Promise.reject(new TypeError("fetch failed"));
+      return fetch(request);
+    };
+    const { log } = await watch("retry", [{ pane_id: "w3:p1", terminal_id: "term-retry", agent_status: "working" }], { fetch: failing });
+    await log.until(/^mam: could not post for job herdr-retry attempt 1, will retry: /);
+    expect(await observationsOf(jobId)).toEqual([]);
+    down = false;
+    await log.until(/^mam: reachable again/);
+    await log.until(/^posted job herdr-retry attempt 1 pane w3:p1: working/);
+    expect(log.count(/^mam: could not post/)).toBe(1);
+    expect(await observationsOf(jobId)).toEqual([["working", 1]]);
+  }, 30_000);
+
+  it("ends a mapping for good on pane_exited: nothing is posted for the pane after it, whatever it shows", async () => {
+    const jobId = "herdr-exited";
+    await runningJob(jobId, { pane_id: "w3:p2", terminal_id: "term-exit" });
+    await runningJob("herdr-exited-control", { pane_id: "w3:p3", terminal_id: "term-control" });
+    const { herdr, log } = await watch("exited", [
+      { pane_id: "w3:p2", terminal_id: "term-exit", agent_status: "working" },
+      { pane_id: "w3:p3", terminal_id: "term-control", agent_status: "working" },
+    ]);
+    await log.until(/^posted job herdr-exited attempt 1 pane w3:p2: working/);
+    herdr.exitPane("w3:p2");
+    await log.until(/^pane w3:p2 pane_exited: job herdr-exited attempt 1 is no longer mapped, for good/);
+    await herdr.until(() => herdr.subscribed("pane.agent_status_changed", "w3:p2") === 0, "the pane's status subscription closed");
+    herdr.createPane({ pane_id: "w3:p2", terminal_id: "term-exit", agent_status: "idle" });
+    herdr.dropConnections();
+    await log.until(/^herdr: connected/, 2);
+    // The control pane's change is posted after the re-list that would have posted the exited pane.
+    herdr.setStatus("w3:p3", "idle");
+    await log.until(/^posted job herdr-exited-control attempt 1 pane w3:p3: idle/);
+    expect(log.count(/^(re-)?posted job herdr-exited /)).toBe(1);
+    expect(await observationsOf(jobId)).toEqual([["working", 1]]);
+  }, 30_000);
 });
 
 describe("herdr's pinned schema, as the tests read it", () => {
