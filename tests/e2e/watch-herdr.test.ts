@@ -482,6 +482,11 @@ describe("mam watch herdr, the command", () => {
     expect(await runCli(["watch", "herdr", "--api", service.url, "--token", "t"], noSocket)).toBe(1);
     expect(noSocket.err.join("")).toContain("--socket PATH (or HERDR_SOCKET_PATH)");
 
+    // herdr not there: --once did not do what was asked, exit 2 (nothing was reached), saying why on stderr.
+    const absent = captureIo({ MAM_API_URL: service.url, MAM_TOKEN: watcherToken });
+    expect(await runCli(["watch", "herdr", "--once", "--socket", path.join(tmp.dir, "absent.sock")], absent)).toBe(2);
+    expect(absent.err.join("")).toMatch(/could not be reached/);
+
     const herdr = await FakeHerdr.start(path.join(tmp.dir, "once.sock"));
     try {
       herdr.createPane({ pane_id: "w9:p1", terminal_id: "term-z", agent_status: "idle" });

@@ -120,6 +120,7 @@ export class HerdrCollector {
   #resyncAgain = false;
   #mamFailing = false;
   #discoveryFailing = false;
+  #discovering = false;
 
   constructor(options: CollectorOptions) {
     this.#o = options;
@@ -127,14 +128,15 @@ export class HerdrCollector {
     this.#discoveryMs = options.discoveryMs ?? 5_000;
   }
 
-  /** Runs until the signal aborts (or once, with `once`). Never throws for herdr or mam failing. */
-  async run(): Promise<void> {
+  /**
+   * Runs until the signal aborts (or once, with `once`). Never throws for herdr or mam
+   * failing; resolves with whether herdr was reached (and listed) at least once.
+   */
+  async run(): Promise<boolean> {
     const { signal } = this.#o;
     await this.#discover();
-    if (this.#o.once) {
-      await this.#connect();
-      return;
-    }
+    if (this.#o.once) return this.#connect();
+    let reached = false;
     const discovery = setInterval(() => void this.#discover(), this.#discoveryMs);
     const tick = setInterval(() => this.#reconcileAll(), this.#tickMs);
     const backoff = this.#o.backoff ?? { initialMs: 250, maxMs: 30_000 };
@@ -142,6 +144,7 @@ export class HerdrCollector {
     try {
       while (!signal.aborted) {
         const connected = await this.#connect();
+        reached ||= connected;
         if (signal.aborted) break;
         if (connected) wait = backoff.initialMs;
         this.#o.log(`herdr: not connected; reconnecting in ${wait} ms`);
@@ -152,6 +155,7 @@ export class HerdrCollector {
       clearInterval(discovery);
       clearInterval(tick);
     }
+    return reached;
   }
 
   /**
@@ -359,6 +363,17 @@ export class HerdrCollector {
 
   /** Read mam's dispatches again and settle which dispatch holds which pane. */
   async #discover(): Promise<void> {
+    // One look at a time: a slow service never stacks them up.
+    if (this.#discovering) return;
+    this.#discovering = true;
+    try {
+      await this.#discoverOnce();
+    } finally {
+      this.#discovering = false;
+    }
+  }
+
+  async #discoverOnce(): Promise<void> {
     let found: readonly WatchedDispatch[];
     try {
       found = await this.#o.mam.watchedDispatches();
@@ -389,6 +404,16 @@ export class HerdrCollector {
       }
     }
     const after = this.#mappedPaneIds();
+    // A pane no longer mapped (its job ended, a newer attempt moved elsewhere): its status subscription goes.
+    const session = this.#session;
+    if (session !== undefined) {
+      for (const [paneId, sub] of session.statusSubs) {
+        if (after.includes(paneId)) continue;
+        session.closing.add(sub);
+        session.statusSubs.delete(paneId);
+        sub.close();
+      }
+    }
     if (after.some((p) => !before.has(p))) this.#resyncSoon();
     this.#reconcileAll();
   }

@@ -1,6 +1,6 @@
 import { createMamClient } from "@mam/client";
 import { type Config, MamError, systemClock } from "@mam/core";
-import { EXIT_OK } from "../exit-codes.ts";
+import { EXIT_OK, EXIT_UNREACHABLE } from "../exit-codes.ts";
 import type { CliIo } from "../io.ts";
 import { HerdrCollector } from "./collector.ts";
 import { HerdrSocket } from "./herdr-socket.ts";
@@ -25,7 +25,7 @@ dispatch holds is refused; a pane that closes or exits ends its mapping for good
 
 The token is a watcher's: mam token create --scope read,observe --name herdr.
 --interval SECONDS: how often mam's dispatches are read again (default 5).
---once: connect, list, post what changed, and exit.
+--once: list, post what changed, and exit (2 when herdr could not be reached).
 
 Logs go to stderr, one line each; it runs until SIGINT or SIGTERM, reconnecting to
 herdr with a capped exponential backoff and retrying mam when it cannot be reached.`;
@@ -80,7 +80,7 @@ export async function watchHerdr(
   }
   try {
     ctx.say(`watching herdr at ${socket} for ${api}`);
-    await new HerdrCollector({
+    const reached = await new HerdrCollector({
       herdr: new HerdrSocket(socket),
       mam: mamPort(client),
       clock: systemClock,
@@ -89,7 +89,8 @@ export async function watchHerdr(
       discoveryMs: intervalSeconds * 1000,
       once: values.once === true,
     }).run();
-    return EXIT_OK;
+    // --once that never reached herdr did not do what was asked; a long run ended by a signal did.
+    return values.once === true && !reached ? EXIT_UNREACHABLE : EXIT_OK;
   } finally {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);

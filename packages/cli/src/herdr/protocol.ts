@@ -90,17 +90,20 @@ export type HerdrEvent =
       };
     };
 
+/** A status a newer herdr may add is, to mam, a state it cannot read: `unknown` (never quiescent). */
+const statusOf = (s: string): HerdrAgentStatus => (isHerdrAgentStatus(s) ? s : "unknown");
+
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 
 /** A `PaneInfo` as the collector needs it, or undefined when a required field is missing or mistyped. */
 export function readPane(v: unknown): HerdrPane | undefined {
   if (!isObject(v)) return undefined;
   const { pane_id, terminal_id, agent_status, revision } = v;
-  if (typeof pane_id !== "string" || typeof terminal_id !== "string") return undefined;
-  if (!isHerdrAgentStatus(agent_status) || typeof revision !== "number" || !Number.isInteger(revision) || revision < 0) return undefined;
+  if (typeof pane_id !== "string" || typeof terminal_id !== "string" || typeof agent_status !== "string") return undefined;
+  if (typeof revision !== "number" || !Number.isInteger(revision) || revision < 0) return undefined;
   const session = v.agent_session;
   if (session !== undefined && session !== null && !readSession(session)) return undefined;
-  return v as HerdrPane;
+  return { ...v, agent_status: statusOf(agent_status) } as HerdrPane;
 }
 
 function readSession(v: unknown): v is HerdrAgentSession {
@@ -118,7 +121,8 @@ export function readEvent(v: unknown): HerdrEvent | undefined {
     case "pane_exited":
       return typeof data.pane_id === "string" ? (v as HerdrEvent) : undefined;
     case "pane.agent_status_changed":
-      return typeof data.pane_id === "string" && isHerdrAgentStatus(data.agent_status) ? (v as HerdrEvent) : undefined;
+      if (typeof data.pane_id !== "string" || typeof data.agent_status !== "string") return undefined;
+      return { event: "pane.agent_status_changed", data: { ...data, agent_status: statusOf(data.agent_status) } } as HerdrEvent;
     default:
       return undefined;
   }
