@@ -121,6 +121,8 @@ export class HerdrCollector {
   #mamFailing = false;
   #discoveryFailing = false;
   #discovering = false;
+  /** Dispatches one look did not list, by how many looks in a row missed them. */
+  readonly #missed = new Map<string, number>();
 
   constructor(options: CollectorOptions) {
     this.#o = options;
@@ -385,7 +387,24 @@ export class HerdrCollector {
       return;
     }
     const before = new Set(this.#mappedPaneIds());
-    this.#dispatches = new Map(found.map((d) => [keyOf(d), d]));
+    const next = new Map(found.map((d) => [keyOf(d), d]));
+    const jobs = new Set(found.map((d) => d.job_id));
+    for (const [key, d] of this.#dispatches) {
+      if (next.has(key)) {
+        this.#missed.delete(key);
+        continue;
+      }
+      // A newer attempt of the same job replaces it at once. Otherwise it is dropped only when
+      // two looks in a row miss it: a job updated while its status's pages were read can be
+      // skipped by one look, and dropping it would free its pane for a dispatch it must refuse.
+      const missed = (this.#missed.get(key) ?? 0) + 1;
+      if (!jobs.has(d.job_id) && missed < 2) {
+        this.#missed.set(key, missed);
+        next.set(key, d);
+      } else this.#missed.delete(key);
+    }
+    this.#dispatches = next;
+    for (const key of this.#posted.keys()) if (!next.has(key)) this.#posted.delete(key);
     for (const [paneId, key] of this.#holders) if (!this.#dispatches.has(key)) this.#holders.delete(paneId);
     // The first to name a pane holds it; order by when each was recorded, so a restart decides alike.
     const ordered = [...this.#dispatches.entries()].sort(([, a], [, b]) => a.recorded_at.localeCompare(b.recorded_at));
