@@ -9,7 +9,7 @@
  * message); time moves only by the test clock.
  */
 import path from "node:path";
-import { HerdrCollector, HerdrSocket, mamPort, type RunningService, runCli, startService } from "@mam/cli";
+import { HerdrCollector, HerdrError, HerdrSocket, mamPort, type RunningService, runCli, startService } from "@mam/cli";
 import { createMamClient } from "@mam/client";
 import { parseConfig } from "@mam/core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -415,6 +415,30 @@ describe("mam watch herdr, when mam or the pane goes away", () => {
     expect(log.count(/^(re-)?posted job herdr-exited /)).toBe(1);
     expect(await observationsOf(jobId)).toEqual([["working", 1]]);
   }, 30_000);
+});
+
+describe("the herdr socket client", () => {
+  it("sends one request per connection with its own ids, and turns herdr's error answer into a HerdrError with herdr's code", async () => {
+    const herdr = await FakeHerdr.start(path.join(tmp.dir, "client.sock"));
+    try {
+      herdr.createPane({ pane_id: "w4:p1", terminal_id: "term-1", agent_status: "done" });
+      const socket = new HerdrSocket(herdr.path);
+      const listed = await socket.request("pane.list", {});
+      expect(listed).toMatchObject({
+        type: "pane_list",
+        panes: [{ pane_id: "w4:p1", terminal_id: "term-1", agent_status: "done", revision: 1 }],
+      });
+      const refused = await socket
+        .subscribe([{ type: "pane.agent_status_changed", pane_id: "w4:nope" }], () => {})
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(HerdrError);
+      expect((refused as HerdrError).code).toBe("pane_not_found");
+      expect(herdr.requests.map((r) => r.id)).toEqual(["mam-1", "mam-2"]);
+      expectSchemaConformance(herdr);
+    } finally {
+      await herdr.stop();
+    }
+  });
 });
 
 describe("herdr's pinned schema, as the tests read it", () => {
