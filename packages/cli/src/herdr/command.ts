@@ -18,7 +18,7 @@ pane_status, source watcher:<the token's name>). It re-posts a quiescent pane
 the repeat, and that is how the pane's quiescent span grows.
 
 A pane maps to the latest dispatch of a pending or running job when its pane_id and
-terminal_id are the ones recorded at dispatch (POST /v1/jobs/{id}/dispatches) and,
+terminal_id are the ones recorded at dispatch (mam dispatch --pane ID --terminal ID) and,
 when herdr reports the agent's session, that session is the dispatch's. Nothing is
 posted for a pane that maps to no dispatch. A dispatch naming a pane another running
 dispatch holds is refused; a pane that closes or exits ends its mapping for good.
