@@ -21,6 +21,7 @@ import { type AgentEnvironment, launchLines, writeEnvFile } from "./agent-env.ts
 import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
 import { embeddedBackend, namedDataDir, verifyReportDir } from "./embedded-backend.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
+import { WATCH_HERDR_OPTIONS, WATCH_HERDR_SUMMARY, WATCH_HERDR_USAGE, watchHerdr } from "./herdr/command.ts";
 import { httpBackend } from "./http-backend.ts";
 import type { CliIo } from "./io.ts";
 
@@ -450,6 +451,13 @@ the store) cannot be reached, with the --after that resumes.`,
       else if (follow) ctx.say(`stopped; resume with --after ${after}`);
       return EXIT_OK;
     },
+  },
+  "watch herdr": {
+    summary: WATCH_HERDR_SUMMARY,
+    usage: WATCH_HERDR_USAGE,
+    modes: "embedded",
+    options: WATCH_HERDR_OPTIONS,
+    run: (v, ctx) => watchHerdr(v, ctx),
   },
   "token create": {
     summary: "mint an operator token with narrower scopes, signed with the data dir's key",

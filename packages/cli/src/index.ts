@@ -3,5 +3,8 @@ export { runCli } from "./cli.ts";
 export { ensureCredentials } from "./credentials.ts";
 export type { ServiceDeps } from "./embedded-service.ts";
 export { EXIT_CODES } from "./exit-codes.ts";
+export { HerdrCollector, type MamPort, type PaneObservation, type WatchedDispatch } from "./herdr/collector.ts";
+export { HerdrError, HerdrSocket } from "./herdr/herdr-socket.ts";
+export { mamPort } from "./herdr/mam-port.ts";
 export type { CliIo } from "./io.ts";
 export { type RunningService, startService } from "./serve.ts";
