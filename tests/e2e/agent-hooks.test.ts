@@ -437,6 +437,44 @@ describe("Claude Code wired to mam (issue 21)", () => {
   }, 30_000);
 });
 
+describe("mam dispatch (issue 21)", () => {
+  it("in data-dir mode it records the dispatch on the store and signs the agent's token with the data dir's key: the service takes it", async () => {
+    const op = service.operatorToken;
+    expect((await call("POST", "/v1/jobs", op, { job_id: "dd-dispatch", prompt: "p", agent: "claude-code" })).status).toBe(201);
+    const io = captureIo({});
+    expect(
+      await runCli(
+        ["dispatch", "--job", "dd-dispatch", "--attempt", "1", "--pane", "w1-p3", "--terminal", "t-7", "--data-dir", dataDir, "--json"],
+        io,
+      ),
+      io.err.join(""),
+    ).toBe(0);
+    const answer = JSON.parse(io.out.join(""));
+    expect(answer.dispatch).toMatchObject({
+      job_id: "dd-dispatch",
+      attempt_id: 1,
+      pane_id: "w1-p3",
+      terminal_id: "t-7",
+      agent_session_uuid: answer.env.MAM_SESSION,
+    });
+    expect(answer.env).toMatchObject({ MAM_JOB: "dd-dispatch", MAM_ATTEMPT: "1" });
+    expect(answer.launch["claude-code"]).toBe('claude --session-id "$MAM_SESSION"');
+    const read = await call("GET", "/v1/jobs/dd-dispatch", answer.env.MAM_TOKEN);
+    expect(read.status, read.text).toBe(200);
+  });
+
+  it("without --env-out or --json it refuses before dispatching: nothing recorded", async () => {
+    const op = service.operatorToken;
+    expect((await call("POST", "/v1/jobs", op, { job_id: "no-env", prompt: "p", agent: "claude-code" })).status).toBe(201);
+    const before = await fingerprint("no-env");
+    const io = captureIo({ MAM_API_URL: service.url, MAM_TOKEN: op });
+    expect(await runCli(["dispatch", "--job", "no-env", "--attempt", "1"], io)).toBe(1);
+    expect(io.err.join("")).toContain("--env-out PATH");
+    expect(io.out.join("")).toBe("");
+    expect(await fingerprint("no-env")).toBe(before);
+  });
+});
+
 describe("Codex wired to mam (issue 21)", () => {
   it("notify's JSON argument binds the thread to the attempt; another thread is refused, naming thread-id; a turn end never completes the job alone", async () => {
     const agent = await dispatched("codex-notify", { agent: "codex" });
