@@ -57,7 +57,7 @@ export const postHookEventRoute = withHandler(
         "The agent's token names the job and attempt, so the URL is the same for every job. The event is read by the mapping in docs/agents.md " +
         "(Stop with empty `background_tasks` and `session_crons`: idle, read by the documented rule `agent.claude-code.stop`; prompt and tool " +
         "events: working; StopFailure, a permission prompt: blocked; SessionStart `clear` or `fork`: the attempt's quiescence evidence ends). " +
-        "The session it names must be the dispatch's (`mam dispatch` generates it) — for Codex, the one its first event bound — or it is a 404 " +
+        "The session it names must be the dispatch's (`mam dispatch` generates it) — for Codex, the one its first event bound — or it is a 409 " +
         "`observation.mismatch` naming the field. Answered 204 with no body (Claude Code reads any 2xx JSON body as control input), except a " +
         "Stop nudge: a job with `nudge_on_stop` whose agent stopped with no finalized report gets `{decision: block, reason}` once (MAM_NUDGE_MAX). " +
         "A refusal writes nothing; hooks fail open, so a refused event lets the agent carry on.",
