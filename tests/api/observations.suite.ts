@@ -303,5 +303,67 @@ export function apiObservationSuite(name: string, factory: PortsFactory): void {
       expect(watcher.status, watcher.text).toBe(201);
       expect(watcher.body.observation.source).toBe("watcher:herdr-1");
     });
+
+    const hook = (h: Harness, token: string, agent: string, event: Record<string, unknown>) =>
+      h.call("POST", `/v1/hooks/${agent}`, { token, body: JSON.stringify(event) });
+
+    it("issue 21: hook events are stored as observations on every store: a Stop's allowlisted details, a Codex thread bound once, a cleared session's end, a nudge counted", async () => {
+      const h = await harness({ env: { MAM_AUTO_COMPLETE: "1" } });
+      const d = await dispatched(h);
+      const op = h.operator;
+      const claim = await h.call("POST", `/v1/jobs/${d.jobId}/transitions`, { token: op, json: { action: "claim", expected_seq: 0 } });
+      expect(claim.status, claim.text).toBe(200);
+      const progress = await h.call("POST", `/v1/jobs/${d.jobId}/transitions`, {
+        token: op,
+        json: { action: "progress", expected_seq: claim.body.transition_seq, fields: { auto_complete: true, nudge_on_stop: true } },
+      });
+      expect(progress.status, progress.text).toBe(200);
+      expect(
+        (
+          await hook(h, d.agent, "claude-code", {
+            hook_event_name: "PostToolUse",
+            session_id: d.session,
+            tool_response: "x".repeat(100_000),
+          })
+        ).status,
+      ).toBe(204);
+      const stop = await hook(h, d.agent, "claude-code", {
+        hook_event_name: "Stop",
+        session_id: d.session,
+        stop_hook_active: false,
+        last_assistant_message: "SECRET",
+        background_tasks: [],
+        session_crons: [],
+      });
+      expect(stop.status, stop.text).toBe(200);
+      expect(stop.body.decision).toBe("block");
+      expect(
+        (await hook(h, d.agent, "claude-code", { hook_event_name: "SessionStart", session_id: "another", source: "clear" })).status,
+      ).toBe(204);
+      const record = (await h.call("GET", `/v1/jobs/${d.jobId}`, { token: op })).body;
+      expect(record.observations).toMatchObject({ nudges: 1, ended: { cause: "clear", source: "agent:claude-code" } });
+      expect(record.observations.entries.map((e: { source_kind: string }) => e.source_kind)).toEqual([
+        "hook.activity",
+        "hook.stop",
+        "hook.session_start",
+      ]);
+      expect(record.observations.entries[1].hook).toEqual({
+        event: "Stop",
+        stop_hook_active: false,
+        background_tasks: [],
+        session_crons: 0,
+      });
+      expect(JSON.stringify(record)).not.toContain("SECRET");
+
+      const c = await dispatched(h, { agent: "codex" });
+      const turn = { type: "agent-turn-complete", "thread-id": "thread-1", "turn-id": "t1", "input-messages": ["SECRET"] };
+      expect((await hook(h, c.agent, "codex", turn)).status).toBe(204);
+      const before = await fingerprint(h, c.jobId);
+      expectProblem(await hook(h, c.agent, "codex", { ...turn, "thread-id": "thread-2" }), 409, "observation.mismatch");
+      expect(await fingerprint(h, c.jobId)).toEqual(before);
+      const bound = (await h.call("GET", `/v1/jobs/${c.jobId}`, { token: op })).body.observations;
+      expect(bound.bound_session).toMatchObject({ id: "thread-1", field: "thread-id" });
+      expect(bound.entries).toEqual([expect.objectContaining({ source_kind: "turn_end", state: "idle", agent_session_uuid: c.session })]);
+    });
   });
 }
