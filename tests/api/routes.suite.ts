@@ -216,6 +216,32 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(principal).toMatchObject({ kind: "agent", jobId: job.job_id, attemptId: 1 });
       });
 
+      it("GET /v1/token names what the token that asks may do: an operator token's scopes, name and expiry; an agent token's job, attempt and expiry; never the token", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const reader = h.tokens.mintOperator(["read"], { ttlSeconds: 8 * 3600, name: "dashboard" });
+        const res = await h.call("GET", "/v1/token", { token: reader });
+        expect(res.status, res.text).toBe(200);
+        expect(res.body).toEqual({
+          kind: "operator",
+          token_id: expect.any(String),
+          scopes: ["read"],
+          name: "dashboard",
+          expires_at: "2026-11-20T18:10:00.000Z",
+        });
+        expect(res.text).not.toContain(reader);
+        const own = await h.call("GET", "/v1/token", { token: agent });
+        expect(own.body).toEqual({
+          kind: "agent",
+          token_id: expect.any(String),
+          job_id: job.job_id,
+          attempt_id: 1,
+          expires_at: expect.any(String),
+        });
+        expect((await h.call("GET", "/v1/token", {})).status).toBe(401);
+      });
+
       it("GET /v1/jobs/{id}/dispatches/{n} reads the recorded dispatch, terminal_id included; an unrecorded attempt is a 404", async () => {
         const h = await harness();
         const job = await register(h);
@@ -771,6 +797,13 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
             const res = await h.call(method, path, { token: h.tokens.mintOperator([...SCOPES]), ...validRequest(key) });
             expectProblem(res, 403, "auth.forbidden");
             expect(res.body.detail, key).toContain("only an agent's token");
+            continue;
+          }
+          if (access.anyScope === true) {
+            // What the token may do is answered to any valid token, of any scopes.
+            const { method, path } = concrete(key, job.job_id);
+            for (const scope of SCOPES)
+              expect((await h.call(method, path, { token: h.tokens.mintOperator([scope]) })).status, `${key} ${scope}`).toBe(200);
             continue;
           }
           const others = SCOPES.filter((s) => s !== access.scope) as Scope[];

@@ -199,6 +199,29 @@ describe("e2e: the mam command", () => {
       kind: "operator",
       name: "dashboard",
     });
+    // --ttl: seconds, or a duration (issue 22: `--ttl 8h` for a dashboard's read token).
+    for (const [ttl, seconds] of [
+      ["8h", 28_800],
+      ["30m", 1_800],
+      ["7d", 604_800],
+      ["90", 90],
+    ] as const) {
+      const timed = captureIo({});
+      expect(
+        await runCli(["token", "create", "--scope", "read", "--ttl", ttl, "--data-dir", dataDir, "--json"], timed),
+        timed.err.join(""),
+      ).toBe(0);
+      const answer = JSON.parse(timed.out.join(""));
+      expect(answer.ttl_seconds, ttl).toBe(seconds);
+      const p = createTokenService({ signingKey: "cli-usage-signing-key-0123456789abcdef", clock: systemClock }).verify(answer.token);
+      expect(
+        p.kind === "operator" && p.expiresAt !== undefined && Math.round((Date.parse(p.expiresAt) - Date.now()) / 1000),
+        ttl,
+      ).toBeGreaterThan(seconds - 60);
+    }
+    const badTtl = captureIo({});
+    expect(await runCli(["token", "create", "--scope", "read", "--ttl", "8 hours", "--data-dir", dataDir], badTtl)).toBe(1);
+    expect(badTtl.err.join("")).toMatch(/--ttl must be seconds or a duration/);
     const badName = captureIo({});
     expect(await runCli(["token", "create", "--scope", "read", "--name", "no spaces", "--data-dir", dataDir], badName)).toBe(1);
     expect(badName.err.join("")).toMatch(/name/);

@@ -26,11 +26,15 @@ export type Access =
       readonly agent?: AgentBinding;
       /** Only an agent's token: what the route records is the token's own job and attempt (an agent hook). */
       readonly agentOnly?: true;
+      /** Any valid token, whatever its scopes (`GET /v1/token`: what the token may do). */
+      readonly anyScope?: true;
     };
 
 export const anyone = { kind: "public" } as const satisfies Access;
 export const operator = (scope: Scope) => ({ kind: "protected", scope }) as const satisfies Access;
 export const operatorOrAgent = (scope: Scope, agent: AgentBinding) => ({ kind: "protected", scope, agent }) as const satisfies Access;
+/** Any valid token: an operator's of any scopes, an agent's (of its latest attempt). */
+export const anyToken = { kind: "protected", scope: "read", agent: "self", anyScope: true } as const satisfies Access;
 /** An agent hook's route: the agent token names the job and attempt, so the path names neither and no operator token fits. */
 export const agentOnly = { kind: "protected", scope: "observe", agent: "self", agentOnly: true } as const satisfies Access;
 
@@ -103,6 +107,7 @@ export function authorize(principal: Principal, access: Access, params: PathPara
         "only an agent's token posts hook events: the token names the job and attempt the event is of (mam dispatch gives it as MAM_TOKEN)",
       );
     }
+    if (access.anyScope === true) return;
     if (!principal.scopes.includes(access.scope)) {
       throw new MamError("auth.forbidden", `this operator token lacks the ${access.scope} scope (it has ${principal.scopes.join(", ")})`, {
         details: { required_scope: access.scope },

@@ -84,6 +84,17 @@ function positiveInt(name: string, v: unknown): number | undefined {
   return n;
 }
 
+/** `--ttl`: whole seconds, or a number with a unit (`s`, `m`, `h`, `d`): `8h` is 28800. */
+function durationSeconds(name: string, v: unknown): number | undefined {
+  if (v === undefined) return undefined;
+  const m = /^(\d{1,9})([smhd]?)$/.exec(String(v).trim());
+  const n = m === null ? Number.NaN : Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86_400 }[m[2] as "" | "s" | "m" | "h" | "d"];
+  if (!Number.isInteger(n) || n < 1) {
+    throw new MamError("input.invalid", `--${name} must be seconds or a duration such as 30m, 8h or 7d, not ${JSON.stringify(v)}`);
+  }
+  return n;
+}
+
 /**
  * The service's answer to a re-sent completion (or its finalize): the job is already
  * completed by this agent's attempt on these bytes, and nothing was written. Done: exit 0.
@@ -461,11 +472,12 @@ the store) cannot be reached, with the --after that resumes.`,
   },
   "token create": {
     summary: "mint an operator token with narrower scopes, signed with the data dir's key",
-    usage: `mam token create --scope read[,write,gate,ops,observe] [--ttl SECONDS] [--name NAME] [--data-dir DIR] [--json]
+    usage: `mam token create --scope read[,write,gate,ops,observe] [--ttl DURATION] [--name NAME] [--data-dir DIR] [--json]
 
 Reads the signing key from <data dir>/credentials.json (written by mam serve on
 first start), or MAM_TOKEN_SIGNING_KEY, and prints a new operator token with just
-those scopes. It signs locally: there is no API mode.
+those scopes. It signs locally: there is no API mode. --ttl is seconds (3600) or a
+duration (90s, 30m, 8h, 7d); without it the token does not expire.
 
 --name NAME says who the token is for (1-64 letters, digits, '.', '_', '-'). A
 subscriber logs in to the embedded MQTT broker with a read token that has a name
@@ -480,7 +492,7 @@ session belongs to the name, so a renewed token of the same name keeps it.
         .split(",")
         .map((s) => s.trim())
         .filter(Boolean);
-      const ttl = positiveInt("ttl", v.ttl);
+      const ttl = durationSeconds("ttl", v.ttl);
       const { createTokenService, SCOPES, ScopeSchema } = await import("@mam/api");
       const bad = scopes.filter((s) => !ScopeSchema.safeParse(s).success);
       if (bad.length > 0) throw new MamError("input.invalid", `unknown scope ${bad.join(", ")}: scopes are ${SCOPES.join(", ")}`);

@@ -451,6 +451,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/v1/token": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * What the token that asks may do
+     * @description Any valid token: an operator token's scopes, name and expiry; an agent token's job, attempt and expiry (a retired agent token is 403). A page reads it to hide the actions its token cannot take. Never the token itself.
+     */
+    get: operations["getToken"];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/healthz": {
     parameters: {
       query?: never;
@@ -1227,6 +1247,29 @@ export interface components {
     } & {
       [key: string]: unknown;
     };
+    TokenInfo:
+      | {
+          /** @enum {string} */
+          kind: "operator";
+          token_id: string;
+          scopes: ("read" | "write" | "gate" | "ops" | "observe")[];
+          /** @description Who the token is for (`mam token create --name`), when it names one. */
+          name?: string;
+          /**
+           * Format: date-time
+           * @description Absent: the token does not expire.
+           */
+          expires_at?: string;
+        }
+      | {
+          /** @enum {string} */
+          kind: "agent";
+          token_id: string;
+          job_id: string;
+          attempt_id: number;
+          /** Format: date-time */
+          expires_at: string;
+        };
     Health: {
       /** @enum {boolean} */
       ok: true;
@@ -6536,6 +6579,134 @@ export interface operations {
            *       "status": 500,
            *       "detail": "an unexpected error occurred; quote the request id when reporting it",
            *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
+  getToken: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The token's principal. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "kind": "operator",
+           *       "token_id": "5b0c2f9e-1d3a-4c5e-8f70-9a1b2c3d4e5f",
+           *       "scopes": [
+           *         "read"
+           *       ],
+           *       "name": "dashboard",
+           *       "expires_at": "2026-11-20T18:00:00.000Z"
+           *     }
+           */
+          "application/json": components["schemas"]["TokenInfo"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }

@@ -7,6 +7,7 @@ import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getH
 import { recordObservationRoute } from "./observations.ts";
 import { releaseNotificationRoute, runRecoverySweepRoute } from "./operations.ts";
 import { finalizeReportRoute, requestUploadRoute, stageReportRoute, verifyReportRoute } from "./reports.ts";
+import { getTokenRoute } from "./token.ts";
 
 /**
  * Every route the app serves, each its declaration and its handler, in the order
@@ -38,6 +39,7 @@ export const ROUTES = [
   getDocsRoute,
   getDocsAssetRoute,
   getAssetRoute,
+  getTokenRoute,
   getHealthRoute,
   getDashboardRoute,
 ] as const;
