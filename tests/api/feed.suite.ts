@@ -228,6 +228,24 @@ export function apiFeedSuite(name: string, factory: PortsFactory): void {
       expect(new Set(everything.body.items.map((r: { job_id: string }) => r.job_id))).toEqual(new Set([mine, theirs]));
     });
 
+    it("issue 22: ?job_id= reads one job's rows for an operator, paged; an agent naming another job is 403, naming its own is its rows", async () => {
+      const h = await harness();
+      const mine = await register(h);
+      const theirs = await register(h);
+      const agentToken = await dispatch(h, mine);
+      await dispatch(h, theirs);
+      const one = await h.call("GET", `/v1/events?job_id=${theirs}&limit=1`, { token: h.operator });
+      expect(one.status, one.text).toBe(200);
+      expect(one.body.items.map((r: { job_id: string; kind: string }) => [r.job_id, r.kind])).toEqual([[theirs, "job.registered"]]);
+      const rest = await h.call("GET", `/v1/events?job_id=${theirs}&after=${encodeURIComponent(one.body.cursor)}`, { token: h.operator });
+      expect(rest.body.items.map((r: { job_id: string; kind: string }) => [r.job_id, r.kind])).toEqual([[theirs, "dispatch.recorded"]]);
+      expect((await h.call("GET", `/v1/events?job_id=${theirs}`, { token: agentToken })).status).toBe(403);
+      const own = await h.call("GET", `/v1/events?job_id=${mine}`, { token: agentToken });
+      expect(new Set(own.body.items.map((r: { job_id: string }) => r.job_id))).toEqual(new Set([mine]));
+      const bad = await h.call("GET", "/v1/events?job_id=not%20an%20id", { token: h.operator });
+      expect(bad.status).toBe(400);
+    });
+
     it("a cursor it did not hand out is a 400 problem naming query.after; a limit out of range names query.limit", async () => {
       const h = await harness();
       await register(h);
@@ -288,6 +306,24 @@ export function apiFeedSuite(name: string, factory: PortsFactory): void {
       const rows = (await resumed.until((e) => e.event === "job.registered")).filter((e) => e.id !== undefined);
       expect(rows.map((e) => rowOf(e).job_id)).toEqual([second]);
       await resumed.cancel();
+    });
+
+    it("issue 22: the stream says `event: head` once its backlog is sent, and ?job_id= narrows it to one job's rows", async () => {
+      const h = await harness();
+      const jobId = await register(h);
+      const other = await register(h);
+      const stream = await openStream(h, `/v1/events/stream?job_id=${jobId}`, h.operator);
+      const backlog = await stream.until((e) => e.event === "head");
+      expect(backlog.map((e) => e.event)).toEqual(["open", "job.registered", "head"]);
+      expect(rowOf(backlog[1]!).job_id).toBe(jobId);
+      expect(JSON.parse(backlog[2]!.data)).toEqual({ cursor: backlog[1]!.id });
+      // Later rows of that job follow; the other job's never do, and no second head.
+      await dispatch(h, other);
+      await dispatch(h, jobId);
+      const later = await stream.until((e) => e.event === "dispatch.recorded");
+      expect(later.map((e) => e.event)).toEqual(["dispatch.recorded"]);
+      expect(rowOf(later[0]!).job_id).toBe(jobId);
+      await stream.cancel();
     });
 
     it("closes when its token expires (the test clock past the token's expiry)", async () => {

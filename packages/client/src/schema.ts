@@ -320,7 +320,7 @@ export interface paths {
     };
     /**
      * The change feed as Server-Sent Events, resuming after Last-Event-ID
-     * @description The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. Tokens travel in the Authorization header only (EventSource polyfills send it).
+     * @description The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. Resumes after `Last-Event-ID` (else `after`; else from the beginning); `job_id` narrows it to one job's rows. Once the backlog has been sent, one `event: head` (`data: {cursor}`) says the stream has caught up; later rows follow as they commit. The stream closes when the token expires, when an agent's attempt is retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. Tokens travel in the Authorization header only (EventSource polyfills send it).
      */
     get: operations["streamChanges"];
     put?: never;
@@ -5461,6 +5461,8 @@ export interface operations {
       query?: {
         /** @description A cursor this feed handed out (a row's `cursor`, or a page's): the rows after it. Absent: from the beginning. */
         after?: string;
+        /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. */
+        job_id?: string;
         /** @description At most this many rows (1-1000, 100 by default). */
         limit?: number;
       };
@@ -5634,6 +5636,8 @@ export interface operations {
       query?: {
         /** @description A cursor this feed handed out (a row's `cursor`, or a page's): the rows after it. Absent: from the beginning. */
         after?: string;
+        /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. */
+        job_id?: string;
       };
       header?: {
         /** @description The last row's cursor the client received (EventSource sends it on reconnecting); wins over `after`. */

@@ -7,6 +7,7 @@ import {
   IsoTime,
   JobId,
   type JobStore,
+  MamError,
   storedRowJson,
   storedRowsOf,
 } from "@mam/core";
@@ -41,15 +42,22 @@ const AfterParam = formValue(z.string().min(1).max(1024).optional()).openapi({
   example: FEED_CURSOR_EXAMPLE,
 });
 
+const JobFilterParam = formValue(JobId.optional()).openapi({
+  description:
+    "Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403.",
+  example: EXAMPLE.jobId,
+});
+
 export const FeedQuerySchema = z.strictObject({
   after: AfterParam,
+  job_id: JobFilterParam,
   limit: formValue(z.coerce.number().int().min(1).max(1000).default(100)).openapi({
     description: "At most this many rows (1-1000, 100 by default).",
     example: 100,
   }),
 });
 
-export const FeedStreamQuerySchema = z.strictObject({ after: AfterParam });
+export const FeedStreamQuerySchema = z.strictObject({ after: AfterParam, job_id: JobFilterParam });
 
 export const FeedStreamHeadersSchema = z.object({
   "last-event-id": z.string().min(1).max(1024).optional().openapi({
@@ -125,7 +133,7 @@ export const listChangesRoute = withHandler(
     const page = await deps.jobs.listChanges({
       limit: q.limit,
       ...(q.after === undefined ? {} : { after: q.after }),
-      ...scopeOf(principalOf(c)),
+      ...scopeOf(principalOf(c), q.job_id),
     });
     const stored = storedRowsOf(page);
     if (stored === undefined) return c.json({ items: page.items.map(wireRow), cursor: page.cursor }, 200);
@@ -148,7 +156,8 @@ export const streamChangesRoute = withHandler(
       summary: "The change feed as Server-Sent Events, resuming after Last-Event-ID",
       description:
         "The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. " +
-        "Resumes after `Last-Event-ID` (else `after`; else from the beginning). The stream closes when the token expires, when an agent's attempt is " +
+        "Resumes after `Last-Event-ID` (else `after`; else from the beginning); `job_id` narrows it to one job's rows. Once the backlog has been sent, one " +
+        "`event: head` (`data: {cursor}`) says the stream has caught up; later rows follow as they commit. The stream closes when the token expires, when an agent's attempt is " +
         "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
         "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
         "A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. " +
@@ -176,8 +185,9 @@ export const streamChangesRoute = withHandler(
     const principal = principalOf(c);
     const headerCursor = c.req.valid("header")["last-event-id"];
     const after = headerCursor ?? c.req.valid("query").after;
+    const scope = scopeOf(principal, c.req.valid("query").job_id);
     // The first page is read before the answer starts, so a bad cursor is a 400, not a broken stream.
-    const first = await deps.jobs.listChanges({ limit: STREAM_PAGE, ...(after === undefined ? {} : { after }), ...scopeOf(principal) });
+    const first = await deps.jobs.listChanges({ limit: STREAM_PAGE, ...(after === undefined ? {} : { after }), ...scope });
     // HEAD: the GET's headers and nothing else. Hono answers HEAD with the GET's
     // response minus its body, dropped without being cancelled: a stream opened for
     // it would wait in its first write for ever, holding its slot.
@@ -238,6 +248,7 @@ export const streamChangesRoute = withHandler(
             // dispatch of its job went by (the one change that retires an attempt).
             let page: { readonly items: readonly ChangeRow[]; readonly cursor: string; readonly more?: boolean } = first;
             let askAttempt = true;
+            let caughtUp = false;
             for (;;) {
               for (const row of page.items) {
                 if (!(await send({ id: row.cursor, event: row.kind, data: JSON.stringify(wireRow(row)) }))) return;
@@ -245,7 +256,12 @@ export const streamChangesRoute = withHandler(
               }
               const cursor = page.cursor;
               const more = page.more ?? page.items.length >= STREAM_PAGE;
-              if (page.more === undefined && !more && principal.kind === "operator") tail.seed(cursor);
+              if (page.more === undefined && !more && scope.jobId === undefined) tail.seed(cursor);
+              // Once, when the backlog has been sent: a client can show "caught up".
+              if (!more && !caughtUp) {
+                caughtUp = true;
+                if (!(await send({ event: "head", data: JSON.stringify({ cursor }) }))) return;
+              }
               if (stream.aborted || stream.closed || isAborted(options.shutdown) || Date.now() >= ends) return;
               const reason = await closeReason(deps.jobs, deps.clock.now(), principal, askAttempt);
               askAttempt = false;
@@ -256,9 +272,7 @@ export const streamChangesRoute = withHandler(
               if (!more) await wake.wait(options.pollMs);
               if (stream.aborted || stream.closed || isAborted(options.shutdown)) return;
               await tail.advance();
-              page =
-                tail.since(cursor, scopeOf(principal).jobId) ??
-                (await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scopeOf(principal) }));
+              page = tail.since(cursor, scope.jobId) ?? (await deps.jobs.listChanges({ limit: STREAM_PAGE, after: cursor, ...scope }));
             }
           } finally {
             freed();
@@ -276,8 +290,19 @@ export const streamChangesRoute = withHandler(
   },
 );
 
-/** The rows a principal may read: an agent's own job, or every job. */
-const scopeOf = (principal: Principal): { jobId?: string } => (principal.kind === "agent" ? { jobId: principal.jobId } : {});
+/** The rows a principal asks for and may read: an agent's own job (another is a 403); an operator's, every job or the one it names. */
+function scopeOf(principal: Principal, jobId: string | undefined): { jobId?: string } {
+  if (principal.kind === "agent") {
+    if (jobId !== undefined && jobId !== principal.jobId) {
+      throw new MamError(
+        "auth.forbidden",
+        `this agent token is bound to job ${principal.jobId}, not ${jobId}: it reads its own job's rows`,
+      );
+    }
+    return { jobId: principal.jobId };
+  }
+  return jobId === undefined ? {} : { jobId };
+}
 
 /** One stream's page of rows per read. */
 const STREAM_PAGE = 100;
