@@ -22,6 +22,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "POST /v1/jobs/{job_id}/dispatches": { kind: "protected", scope: "write" },
       "GET /v1/jobs/{job_id}/dispatches/{attempt}": { kind: "protected", scope: "read", agent: "attempt" },
       "PUT /v1/jobs/{job_id}/attempts/{attempt}/report": { kind: "protected", scope: "write", agent: "attempt" },
+      "GET /v1/jobs/{job_id}/attempts/{attempt}/report": { kind: "protected", scope: "read", agent: "attempt" },
       "POST /v1/jobs/{job_id}/attempts/{attempt}/report/upload": { kind: "protected", scope: "write", agent: "attempt" },
       "POST /v1/jobs/{job_id}/attempts/{attempt}/finalize": { kind: "protected", scope: "write", agent: "attempt" },
       "GET /v1/jobs/{job_id}/attempts/{attempt}/verification": { kind: "protected", scope: "read" },

@@ -216,6 +216,53 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(principal).toMatchObject({ kind: "agent", jobId: job.job_id, attemptId: 1 });
       });
 
+      it("issue 22: GET …/attempts/{n}/report reads the report as text (nosniff, CSP sandbox): staged, then finalized; past 1 MiB its first MiB and a notice, and where the store can, the whole by a presigned address", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const agent = await dispatch(h, job.job_id);
+        const path = `/v1/jobs/${job.job_id}/attempts/1/report`;
+        expect((await h.call("GET", path, { token: h.operator })).status).toBe(404);
+        expect((await h.call("PUT", path, { token: agent, body: "# Report\n\n<script>alert(1)</script> é\n" })).status).toBe(201);
+        const staged = await h.call("GET", path, { token: h.operator });
+        expect(staged.status, staged.text).toBe(200);
+        expect(staged.headers.get("content-type")).toBe("text/plain; charset=utf-8");
+        expect(staged.headers.get("x-content-type-options")).toBe("nosniff");
+        expect(staged.headers.get("content-security-policy")).toBe("sandbox");
+        expect(staged.headers.get("x-mam-report")).toBe("staged");
+        expect(staged.text).toBe("# Report\n\n<script>alert(1)</script> é\n");
+        expect(
+          (await h.call("POST", `/v1/jobs/${job.job_id}/attempts/1/finalize`, { token: agent, json: { side_effects: [] } })).status,
+        ).toBe(200);
+        const finalized = await h.call("GET", path, { token: agent });
+        expect(finalized.headers.get("x-mam-report")).toBe("finalized");
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}/attempts/2/report`, { token: h.operator })).status).toBe(404);
+
+        // Past 1 MiB: its first MiB, cut at a character boundary, and a notice.
+        const big = await register(h);
+        const bigAgent = await dispatch(h, big.job_id);
+        const text = `${"é".repeat(600_000)}TAIL`;
+        expect((await h.call("PUT", `/v1/jobs/${big.job_id}/attempts/1/report`, { token: bigAgent, body: text })).status).toBe(201);
+        const cut = await h.call("GET", `/v1/jobs/${big.job_id}/attempts/1/report`, { token: h.operator });
+        expect(cut.status).toBe(200);
+        const [head, notice] = cut.text.split("\n\n[mam: ");
+        expect(head).toBe("é".repeat(524_288));
+        expect(notice).toContain("longer than 1048576 bytes");
+        expect(cut.text).not.toContain("TAIL");
+        const link = cut.headers.get("link");
+        // Which answer depends on the store alone: the file store has no address to hand out, S3 presigns one.
+        expect(link !== null).toBe(h.deps.reports.downloadUrl !== undefined);
+        if (link === null) expect(notice).toContain("only its first 1048576 bytes are served here");
+        else {
+          // S3: a presigned GET of the whole report, as an attachment.
+          const url = /^<([^>]+)>; rel="alternate"$/.exec(link)?.[1] as string;
+          expect(notice).toContain(url);
+          const whole = await fetch(url);
+          expect(whole.status).toBe(200);
+          expect(await whole.text()).toBe(text);
+          expect(whole.headers.get("content-disposition")).toBe('attachment; filename="report-final.md.tmp"'); // staged, not finalized: its own name
+        }
+      });
+
       it("GET /v1/token names what the token that asks may do: an operator token's scopes, name and expiry; an agent token's job, attempt and expiry; never the token", async () => {
         const h = await harness();
         const job = await register(h);

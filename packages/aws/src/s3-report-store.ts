@@ -381,6 +381,27 @@ export class S3ReportStore implements ReportStore {
     };
   }
 
+  /**
+   * A presigned GET of the whole object, answered as an attachment (a browser saves it,
+   * never renders it) and as UTF-8 text; undefined when the object is absent.
+   */
+  async downloadUrl(location: string, name: string, expiresInSeconds: number): Promise<{ url: string; expiresAt: Date } | undefined> {
+    const key = objectKey(location, name);
+    if (!(await this.exists(location, name))) return undefined;
+    const expiresAt = new Date(Date.now() + expiresInSeconds * 1000);
+    const url = await getSignedUrl(
+      this.#client,
+      new GetObjectCommand({
+        Bucket: this.bucket,
+        Key: key,
+        ResponseContentDisposition: `attachment; filename="${name}"`,
+        ResponseContentType: "text/plain; charset=utf-8",
+      }),
+      { expiresIn: expiresInSeconds },
+    );
+    return { url, expiresAt };
+  }
+
   /** `copyOnce` of a source too large to hold: hashed as it streams, then copied inside S3 if it is still the version hashed. */
   async #copyLargeOnce(
     from: { readonly location: string; readonly name: string },

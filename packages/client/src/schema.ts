@@ -114,7 +114,11 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    get?: never;
+    /**
+     * Read an attempt's report as text
+     * @description The finalized report (else the staged one, said by `X-Mam-Report: staged`), as `text/plain; charset=utf-8` with `X-Content-Type-Options: nosniff` and `Content-Security-Policy: sandbox`: never rendered as a page. At most its first 1 MiB, then a notice; where the store can hand out an address for the whole (S3: a presigned GET, an attachment, good for 5 minutes) the notice names it and `Link: <…>; rel=alternate` carries it. Its hash and verification state are `GET …/verification`'s.
+     */
+    get: operations["readReport"];
     /**
      * Stage an attempt's report body
      * @description The raw body (any content type; `text/markdown` typical), hashed and streamed to the report store as `report-final.md.tmp`, for the job's latest attempt only. A declared `Content-Length` over the limit is a 413 before a byte is read; a chunked body is abandoned the moment it passes it. Refused once the job is terminal, except to the agent whose attempt completed it re-sending that report: bytes that hash to `completed_evidence.report_sha256` are answered 200 `{already_completed: true, record}`, and kept nowhere. One upload of an attempt is in flight at a time: while another PUT streams (or a declaration's lease, taken over by this PUT of its body, is held by a PUT already) the answer is 409 `report.uploadInFlight`, naming the one in flight (`in_progress`: its attempt, since, expires_at), and nothing is written.
@@ -2655,6 +2659,185 @@ export interface operations {
            *       "status": 404,
            *       "detail": "no job job-4f2a",
            *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
+  readReport: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description The job id. */
+        job_id: string;
+        /** @description The attempt id: a positive integer, as recorded by its dispatch. */
+        attempt: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The report's text (its first 1 MiB). */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description `finalized` or `staged`. */
+          "X-Mam-Report"?: "finalized" | "staged";
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example # Report
+           *
+           *     The flaky test is fixed: the retry now waits for the broker's PUBACK.
+           */
+          "text/plain": string;
+        };
+      };
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
+      400: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/report.notFound",
+           *       "title": "No report to finalize",
+           *       "status": 404,
+           *       "detail": "attempt 1 of job fix-flaky has no report stored yet",
+           *       "code": "report.notFound",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }

@@ -30,6 +30,7 @@ export * from "./ports.ts";
 export * from "./quiescence-rules.ts";
 export * from "./quotas.ts";
 export * from "./record-write.ts";
+export * from "./report-text.ts";
 export * from "./schema-versions.ts";
 export * from "./schemas.ts";
 export * from "./services.ts";

@@ -507,6 +507,17 @@ export interface ReportStore {
    */
   uploadUrl?(location: string, name: string, declared: UploadDeclared): Promise<UploadTarget>;
   /**
+   * Optional: an address the caller can fetch the whole object from, without the
+   * service (S3: a presigned GET answered as an attachment, so a browser saves it and
+   * never renders it), good for `expiresInSeconds`; undefined when the object is
+   * absent. A store without it serves reads through the service only.
+   */
+  downloadUrl?(
+    location: string,
+    name: string,
+    expiresInSeconds: number,
+  ): Promise<{ readonly url: string; readonly expiresAt: Date } | undefined>;
+  /**
    * Optional: replace `to` atomically with the current bytes of `from`, inside the
    * store (S3: CopyObject), without the bytes passing through the caller; a reader
    * sees the old `to` or the whole copy. `report.notFound` if `from` is absent. Core

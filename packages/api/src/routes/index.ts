@@ -6,7 +6,7 @@ import { getDispatchRoute, getJobRoute, listJobsRoute, recordDispatchRoute, regi
 import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
 import { recordObservationRoute } from "./observations.ts";
 import { releaseNotificationRoute, runRecoverySweepRoute } from "./operations.ts";
-import { finalizeReportRoute, requestUploadRoute, stageReportRoute, verifyReportRoute } from "./reports.ts";
+import { finalizeReportRoute, readReportRoute, requestUploadRoute, stageReportRoute, verifyReportRoute } from "./reports.ts";
 import { getTokenRoute } from "./token.ts";
 
 /**
@@ -22,6 +22,7 @@ export const ROUTES = [
   recordDispatchRoute,
   getDispatchRoute,
   stageReportRoute,
+  readReportRoute,
   requestUploadRoute,
   finalizeReportRoute,
   verifyReportRoute,

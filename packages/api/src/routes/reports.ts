@@ -4,13 +4,15 @@ import {
   answerVerification,
   attemptReportLocation,
   completedAlready,
+  REPORT_TEXT_MAX_BYTES,
+  readReportText,
   readUploadDeclaration,
   requestReportUpload,
   stageAttemptReport,
 } from "@mam/core";
 import { operator, operatorOrAgent, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
-import { defineRoute, exampleProblem, jsonAnswer, jsonRequest } from "../openapi.ts";
+import { defineRoute, exampleProblem, jsonAnswer, jsonRequest, REQUEST_ID_HEADER } from "../openapi.ts";
 import {
   AlreadyCompletedSchema,
   AttemptPathSchema,
@@ -309,5 +311,59 @@ export const verifyReportRoute = withHandler(
     const { deps } = c.var.services;
     const { job_id: jobId, attempt } = c.req.valid("param");
     return c.json(await answerVerification(deps, jobId, attempt, c.req.valid("query").expected_artifacts), 200);
+  },
+);
+
+/** The report's text, as bytes (a report is any UTF-8; its first 1 MiB is cut at a character boundary). */
+const REPORT_TEXT_CONTENT: Record<string, { schema: z.ZodString; example: string }> = {
+  "text/plain": { schema: z.string(), example: "# Report\n\nThe flaky test is fixed: the retry now waits for the broker's PUBACK.\n" },
+};
+
+export const readReportRoute = withHandler(
+  defineRoute(
+    operatorOrAgent("read", "attempt"),
+    {
+      operationId: "readReport",
+      method: "get",
+      path: "/v1/jobs/{job_id}/attempts/{attempt}/report",
+      tags: ["reports"],
+      summary: "Read an attempt's report as text",
+      description:
+        "The finalized report (else the staged one, said by `X-Mam-Report: staged`), as `text/plain; charset=utf-8` with `X-Content-Type-Options: nosniff` " +
+        "and `Content-Security-Policy: sandbox`: never rendered as a page. At most its first 1 MiB, then a notice; where the store can hand out an " +
+        "address for the whole (S3: a presigned GET, an attachment, good for 5 minutes) the notice names it and `Link: <…>; rel=alternate` carries it. " +
+        "Its hash and verification state are `GET …/verification`'s.",
+      request: { params: AttemptPathSchema },
+      responses: {
+        200: {
+          description: "The report's text (its first 1 MiB).",
+          headers: {
+            ...REQUEST_ID_HEADER,
+            "X-Mam-Report": { description: "`finalized` or `staged`.", schema: { type: "string", enum: ["finalized", "staged"] } },
+          },
+          content: REPORT_TEXT_CONTENT,
+        },
+      },
+    },
+    [exampleProblem("report.notFound", "attempt 1 of job fix-flaky has no report stored yet")],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    const { job_id: jobId, attempt } = c.req.valid("param");
+    const report = await readReportText(deps, jobId, attempt);
+    const notice = !report.truncated
+      ? ""
+      : report.download === undefined
+        ? `\n\n[mam: this report is longer than ${REPORT_TEXT_MAX_BYTES} bytes; only its first ${REPORT_TEXT_MAX_BYTES} bytes are served here.]\n`
+        : `\n\n[mam: this report is longer than ${REPORT_TEXT_MAX_BYTES} bytes; these are its first ${REPORT_TEXT_MAX_BYTES}. The whole report, until ${report.download.expiresAt}: ${report.download.url} ]\n`;
+    const body = notice === "" ? report.bytes : Buffer.concat([report.bytes, Buffer.from(notice, "utf8")]);
+    return c.body(new Uint8Array(body), 200, {
+      "content-type": "text/plain; charset=utf-8",
+      "x-content-type-options": "nosniff",
+      "content-security-policy": "sandbox",
+      "cache-control": "no-store",
+      "x-mam-report": report.state,
+      ...(report.download === undefined ? {} : { link: `<${report.download.url}>; rel="alternate"` }),
+    });
   },
 );
