@@ -35,6 +35,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
       "POST /v1/jobs/{job_id}/notification-release": { kind: "protected", scope: "ops" },
       "POST /v1/jobs/{job_id}/observations": { kind: "protected", scope: "observe", agent: "job" },
       "POST /v1/hooks/{agent}": { kind: "protected", scope: "observe", agent: "self", agentOnly: true },
+      "POST /v1/jobs/{job_id}/notification-sends": { kind: "protected", scope: "ops" },
       "GET /v1/token": { kind: "protected", scope: "read", agent: "self", anyScope: true },
       "GET /v1/jobs/{job_id}/gate": { kind: "protected", scope: "read" },
       "GET /openapi.json": { kind: "public" },

@@ -414,6 +414,29 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect(res.body).toEqual({ committed: false, reason: expect.stringContaining("disabled"), decision: null });
       });
 
+      it("issue 22: POST /v1/jobs/{id}/notification-sends sends that job's owed intent now and settles it; a refused send is an answer, the intent still owed and no failure counted; nothing owed says so", async () => {
+        const h = await harness();
+        const job = await register(h);
+        const t = await transition(h, job.job_id, h.operator, { action: "cancel", expected_seq: 0 });
+        const intent = t.body.pending_notification.id;
+        h.refusedTopics.add(`mam/jobs/${job.job_id}/events`);
+        const refused = await h.call("POST", `/v1/jobs/${job.job_id}/notification-sends`, { token: h.operator });
+        expect(refused.status, refused.text).toBe(200);
+        expect(refused.body).toMatchObject({ outcome: "failed", intent_id: intent, error: { code: expect.any(String) } });
+        const owed = (await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification;
+        expect(owed).toMatchObject({ id: intent });
+        expect(owed.failures).toBeUndefined();
+        h.refusedTopics.delete(`mam/jobs/${job.job_id}/events`);
+        const sent = await h.call("POST", `/v1/jobs/${job.job_id}/notification-sends`, { token: h.operator });
+        expect(sent.body).toEqual({ outcome: "sent", intent_id: intent, settled: true });
+        expect((await h.call("GET", `/v1/jobs/${job.job_id}`, { token: h.operator })).body.pending_notification).toBeUndefined();
+        const again = await h.call("POST", `/v1/jobs/${job.job_id}/notification-sends`, { token: h.operator });
+        expect(again.body).toEqual({ outcome: "nothing_owed" });
+        expect((await h.call("POST", "/v1/jobs/no-such-job/notification-sends", { token: h.operator })).status).toBe(404);
+        const reader = h.tokens.mintOperator(["read"]);
+        expect((await h.call("POST", `/v1/jobs/${job.job_id}/notification-sends`, { token: reader })).status).toBe(403);
+      });
+
       it("POST /v1/recovery-sweeps sends every owed notification, with no body or with {}", async () => {
         const h = await harness();
         const job = await register(h);
@@ -882,6 +905,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
             "POST /v1/jobs/{job_id}/evaluations",
             "POST /v1/recovery-sweeps",
             "POST /v1/jobs/{job_id}/notification-release",
+            "POST /v1/jobs/{job_id}/notification-sends",
           ].sort(),
         );
         for (const key of operatorOnly) {

@@ -466,6 +466,22 @@ export const NotificationReleaseResultSchema = z
   .openapi("NotificationReleaseResult");
 export type NotificationReleaseResult = z.infer<typeof NotificationReleaseResultSchema>;
 
+export const NotificationSendResultSchema = z
+  .strictObject({
+    outcome: z
+      .enum(["sent", "failed", "nothing_owed"])
+      .describe(
+        "`sent`: the broker acknowledged both topics; `failed`: it did not (the intent stays owed); `nothing_owed`: the job owes none",
+      ),
+    intent_id: z.string().optional().describe("The intent tried."),
+    settled: z
+      .boolean()
+      .optional()
+      .describe("Sent, and cleared from the job here (false: a peer had already settled it, or a newer intent is owed)."),
+    error: z.strictObject({ code: z.string(), message: z.string() }).optional().describe("Why the broker did not take it."),
+  })
+  .openapi("NotificationSendResult");
+
 export const HealthSchema = z.strictObject({ ok: z.literal(true) }).openapi("Health");
 
 export const FieldIssueSchema = z

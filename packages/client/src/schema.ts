@@ -375,6 +375,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/v1/jobs/{job_id}/notification-sends": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Send the job's owed notification now
+     * @description Publishes the job's one owed intent (if any) to its topic and the fan-in, now, whatever its backoff or quarantine, and settles it once the broker acknowledged: what the sweep would do for it, on an operator's word. A failed send is an answer (`outcome: failed`, the intent stays owed); it does not count against the intent's quarantine (only the sweep's tries do). Nothing owed is `outcome: nothing_owed`.
+     */
+    post: operations["sendNotification"];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/openapi.json": {
     parameters: {
       query?: never;
@@ -1233,6 +1253,22 @@ export interface components {
     NotificationReleaseRequest: {
       /** @description Release only if this is still the owed intent. */
       intent_id?: string;
+    };
+    NotificationSendResult: {
+      /**
+       * @description `sent`: the broker acknowledged both topics; `failed`: it did not (the intent stays owed); `nothing_owed`: the job owes none
+       * @enum {string}
+       */
+      outcome: "sent" | "failed" | "nothing_owed";
+      /** @description The intent tried. */
+      intent_id?: string;
+      /** @description Sent, and cleared from the job here (false: a peer had already settled it, or a newer intent is owed). */
+      settled?: boolean;
+      /** @description Why the broker did not take it. */
+      error?: {
+        code: string;
+        message: string;
+      };
     };
     /** @description An OpenAPI 3.1 document. */
     OpenApiDocument: {
@@ -6474,6 +6510,183 @@ export interface operations {
            *       "status": 415,
            *       "detail": "this route takes application/json, not \"text/plain\"",
            *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
+      500: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/internal",
+           *       "title": "Internal error",
+           *       "status": 500,
+           *       "detail": "an unexpected error occurred; quote the request id when reporting it",
+           *       "code": "internal",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `publish.unreachable`: The broker could not be reached; `store.unavailable`: The store could not be reached or throttled the request; `service.unreachable`: The mam service could not be reached */
+      503: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the store or the broker could not be reached. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/store.unavailable",
+           *       "title": "The store could not be reached or throttled the request",
+           *       "status": 503,
+           *       "detail": "the job store could not be reached; try again",
+           *       "code": "store.unavailable",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+    };
+  };
+  sendNotification: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description The job id. */
+        job_id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description What the send did. */
+      200: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "outcome": "sent",
+           *       "intent_id": "0f8e2c4a-1b3d-4e5f-8a9b-7c6d5e4f3a2b",
+           *       "settled": true
+           *     }
+           */
+          "application/json": components["schemas"]["NotificationSendResult"];
+        };
+      };
+      /** @description `input.invalid`: The request is not valid; `input.jobId`: Not a valid job id; `input.sideEffect`: A side effect is malformed; `bookkeeping.fieldRefused`: Bookkeeping may only write pending_notification; `report.location`: Not a valid report location */
+      400: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/input.jobId",
+           *       "title": "Not a valid job id",
+           *       "status": 400,
+           *       "detail": "invalid path: path.job_id: a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit",
+           *       "code": "input.jobId",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c",
+           *       "errors": [
+           *         {
+           *           "path": "path.job_id",
+           *           "message": "a job id is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+           *         }
+           *       ]
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `auth.missing`: A bearer token is required; `auth.invalid`: The token is not valid */
+      401: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/auth.missing",
+           *       "title": "A bearer token is required",
+           *       "status": 401,
+           *       "detail": "send Authorization: Bearer <token>",
+           *       "code": "auth.missing",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.fieldNotAllowed`: This actor may not write that field; `job.actionForbidden`: This actor may not take that action; `auth.forbidden`: The token does not grant this */
+      403: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description The Bearer challenge (RFC 6750): `invalid_token` on a bad token, `insufficient_scope` naming the scope a token lacks. */
+          "WWW-Authenticate"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "required_scope": "write",
+           *       "type": "https://mam.dev/problems/auth.forbidden",
+           *       "title": "The token does not grant this",
+           *       "status": 403,
+           *       "detail": "this operator token lacks the write scope (it has read)",
+           *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/job.notFound",
+           *       "title": "No such job",
+           *       "status": 404,
+           *       "detail": "no job job-4f2a",
+           *       "code": "job.notFound",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }

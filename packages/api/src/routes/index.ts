@@ -5,7 +5,7 @@ import { postHookEventRoute } from "./hooks.ts";
 import { getDispatchRoute, getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
 import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
 import { recordObservationRoute } from "./observations.ts";
-import { releaseNotificationRoute, runRecoverySweepRoute } from "./operations.ts";
+import { releaseNotificationRoute, runRecoverySweepRoute, sendNotificationRoute } from "./operations.ts";
 import { finalizeReportRoute, readReportRoute, requestUploadRoute, stageReportRoute, verifyReportRoute } from "./reports.ts";
 import { getTokenRoute } from "./token.ts";
 
@@ -36,6 +36,7 @@ export const ROUTES = [
   streamChangesRoute,
   runRecoverySweepRoute,
   releaseNotificationRoute,
+  sendNotificationRoute,
   getOpenApiRoute,
   getDocsRoute,
   getDocsAssetRoute,

@@ -1,4 +1,4 @@
-import { logEvent, releaseNotification, sweepPass } from "@mam/core";
+import { flushNotification, logEvent, releaseNotification, sweepPass } from "@mam/core";
 import { operator, principalOf } from "../access.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, jsonAnswer, jsonRequest } from "../openapi.ts";
@@ -6,6 +6,7 @@ import {
   JobPathSchema,
   NotificationReleaseRequestSchema,
   NotificationReleaseResultSchema,
+  NotificationSendResultSchema,
   RecoverySweepRequestSchema,
   RecoverySweepResultSchema,
 } from "../wire.ts";
@@ -157,5 +158,36 @@ export const releaseNotificationRoute = withHandler(
       intent_id === undefined ? { actor } : { intentId: intent_id, actor },
     );
     return c.json({ released: r.released, reason: r.reason, record: r.record }, 200);
+  },
+);
+
+export const sendNotificationRoute = withHandler(
+  defineRoute(
+    operator("ops"),
+    {
+      operationId: "sendNotification",
+      method: "post",
+      path: "/v1/jobs/{job_id}/notification-sends",
+      tags: ["operations"],
+      summary: "Send the job's owed notification now",
+      description:
+        "Publishes the job's one owed intent (if any) to its topic and the fan-in, now, whatever its backoff or quarantine, and settles it once the broker acknowledged: what the sweep would do for it, on an operator's word. A failed send is an answer (`outcome: failed`, the intent stays owed); it does not count against the intent's quarantine (only the sweep's tries do). Nothing owed is `outcome: nothing_owed`.",
+      request: { params: JobPathSchema },
+      responses: {
+        200: jsonAnswer("What the send did.", NotificationSendResultSchema, {
+          outcome: "sent",
+          intent_id: EXAMPLE.completedJob.pending_notification.id,
+          settled: true,
+        }),
+      },
+    },
+    [404],
+  ),
+  async (c) => {
+    const { deps } = c.var.services;
+    const r = await flushNotification(deps, c.req.valid("param").job_id);
+    if (r.outcome === "nothing_owed") return c.json({ outcome: r.outcome }, 200);
+    if (r.outcome === "sent") return c.json({ outcome: r.outcome, intent_id: r.intent.id, settled: r.settled }, 200);
+    return c.json({ outcome: r.outcome, intent_id: r.intent.id, error: { code: r.error.code, message: r.error.message } }, 200);
   },
 );
