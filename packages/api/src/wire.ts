@@ -433,7 +433,7 @@ export const SweepAttentionSchema = z
     due: count.describe("running jobs due for a look that the pass read (at most 500)"),
     stale: count.describe("marked stale: no activity for MAM_STALE_AFTER_SECONDS (a feed row job.stale, a stale notification)"),
     overdue: count.describe("marked overdue: past their attempt's deadline (a feed row job.overdue, an overdue notification)"),
-    rekeyed: count.describe("looked at, nothing due: the next look moved"),
+    rekeyed: count.describe("looked at and the next look moved: nothing due yet, or a mark waiting while another notification is owed"),
     lost_race: count.describe("an activity landed while the sweep looked: left for the next look"),
     failed: count,
     results: z

@@ -1228,7 +1228,7 @@ export interface components {
       stale: number;
       /** @description marked overdue: past their attempt's deadline (a feed row job.overdue, an overdue notification) */
       overdue: number;
-      /** @description looked at, nothing due: the next look moved */
+      /** @description looked at and the next look moved: nothing due yet, or a mark waiting while another notification is owed */
       rekeyed: number;
       /** @description an activity landed while the sweep looked: left for the next look */
       lost_race: number;
