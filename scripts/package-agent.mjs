@@ -18,7 +18,7 @@
  * would refuse every command) or if anything of theirs is bundled anyway.
  */
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -78,6 +78,24 @@ function checkBundle(metafile) {
   if (problems.length > 0) throw new Error(`the agent bundle is wrong:\n  ${problems.join("\n  ")}`);
 }
 
+/** The license text of every package the bundle carries code of: the tarball redistributes them. */
+function thirdPartyLicenses(metafile) {
+  // A package's directory: the input's path up to its last node_modules/<name>/.
+  const dirs = new Set();
+  for (const input of Object.keys(metafile.inputs)) {
+    // A plugin's input is `<namespace>:<absolute path>`.
+    const m = /^(?:[\w-]+:)?(.*node_modules\/(?:@[^/]+\/)?[^/@][^/]*)\//.exec(input);
+    if (m) dirs.add(resolve(ROOT, m[1]));
+  }
+  const sections = [...dirs].sort().map((dir) => {
+    const { version, license } = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+    const file = readdirSync(dir).find((f) => /^(licen[cs]e|copying)(\.|$)/i.test(f));
+    const text = file === undefined ? `(no license file; package.json says ${license})` : readFileSync(join(dir, file), "utf8").trim();
+    return `## ${dir.slice(dir.lastIndexOf("node_modules/") + "node_modules/".length)} ${version} (${license})\n\n${text}\n`;
+  });
+  return `# Third-party code in this bundle\n\n${sections.join("\n")}`;
+}
+
 const run = (command, args, cwd) => {
   const r = spawnSync(command, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
   if (r.error) throw r.error;
@@ -107,13 +125,14 @@ export async function packAgent({ outDir = join(ROOT, "dist", "agent") } = {}) {
     format: "esm",
     mainFields: ["module", "main"],
     minify: true,
-    legalComments: "eof",
+    legalComments: "none",
     banner: { js: ESM_REQUIRE_BANNER },
     metafile: true,
     logLevel: "warning",
     plugins: [zodEnglishOnly, serviceOnly],
   });
   checkBundle(metafile);
+  writeFileSync(join(stage, "THIRD-PARTY-LICENSES.md"), thirdPartyLicenses(metafile));
   writeFileSync(join(stage, "bin", "mam.js"), '#!/usr/bin/env node\nimport "../lib/main.mjs";\n');
   chmodSync(join(stage, "bin", "mam.js"), 0o755);
   const manifest = {
