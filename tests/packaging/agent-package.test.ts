@@ -7,7 +7,7 @@
  * works in API mode against a real `mam serve`.
  */
 import { spawn } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { dataDirPaths } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -139,5 +139,46 @@ describe("the agent install", () => {
     const env = await run(mam, ["events", "--json"], { MAM_API_URL: serve.url, MAM_TOKEN: token });
     expect(env.status, env.stderr).toBe(0);
     expect(feedRows(env.stdout)).toContainEqual(["agent-install-1", "job.registered"]);
+  });
+
+  it("takes an agent's turn with its dispatch token: publish-event started, finalize (uploaded from the agent's tree), publish-event completed", async () => {
+    const post = async (route: string, body: unknown) => {
+      const res = await fetch(`${serve.url}${route}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      expect(res.status, await res.clone().text()).toBe(201);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    await post("/v1/jobs", { job_id: "agent-install-2", prompt: "p", agent: "claude-code" });
+    const dispatched = await post("/v1/jobs/agent-install-2/dispatches", {
+      attempt_id: 1,
+      agent_session_uuid: "3f2c1d0e-9b8a-4c7d-8e6f-5a4b3c2d1e0f",
+      pane_process_generation: 1,
+    });
+    const agent = { MAM_API_URL: serve.url, MAM_TOKEN: String(dispatched.agent_token) };
+    const started = await run(mam, ["publish-event", "--job", "agent-install-2", "--event", "started", "--json"], agent);
+    expect(started.status, started.stderr).toBe(0);
+    expect(JSON.parse(started.stdout)).toMatchObject({ record: { status: "running" } });
+    writeFileSync(path.join(away, "report-final.md.tmp"), "# Report\n\nDone.\n");
+    const completed = await run(
+      mam,
+      [
+        "publish-event",
+        "--job",
+        "agent-install-2",
+        "--event",
+        "completed",
+        "--attempt",
+        "1",
+        "--finalize-report",
+        "report-final.md",
+        "--json",
+      ],
+      agent,
+    );
+    expect(completed.status, completed.stderr).toBe(0);
+    expect(JSON.parse(completed.stdout)).toMatchObject({ record: { status: "completed" }, finalized: { manifest: { attempt_id: 1 } } });
   });
 });
