@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { packAgent } from "../scripts/package-agent.mjs";
@@ -28,7 +28,8 @@ import { startMam, stop } from "./support/serve.ts";
  *
  * Goal: every run of the agent install exits within 2 s (HOOK_LIMIT_MS).
  *
- * The command is HOOK_COMMAND below.
+ * The command is HOOK_COMMAND below; the job is registered, dispatched and claimed
+ * (the agent's `started`) before any timing.
  */
 
 const ROOT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
@@ -38,15 +39,14 @@ const JOB_ID = "bench-hook-1";
 const SESSION = "5d0f2c4e-7a1b-4c3d-9e8f-0a1b2c3d4e5f";
 
 /**
- * What each cold start runs, with the agent's token. SWITCH: `mam hook claude-code` (a
- * Stop payload on stdin) is not on main yet; until it is, the nearest command: one API
- * call with the agent's token (`mam events --limit 1 --json`: load the CLI, parse the
- * configuration, one GET, print), its payload on stdin unread. Once the hook lands,
- * this becomes `{ args: ["hook", "claude-code"], stdin: stopPayload }`.
+ * What each cold start runs, with the agent's token: Claude Code's Stop hook, `mam hook
+ * claude-code` with a Stop event on stdin (the job running, its dispatch's session), the
+ * service answering 204. The hook always exits 0, so delivery is checked apart: its log
+ * (MAM_HOOK_LOG, where it writes every event it could not deliver) must stay empty.
  */
 const HOOK_COMMAND: { readonly name: string; readonly args: readonly string[]; readonly stdin: string } = {
-  name: "mam events --limit 1 --json (stand-in for mam hook claude-code)",
-  args: ["events", "--limit", "1", "--json"],
+  name: "mam hook claude-code (a Stop event on stdin)",
+  args: ["hook", "claude-code"],
   stdin: JSON.stringify(stopPayload()),
 };
 
@@ -58,6 +58,9 @@ function stopPayload() {
     cwd: "/home/agent/work",
     hook_event_name: "Stop",
     stop_hook_active: false,
+    last_assistant_message: "Done: the tests pass.",
+    background_tasks: [],
+    session_crons: [],
   };
 }
 
@@ -133,7 +136,20 @@ try {
     agent_session_uuid: SESSION,
     pane_process_generation: 1,
   });
-  const env = { PATH, HOME: home, NO_COLOR: "1", MAM_API_URL: mam.url, MAM_TOKEN: String(dispatched.agent_token) };
+  const agentToken = String(dispatched.agent_token);
+  const claimed = await fetch(`${mam.url}/v1/jobs/${JOB_ID}/events`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${agentToken}`, "content-type": "application/json" },
+    body: JSON.stringify({ event: "started" }),
+  });
+  if (!claimed.ok) throw new Error(`the agent's started event: ${claimed.status} ${await claimed.text()}`);
+  const hookLog = path.join(home, "hook.log");
+  const env = { PATH, HOME: home, NO_COLOR: "1", MAM_API_URL: mam.url, MAM_TOKEN: agentToken, MAM_HOOK_LOG: hookLog };
+  /** What the hook could not deliver (it exits 0 regardless): nothing, or the benchmark stops. */
+  const undelivered = () => {
+    const log = existsSync(hookLog) ? readFileSync(hookLog, "utf8").trim() : "";
+    if (log !== "") throw new Error(`the hook did not deliver every event; its log:\n${log}`);
+  };
 
   const sides: Side[] = [
     { name: "baseline: node -e 0", command: process.execPath, args: ["-e", "0"], cwd: home, runs: [] },
@@ -151,7 +167,10 @@ try {
       `${RUNS} runs per side, the sides in turn after one untimed run each; spawn to exit, the payload (${HOOK_COMMAND.stdin.length} bytes) on stdin`,
   );
   for (const side of sides) await runOnce(side, env, HOOK_COMMAND.stdin);
+  undelivered();
   for (let run = 0; run < RUNS; run++) for (const side of sides) side.runs.push(await runOnce(side, env, HOOK_COMMAND.stdin));
+  undelivered();
+  console.log(`  every event delivered: the service answered each of the ${2 * (RUNS + 1)} hook runs 204 (the hook's log is empty)`);
 
   const base = median(sides[0]!.runs);
   for (const side of sides) {

@@ -7,7 +7,7 @@
  * works in API mode against a real `mam serve`.
  */
 import { spawn } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { dataDirPaths } from "@mam/local";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -72,6 +72,17 @@ function run(command: string, args: readonly string[], env: Record<string, strin
       resolve({ status, stdout, stderr });
     });
   });
+}
+
+/** An operator's POST to the service, expecting 201. */
+async function post(route: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(`${serve.url}${route}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  expect(res.status, await res.clone().text()).toBe(201);
+  return (await res.json()) as Record<string, unknown>;
 }
 
 /** `mam events --json`'s rows as [job, kind]. */
@@ -142,15 +153,6 @@ describe("the agent install", () => {
   });
 
   it("takes an agent's turn with its dispatch token: publish-event started, finalize (uploaded from the agent's tree), publish-event completed", async () => {
-    const post = async (route: string, body: unknown) => {
-      const res = await fetch(`${serve.url}${route}`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-        body: JSON.stringify(body),
-      });
-      expect(res.status, await res.clone().text()).toBe(201);
-      return (await res.json()) as Record<string, unknown>;
-    };
     await post("/v1/jobs", { job_id: "agent-install-2", prompt: "p", agent: "claude-code" });
     const dispatched = await post("/v1/jobs/agent-install-2/dispatches", {
       attempt_id: 1,
@@ -180,5 +182,36 @@ describe("the agent install", () => {
     );
     expect(completed.status, completed.stderr).toBe(0);
     expect(JSON.parse(completed.stdout)).toMatchObject({ record: { status: "completed" }, finalized: { manifest: { attempt_id: 1 } } });
+  });
+
+  it("mam hook claude-code posts a Stop event from stdin: exit 0, nothing on stdout, nothing in its log, an idle observation recorded", async () => {
+    const session = "7c6b5a49-3829-4f1e-8d7c-6b5a49382716";
+    await post("/v1/jobs", { job_id: "agent-install-3", prompt: "p", agent: "claude-code" });
+    const dispatched = await post("/v1/jobs/agent-install-3/dispatches", {
+      attempt_id: 1,
+      agent_session_uuid: session,
+      pane_process_generation: 1,
+    });
+    const hookLog = path.join(away, "hook.log");
+    const agent = { MAM_API_URL: serve.url, MAM_TOKEN: String(dispatched.agent_token), MAM_HOOK_LOG: hookLog };
+    expect((await run(mam, ["publish-event", "--job", "agent-install-3", "--event", "started"], agent)).status).toBe(0);
+    const stop = {
+      session_id: session,
+      cwd: away,
+      hook_event_name: "Stop",
+      stop_hook_active: false,
+      background_tasks: [],
+      session_crons: [],
+    };
+    const hook = await run(mam, ["hook", "claude-code"], agent, JSON.stringify(stop));
+    expect(hook).toEqual({ status: 0, stdout: "", stderr: "" });
+    expect(existsSync(hookLog)).toBe(false);
+    const feed = await run(mam, ["events", "--json"], { MAM_API_URL: serve.url, MAM_TOKEN: token });
+    const observed = feed.stdout
+      .split("\n")
+      .filter((l) => l !== "")
+      .map((l) => JSON.parse(l) as { job_id: string; kind: string; data?: { state?: string; source?: string } })
+      .filter((r) => r.job_id === "agent-install-3" && r.kind === "observation.recorded");
+    expect(observed.map((r) => [r.data?.source, r.data?.state])).toEqual([["agent:claude-code", "idle"]]);
   });
 });
