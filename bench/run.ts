@@ -36,6 +36,7 @@ const SMOKE: Readonly<Record<string, Readonly<Record<string, string>>>> = {
   bundles: { MAM_BENCH_COLD_STARTS: "1" },
   feed: { MAM_BENCH_FEED_ROWS: "2000", MAM_BENCH_FEED_ROUNDS: "1" },
   hash: { MAM_BENCH_HASH_BYTES: "4M" },
+  "hook-cold-start": { MAM_BENCH_HOOK_COLD_STARTS: "1" },
   http: { MAM_BENCH_HTTP_ROUNDS: "1", MAM_BENCH_HTTP_SECONDS: "1" },
   notify: { MAM_BENCH_NOTIFY: "200", MAM_BENCH_NOTIFY_RATE: "200", MAM_BENCH_NOTIFY_WORKERS: "4" },
   observe: { MAM_BENCH_OBSERVE_JOBS: "4", MAM_BENCH_OBSERVE_PER_JOB: "6", MAM_BENCH_OBSERVE_ROUNDS: "1" },

@@ -16,10 +16,9 @@ import {
   STAGED_REPORT_NAME,
   systemClock,
 } from "@mam/core";
-import { dataDirPaths, migrateDataDir, readCredentials } from "@mam/local";
 import { type AgentEnvironment, launchLines, writeEnvFile } from "./agent-env.ts";
 import type { AlreadyCompletedAnswer, Backend } from "./backend.ts";
-import { embeddedBackend, namedDataDir, verifyReportDir } from "./embedded-backend.ts";
+import { embeddedBackend, namedDataDir } from "./data-dir-mode.ts";
 import { EXIT_CODES, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE } from "./exit-codes.ts";
 import { WATCH_HERDR_OPTIONS, WATCH_HERDR_SUMMARY, WATCH_HERDR_USAGE, watchHerdr } from "./herdr/command.ts";
 import { httpBackend } from "./http-backend.ts";
@@ -383,6 +382,7 @@ matches_completion?, pinned?} (with --report-dir: {ok, reason, manifest, manifes
             "--report-dir verifies a report directory in place; --data-dir (or --api) verifies the service's copy of an attempt: give one",
           );
         }
+        const { verifyReportDir } = await import("./embedded-backend.ts");
         answer = await verifyReportDir(jobId, { reportDir: resolve(reportDir), attemptId, expectedArtifacts: listed });
       } else {
         if (ctx.backend().mode === "embedded" && ctx.dataDir === undefined) {
@@ -496,7 +496,7 @@ session belongs to the name, so a renewed token of the same name keeps it.
       const { createTokenService, SCOPES, ScopeSchema } = await import("@mam/api");
       const bad = scopes.filter((s) => !ScopeSchema.safeParse(s).success);
       if (bad.length > 0) throw new MamError("input.invalid", `unknown scope ${bad.join(", ")}: scopes are ${SCOPES.join(", ")}`);
-      const creds = ctx.dataDir === undefined ? undefined : await readCredentials(ctx.dataDir);
+      const creds = ctx.dataDir === undefined ? undefined : await (await import("@mam/local")).readCredentials(ctx.dataDir);
       const key = ctx.config.tokenSigningKey ?? creds?.signing_key;
       if (!key) {
         throw new MamError(
@@ -555,6 +555,7 @@ DynamoDB Local).
         store = `table ${table}`;
       } else {
         const dir = ctx.dataDir ?? resolve(ctx.config.dataDir);
+        const { dataDirPaths, migrateDataDir } = await import("@mam/local");
         // The CLI never creates a data dir (mam serve does): nothing there, nothing to upgrade.
         if (!existsSync(dataDirPaths(dir).database)) {
           throw new MamError(
@@ -660,6 +661,19 @@ function usageError(io: CliIo, args: readonly string[], message: string): void {
 
 const wantsHelp = (args: readonly string[]): boolean => args.some((a) => a === "--help" || a === "-h");
 
+/** `mam serve`, loaded on demand; a refusal to load it (the agent install has no service) is answered as any refusal is. */
+async function serve(args: readonly string[], io: CliIo): Promise<number> {
+  let serveCommand: typeof import("./serve.ts").serveCommand;
+  try {
+    ({ serveCommand } = await import("./serve.ts"));
+  } catch (e) {
+    if (!isMamError(e)) throw e;
+    io.stderr(`mam serve: ${e.message}\n`);
+    return EXIT_CODES[e.code];
+  }
+  return serveCommand(args, io);
+}
+
 /** Run one `mam` invocation; returns its exit code. Never throws. */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
   let [name, ...rest] = argv;
@@ -675,10 +689,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     io.stdout(helpText());
     return name === undefined ? EXIT_REFUSED : EXIT_OK;
   }
-  if (name === "serve") {
-    const { serveCommand } = await import("./serve.ts");
-    return serveCommand(rest, io);
-  }
+  if (name === "serve") return serve(rest, io);
   // An agent's hook: never a usage error, a stack trace or anything on stdout but a nudge (hook.ts).
   if (name === "hook") {
     const { hookCommand } = await import("./hook.ts");

@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import {
   answerPublishEvent,
   answerVerification,
@@ -205,16 +205,4 @@ async function openStore(opts: EmbeddedOptions): Promise<Deps & { close(): Promi
       store.close();
     },
   };
-}
-
-/** `resolve`d data dir the caller named, or ./.mam (MAM_DATA_DIR's default) when mam serve already made it there. */
-export function namedDataDir(
-  flag: string | undefined,
-  env: Readonly<Record<string, string | undefined>>,
-  config: Config,
-): string | undefined {
-  if (flag !== undefined) return resolve(flag);
-  if (env.MAM_DATA_DIR !== undefined && env.MAM_DATA_DIR !== "") return resolve(config.dataDir);
-  const dflt = dataDirPaths(config.dataDir);
-  return existsSync(dflt.database) || existsSync(dflt.credentials) ? dflt.root : undefined;
 }

@@ -14,6 +14,7 @@ import {
   systemClock,
 } from "@mam/core";
 import type Database from "better-sqlite3";
+import { dataDirPaths } from "./data-dir-paths.ts";
 import { statfsDiskSpace } from "./disk-space.ts";
 import { FileReportStore, REPORT_DIR_MODE, REPORT_FILE_MODE } from "./file-report-store.ts";
 import { sqlStoreError } from "./sql-job-store.ts";
@@ -25,26 +26,6 @@ const DATA_DIR_MODE = 0o700;
 const GROUP_AND_OTHERS = 0o077;
 /** Present once `secureDataDir` has walked the whole data dir (see there). */
 const WALKED_MARKER = ".private";
-
-/**
- * The embedded data directory, shared by `mam serve` and the CLI's `--data-dir`
- * mode: `<dir>/mam.db` (SQLite, WAL), `<dir>/reports/`, `<dir>/credentials.json`,
- * and `.private` once `secureDataDir` has made all of it private. The dir is 0700,
- * its files 0600, its directories 0700.
- */
-export function dataDirPaths(dir: string) {
-  const root = resolve(dir);
-  return {
-    root,
-    database: join(root, "mam.db"),
-    reports: join(root, "reports"),
-    credentials: join(root, "credentials.json"),
-    /** The embedded broker's persistent sessions (a LevelDB database, 0700). */
-    broker: join(root, "broker"),
-    /** Which token name owns each persistent session of the broker (JSON, 0600; beside `broker`). */
-    brokerOwners: join(root, "broker-owners.json"),
-  };
-}
 
 /**
  * The embedded JobStore as `mam serve` and the CLI compose it: the SQLite adapter,

@@ -4,13 +4,13 @@ export { type D1DatabaseLike, D1Driver, type D1PreparedStatementLike, type D1Res
 export {
   type Credentials,
   dataDirDeps,
-  dataDirPaths,
   migrateDataDir,
   openDataDir,
   openEmbeddedJobStore,
   readCredentials,
   secureDataDir,
 } from "./data-dir.ts";
+export { dataDirPaths } from "./data-dir-paths.ts";
 export { statfsDiskSpace } from "./disk-space.ts";
 export {
   CONNACK,
