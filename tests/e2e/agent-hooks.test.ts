@@ -402,6 +402,17 @@ describe("Claude Code wired to mam (issue 21)", () => {
     expect(everything).not.toContain("SECRET");
   }, 60_000);
 
+  it("a hook body whose keys are named like inherited properties (constructor, __proto__) is read as any other: no 5xx, no stack trace", async () => {
+    const agent = await dispatched("cc-proto-keys");
+    await claim(agent);
+    for (const key of ["constructor", "__proto__", "toString"]) {
+      const body = `{"hook_event_name":"PostToolUse","session_id":"${agent.env.MAM_SESSION}",${JSON.stringify(key)}:[{"type":"SECRET"}]}`;
+      const res = await call("POST", "/v1/hooks/claude-code", agent.env.MAM_TOKEN as string, body);
+      expect(res.status, `${key}: ${res.text}`).toBe(204);
+    }
+    expect(JSON.stringify(await service.deps.jobs.get(agent.jobId))).not.toContain("SECRET");
+  });
+
   it("--print-config prints exactly the events to hook, async on all but Stop, referring to $MAM_TOKEN and never its value", async () => {
     const agent = await dispatched("cc-config");
     for (const form of [[], ["--http"]]) {

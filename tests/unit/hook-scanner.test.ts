@@ -131,6 +131,18 @@ describe("the hook body scanner (issue 21)", () => {
     expect(process.memoryUsage().heapUsed - before).toBeLessThan(32 * 1024 * 1024);
   });
 
+  it("reads a key named like a property every object inherits (constructor, __proto__, toString) as any other key: dropped, never a crash", async () => {
+    for (const key of ["constructor", "__proto__", "toString", "hasOwnProperty", "valueOf"]) {
+      const text = `{"hook_event_name":"Stop","session_id":"s-1",${JSON.stringify(key)}:[{"type":"x","status":1},2],"background_tasks":[],"session_crons":[]}`;
+      const scanned = await scanHookJson([enc.encode(text)], ALLOW);
+      expect({ scalars: scanned.scalars, records: scanned.records, counts: scanned.counts }, key).toEqual(
+        expected(JSON.parse(text) as Record<string, unknown>, ALLOW),
+      );
+      expect(Object.keys(scanned.records), key).toEqual(["background_tasks"]);
+      expect(Object.getPrototypeOf(scanned.records), key).toBe(Object.prototype);
+    }
+  });
+
   it("refuses a body nested deeper than its bound without building it", async () => {
     await expect(scanHookJson([enc.encode(`{"a":${"[".repeat(10_000)}`)], ALLOW)).rejects.toThrow(/nested deeper/);
   });
