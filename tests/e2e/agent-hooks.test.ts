@@ -12,6 +12,7 @@
  */
 import { readFileSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
+import { type AddressInfo, createServer, type Socket } from "node:net";
 import path from "node:path";
 import { type RunningService, runCli, startService } from "@mam/cli";
 import { parseConfig } from "@mam/core";
@@ -446,6 +447,72 @@ describe("Claude Code wired to mam (issue 21)", () => {
     // The printed command is what an agent's machine runs: `mam` on PATH (here, the repo's).
     expect(MAM).toMatch(/bin\/mam\.js$/);
   }, 30_000);
+});
+
+/** A peer on a loopback port that takes connections and, as `mode` says, never answers or answers a byte at a time, forever. */
+async function stuckPeer(mode: "silent" | "slow-body"): Promise<{ url: string; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on("error", () => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    socket.once("data", () => {
+      if (mode === "silent") return;
+      socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{"decision":"block",');
+      timer = setInterval(() => socket.write(" "), 50);
+    });
+    socket.on("close", () => {
+      clearInterval(timer);
+      sockets.delete(socket);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe("the command hook fails open, within its time (issue 21)", () => {
+  /** The hook as Claude Code runs it, timed from its spawn: the 2 s a hook may take are the process's, start-up included. */
+  async function timedHook(env: Record<string, string>, stdin: string, keepStdinOpen = false) {
+    const log = path.join(tmp.dir, `fail-open-${Math.random().toString(16).slice(2)}.log`);
+    const started = performance.now();
+    const run = await runMam(["hook", "claude-code"], {
+      env: { MAM_TOKEN: "not-a-real-token", HOME: tmp.dir, MAM_HOOK_LOG: log, ...env },
+      stdin,
+      keepStdinOpen,
+      killAfterMs: 10_000,
+    });
+    return { run, ms: performance.now() - started, log: await readFile(log, "utf8").catch(() => "") };
+  }
+  const STOP = '{"hook_event_name":"Stop","session_id":"s-1","background_tasks":[],"session_crons":[]}';
+
+  it("an event whose stdin is never closed: exit 0 within 2 s of the spawn, nothing on stdout, one line logged", async () => {
+    const { run, ms, log } = await timedHook({ MAM_API_URL: service.url }, STOP.slice(0, 20), true);
+    expect(run).toMatchObject({ status: 0, stdout: "" });
+    expect(log.trim().split("\n")).toHaveLength(1);
+    expect(log).toContain("took longer");
+    expect(ms).toBeLessThan(2_000);
+  }, 20_000);
+
+  for (const mode of ["silent", "slow-body"] as const) {
+    it(`a service that takes the connection and then ${mode === "silent" ? "never answers" : "sends its answer a byte at a time"}: exit 0 within 2 s of the spawn, nothing on stdout`, async () => {
+      const peer = await stuckPeer(mode);
+      try {
+        const { run, ms, log } = await timedHook({ MAM_API_URL: peer.url }, STOP);
+        expect(run).toMatchObject({ status: 0, stdout: "" });
+        expect(log).toContain("no answer within");
+        expect(ms).toBeLessThan(2_000);
+      } finally {
+        await peer.close();
+      }
+    }, 20_000);
+  }
 });
 
 describe("Codex wired to mam (issue 21)", () => {
