@@ -328,6 +328,22 @@ describe("Claude Code wired to mam (issue 21)", () => {
     expect(answer).toEqual({ decision: "block", reason: expect.stringContaining("mam finalize") });
   }, 30_000);
 
+  it("a nudge written to a stdout whose reader went away (EPIPE): still exit 0, no stack trace", async () => {
+    const agent = await dispatched("cc-nudge-epipe", { nudge: true });
+    await claim(agent);
+    clock.advance(1_000);
+    const run = await runMam(["hook", "claude-code"], {
+      env: { ...agent.env, HOME: tmp.dir, MAM_HOOK_LOG: path.join(tmp.dir, `${agent.jobId}.hook.log`) },
+      stdin: payload("claude-code/stop.json", { session: agent.env.MAM_SESSION }),
+      closeStdout: true,
+      killAfterMs: 10_000,
+    });
+    // The service answered the nudge (counted); the agent was not there to read it.
+    expect((await service.deps.jobs.get(agent.jobId))?.observations?.nudges).toBe(1);
+    expect(run.stderr).toBe("");
+    expect(run.status).toBe(0);
+  }, 30_000);
+
   it("refusals write nothing: another session on the token, malformed hook JSON (the command exits 0 and logs a line), a retired token", async () => {
     const agent = await dispatched("cc-refusals");
     await claim(agent);

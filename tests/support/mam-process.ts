@@ -26,6 +26,8 @@ export async function runNode(
     readonly stdin?: string;
     /** Write `stdin` but never close it: a peer that holds the pipe open. */
     readonly keepStdinOpen?: boolean;
+    /** Close the reading end of its stdout at once: a reader that went away (its writes fail with EPIPE). */
+    readonly closeStdout?: boolean;
   } = {},
 ): Promise<ProcessRun> {
   const child = spawn(process.execPath, args, {
@@ -37,6 +39,7 @@ export async function runNode(
     if (opts.keepStdinOpen === true) child.stdin?.write(opts.stdin);
     else child.stdin?.end(opts.stdin);
   }
+  if (opts.closeStdout === true) child.stdout?.destroy();
   let stdout = "";
   let stderr = "";
   child.stdout?.on("data", (d: Buffer) => {

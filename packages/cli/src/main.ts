@@ -1,5 +1,9 @@
 import { runCli } from "./cli.ts";
 
+// An agent's hook exits 0 whatever became of its reader: the agent gone before the
+// nudge was written (EPIPE) is no failure of the hook, and never a stack trace.
+if (process.argv[2] === "hook") for (const stream of [process.stdout, process.stderr]) stream.on("error", () => undefined);
+
 process.exitCode = await runCli(process.argv.slice(2), {
   env: process.env,
   stdout: (s) => process.stdout.write(s),
