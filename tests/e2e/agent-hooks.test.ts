@@ -11,7 +11,7 @@
  * notification or on the answer, never on time.
  */
 import { readFileSync } from "node:fs";
-import { readFile, stat } from "node:fs/promises";
+import { chmod, lstat, open, readFile, stat, symlink, writeFile } from "node:fs/promises";
 import { type AddressInfo, createServer, type Socket } from "node:net";
 import path from "node:path";
 import { type RunningService, runCli, startService } from "@mam/cli";
@@ -428,6 +428,46 @@ describe("Claude Code wired to mam (issue 21)", () => {
       expect(res.status, `${key}: ${res.text}`).toBe(204);
     }
     expect(JSON.stringify(await service.deps.jobs.get(agent.jobId))).not.toContain("SECRET");
+  });
+
+  it("mam dispatch --env-out never lets the token out through what was at the path: a 0644 file a reader already holds open, a symlink planted there", async () => {
+    const op = service.operatorToken;
+    for (const jobId of ["cc-env-open", "cc-env-link"]) {
+      const registered = await call("POST", "/v1/jobs", op, { job_id: jobId, prompt: "p", agent: "claude-code" });
+      expect(registered.status, registered.text).toBe(201);
+    }
+    const dispatch = async (jobId: string, envFile: string) => {
+      const io = captureIo({ MAM_API_URL: service.url, MAM_TOKEN: op });
+      expect(await runCli(["dispatch", "--job", jobId, "--attempt", "1", "--env-out", envFile], io), io.err.join("")).toBe(0);
+      const text = await readFile(envFile, "utf8");
+      expect((await lstat(envFile)).isFile()).toBe(true);
+      expect((await stat(envFile)).mode & 0o777).toBe(0o600);
+      return /MAM_TOKEN='([^']+)'/.exec(text)?.[1] as string;
+    };
+
+    // Another local user opened the old 0644 file while it could, and keeps the descriptor.
+    const openFile = path.join(tmp.dir, "open.env");
+    await writeFile(openFile, "", { mode: 0o644 });
+    await chmod(openFile, 0o644);
+    const reader = await open(openFile, "r");
+    try {
+      const token = await dispatch("cc-env-open", openFile);
+      expect(token).toMatch(/\S{20,}/);
+      const { buffer, bytesRead } = await reader.read(Buffer.alloc(4096), 0, 4096, 0);
+      expect(buffer.subarray(0, bytesRead).toString()).not.toContain(token);
+    } finally {
+      await reader.close();
+    }
+
+    // A symlink planted at the path: the file it points at is not written.
+    const target = path.join(tmp.dir, "planted-target.txt");
+    await writeFile(target, "someone else's file\n", { mode: 0o644 });
+    const linked = path.join(tmp.dir, "linked.env");
+    await symlink(target, linked);
+    const token = await dispatch("cc-env-link", linked);
+    expect(await readFile(target, "utf8")).toBe("someone else's file\n");
+    expect(await readFile(target, "utf8")).not.toContain(token);
+    expect((await stat(target)).mode & 0o777).toBe(0o644);
   });
 
   it("--print-config prints exactly the events to hook, async on all but Stop, referring to $MAM_TOKEN and never its value", async () => {
