@@ -61,6 +61,18 @@ type Frame =
     };
 
 const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
+
+/**
+ * Every path the allowlist can keep is at most three steps (a key; a key, an index, a
+ * field): below that, one shared path that keeps nothing, so a value deep down costs
+ * no copy of its whole path (a body of small values 500 levels down would otherwise
+ * cost a 500-step copy per value: work per byte growing with the depth).
+ */
+const TOO_DEEP_TO_KEEP: readonly (string | number)[] = ["", -1, "", ""];
+
+function childPath(path: readonly (string | number)[], step: string | number): readonly (string | number)[] {
+  return path.length >= 3 ? TOO_DEEP_TO_KEEP : [...path, step];
+}
 const LITERAL_CHAR = /[0-9a-zA-Z.+-]/;
 const NUMBER = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$/;
 
@@ -156,7 +168,7 @@ export class HookScanner {
         return;
       case "value":
         top.state = "comma-or-end";
-        this.#startValue(b, [...top.path, top.key ?? ""]);
+        this.#startValue(b, childPath(top.path, top.key ?? ""));
         return;
       case "comma-or-end":
         if (b === 0x2c) {
@@ -182,7 +194,7 @@ export class HookScanner {
         }
         top.state = "comma-or-end";
         this.#countElement(top);
-        this.#startValue(b, [...top.path, top.index]);
+        this.#startValue(b, childPath(top.path, top.index));
         return;
       case "comma-or-end":
         if (b === 0x2c) {
