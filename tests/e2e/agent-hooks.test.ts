@@ -318,6 +318,27 @@ describe("Claude Code wired to mam (issue 21)", () => {
     }
   }, 60_000);
 
+  it("a nudged Stop is no quiescence: the agent mam sent back to work, finalizing in the middle of its tool call a window later, is not completed before that call returns", async () => {
+    const agent = await dispatched("cc-nudge-window", { nudge: true });
+    await claim(agent);
+    expect((await httpHook(agent, "claude-code/post-tool-use.json")).status).toBe(204);
+    // The report is written but not finalized: the Stop is answered with a nudge, and the agent goes back to work.
+    const nudged = await httpHook(agent, "claude-code/stop.json");
+    expect(nudged.status).toBe(200);
+    // It thinks for longer than the settle window, then runs `mam finalize` in a Bash tool call:
+    // the manifest is committed while the call runs; its PostToolUse comes when the call returns.
+    clock.advance(WINDOW_MS + 1_000);
+    await finalize(agent);
+    const dry = await gate(agent.jobId);
+    expect(dry.would_commit, dry.reason).toBe(false);
+    expect((await service.deps.jobs.get(agent.jobId))?.status).toBe("running");
+    // When the call returns and the agent stops again, the quiescence begins.
+    expect((await httpHook(agent, "claude-code/post-tool-use.json")).status).toBe(204);
+    expect((await httpHook(agent, "claude-code/stop.json")).status).toBe(204);
+    clock.advance(WINDOW_MS + 1_000);
+    expect((await gate(agent.jobId)).would_commit).toBe(true);
+  }, 30_000);
+
   it("the command hook passes a nudge to stdout as Claude Code reads it, and nothing else", async () => {
     const agent = await dispatched("cc-nudge-command", { nudge: true });
     await claim(agent);
