@@ -21,6 +21,8 @@ import type { CliIo } from "./io.ts";
 export const HOOK_DEADLINE_MS = 1_700;
 /** The post's own limit, inside the deadline. */
 const POST_TIMEOUT_MS = 1_500;
+/** What is left for reading and posting the event however long start-up took (a loaded machine): the post is still tried. */
+const HOOK_FLOOR_MS = 500;
 
 const EVENTS_PRINTED = ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "StopFailure", "Notification", "SessionEnd"] as const;
 
@@ -53,7 +55,7 @@ export async function hookCommand(args: readonly string[], io: CliIo): Promise<n
   if (rest.includes("--print-config")) return printConfig(kind, rest, io);
   // From the process's start (loading the command takes a good part of a hook's time), not this function's.
   const since = io.startedAt ?? performance.now();
-  const deadline = AbortSignal.timeout(Math.max(0, Math.floor(HOOK_DEADLINE_MS - (performance.now() - since))));
+  const deadline = AbortSignal.timeout(Math.max(HOOK_FLOOR_MS, Math.floor(HOOK_DEADLINE_MS - (performance.now() - since))));
   let event = "?";
   try {
     const config = parseConfig(io.env);
