@@ -11,7 +11,8 @@
  * notification or on the answer, never on time.
  */
 import { readFileSync } from "node:fs";
-import { readFile, stat } from "node:fs/promises";
+import { chmod, lstat, open, readFile, stat, symlink, writeFile } from "node:fs/promises";
+import { type AddressInfo, createServer, type Socket } from "node:net";
 import path from "node:path";
 import { type RunningService, runCli, startService } from "@mam/cli";
 import { parseConfig } from "@mam/core";
@@ -317,6 +318,27 @@ describe("Claude Code wired to mam (issue 21)", () => {
     }
   }, 60_000);
 
+  it("a nudged Stop is no quiescence: the agent mam sent back to work, finalizing in the middle of its tool call a window later, is not completed before that call returns", async () => {
+    const agent = await dispatched("cc-nudge-window", { nudge: true });
+    await claim(agent);
+    expect((await httpHook(agent, "claude-code/post-tool-use.json")).status).toBe(204);
+    // The report is written but not finalized: the Stop is answered with a nudge, and the agent goes back to work.
+    const nudged = await httpHook(agent, "claude-code/stop.json");
+    expect(nudged.status).toBe(200);
+    // It thinks for longer than the settle window, then runs `mam finalize` in a Bash tool call:
+    // the manifest is committed while the call runs; its PostToolUse comes when the call returns.
+    clock.advance(WINDOW_MS + 1_000);
+    await finalize(agent);
+    const dry = await gate(agent.jobId);
+    expect(dry.would_commit, dry.reason).toBe(false);
+    expect((await service.deps.jobs.get(agent.jobId))?.status).toBe("running");
+    // When the call returns and the agent stops again, the quiescence begins.
+    expect((await httpHook(agent, "claude-code/post-tool-use.json")).status).toBe(204);
+    expect((await httpHook(agent, "claude-code/stop.json")).status).toBe(204);
+    clock.advance(WINDOW_MS + 1_000);
+    expect((await gate(agent.jobId)).would_commit).toBe(true);
+  }, 30_000);
+
   it("the command hook passes a nudge to stdout as Claude Code reads it, and nothing else", async () => {
     const agent = await dispatched("cc-nudge-command", { nudge: true });
     await claim(agent);
@@ -325,6 +347,22 @@ describe("Claude Code wired to mam (issue 21)", () => {
     expect(run.status).toBe(0);
     const answer = JSON.parse(run.stdout);
     expect(answer).toEqual({ decision: "block", reason: expect.stringContaining("mam finalize") });
+  }, 30_000);
+
+  it("a nudge written to a stdout whose reader went away (EPIPE): still exit 0, no stack trace", async () => {
+    const agent = await dispatched("cc-nudge-epipe", { nudge: true });
+    await claim(agent);
+    clock.advance(1_000);
+    const run = await runMam(["hook", "claude-code"], {
+      env: { ...agent.env, HOME: tmp.dir, MAM_HOOK_LOG: path.join(tmp.dir, `${agent.jobId}.hook.log`) },
+      stdin: payload("claude-code/stop.json", { session: agent.env.MAM_SESSION }),
+      closeStdout: true,
+      killAfterMs: 10_000,
+    });
+    // The service answered the nudge (counted); the agent was not there to read it.
+    expect((await service.deps.jobs.get(agent.jobId))?.observations?.nudges).toBe(1);
+    expect(run.stderr).toBe("");
+    expect(run.status).toBe(0);
   }, 30_000);
 
   it("refusals write nothing: another session on the token, malformed hook JSON (the command exits 0 and logs a line), a retired token", async () => {
@@ -402,6 +440,57 @@ describe("Claude Code wired to mam (issue 21)", () => {
     expect(everything).not.toContain("SECRET");
   }, 60_000);
 
+  it("a hook body whose keys are named like inherited properties (constructor, __proto__) is read as any other: no 5xx, no stack trace", async () => {
+    const agent = await dispatched("cc-proto-keys");
+    await claim(agent);
+    for (const key of ["constructor", "__proto__", "toString"]) {
+      const body = `{"hook_event_name":"PostToolUse","session_id":"${agent.env.MAM_SESSION}",${JSON.stringify(key)}:[{"type":"SECRET"}]}`;
+      const res = await call("POST", "/v1/hooks/claude-code", agent.env.MAM_TOKEN as string, body);
+      expect(res.status, `${key}: ${res.text}`).toBe(204);
+    }
+    expect(JSON.stringify(await service.deps.jobs.get(agent.jobId))).not.toContain("SECRET");
+  });
+
+  it("mam dispatch --env-out never lets the token out through what was at the path: a 0644 file a reader already holds open, a symlink planted there", async () => {
+    const op = service.operatorToken;
+    for (const jobId of ["cc-env-open", "cc-env-link"]) {
+      const registered = await call("POST", "/v1/jobs", op, { job_id: jobId, prompt: "p", agent: "claude-code" });
+      expect(registered.status, registered.text).toBe(201);
+    }
+    const dispatch = async (jobId: string, envFile: string) => {
+      const io = captureIo({ MAM_API_URL: service.url, MAM_TOKEN: op });
+      expect(await runCli(["dispatch", "--job", jobId, "--attempt", "1", "--env-out", envFile], io), io.err.join("")).toBe(0);
+      const text = await readFile(envFile, "utf8");
+      expect((await lstat(envFile)).isFile()).toBe(true);
+      expect((await stat(envFile)).mode & 0o777).toBe(0o600);
+      return /MAM_TOKEN='([^']+)'/.exec(text)?.[1] as string;
+    };
+
+    // Another local user opened the old 0644 file while it could, and keeps the descriptor.
+    const openFile = path.join(tmp.dir, "open.env");
+    await writeFile(openFile, "", { mode: 0o644 });
+    await chmod(openFile, 0o644);
+    const reader = await open(openFile, "r");
+    try {
+      const token = await dispatch("cc-env-open", openFile);
+      expect(token).toMatch(/\S{20,}/);
+      const { buffer, bytesRead } = await reader.read(Buffer.alloc(4096), 0, 4096, 0);
+      expect(buffer.subarray(0, bytesRead).toString()).not.toContain(token);
+    } finally {
+      await reader.close();
+    }
+
+    // A symlink planted at the path: the file it points at is not written.
+    const target = path.join(tmp.dir, "planted-target.txt");
+    await writeFile(target, "someone else's file\n", { mode: 0o644 });
+    const linked = path.join(tmp.dir, "linked.env");
+    await symlink(target, linked);
+    const token = await dispatch("cc-env-link", linked);
+    expect(await readFile(target, "utf8")).toBe("someone else's file\n");
+    expect(await readFile(target, "utf8")).not.toContain(token);
+    expect((await stat(target)).mode & 0o777).toBe(0o644);
+  });
+
   it("--print-config prints exactly the events to hook, async on all but Stop, referring to $MAM_TOKEN and never its value", async () => {
     const agent = await dispatched("cc-config");
     for (const form of [[], ["--http"]]) {
@@ -473,6 +562,83 @@ describe("mam dispatch (issue 21)", () => {
     expect(io.out.join("")).toBe("");
     expect(await fingerprint("no-env")).toBe(before);
   });
+});
+
+/** A peer on a loopback port that takes connections and, as `mode` says, never answers or answers a byte at a time, forever. */
+async function stuckPeer(mode: "silent" | "slow-body"): Promise<{ url: string; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on("error", () => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    socket.once("data", () => {
+      if (mode === "silent") return;
+      socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{"decision":"block",');
+      timer = setInterval(() => socket.write(" "), 50);
+    });
+    socket.on("close", () => {
+      clearInterval(timer);
+      sockets.delete(socket);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe("the command hook fails open, within its time (issue 21)", () => {
+  /** The hook as Claude Code runs it, timed from its spawn: the 2 s a hook may take are the process's, start-up included. */
+  async function timedHook(env: Record<string, string>, stdin: string, keepStdinOpen = false) {
+    const log = path.join(tmp.dir, `fail-open-${Math.random().toString(16).slice(2)}.log`);
+    const started = performance.now();
+    const run = await runMam(["hook", "claude-code"], {
+      env: { MAM_TOKEN: "not-a-real-token", HOME: tmp.dir, MAM_HOOK_LOG: log, ...env },
+      stdin,
+      keepStdinOpen,
+      killAfterMs: 10_000,
+    });
+    return { run, ms: performance.now() - started, log: await readFile(log, "utf8").catch(() => "") };
+  }
+  /**
+   * The most a hook may take here, from its spawn: 2 s, or, on a machine so loaded that
+   * loading the command (`mam hook --help`, just measured) nears that alone, 1.5 s past it.
+   */
+  async function hookBudgetMs(): Promise<number> {
+    const started = performance.now();
+    expect((await runMam(["hook", "--help"], { killAfterMs: 10_000 })).status).toBe(0);
+    return Math.max(2_000, performance.now() - started + 1_500);
+  }
+  const STOP = '{"hook_event_name":"Stop","session_id":"s-1","background_tasks":[],"session_crons":[]}';
+
+  it("an event whose stdin is never closed: exit 0 within 2 s of the spawn, nothing on stdout, one line logged", async () => {
+    const budget = await hookBudgetMs();
+    const { run, ms, log } = await timedHook({ MAM_API_URL: service.url }, STOP.slice(0, 20), true);
+    expect(run).toMatchObject({ status: 0, stdout: "" });
+    expect(log.trim().split("\n")).toHaveLength(1);
+    expect(log).toContain("took longer");
+    expect(ms).toBeLessThan(budget);
+  }, 20_000);
+
+  for (const mode of ["silent", "slow-body"] as const) {
+    it(`a service that takes the connection and then ${mode === "silent" ? "never answers" : "sends its answer a byte at a time"}: exit 0 within 2 s of the spawn, nothing on stdout`, async () => {
+      const peer = await stuckPeer(mode);
+      try {
+        const budget = await hookBudgetMs();
+        const { run, ms, log } = await timedHook({ MAM_API_URL: peer.url }, STOP);
+        expect(run).toMatchObject({ status: 0, stdout: "" });
+        expect(log).toContain("no answer within");
+        expect(ms).toBeLessThan(budget);
+      } finally {
+        await peer.close();
+      }
+    }, 20_000);
+  }
 });
 
 describe("Codex wired to mam (issue 21)", () => {

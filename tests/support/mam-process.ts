@@ -19,14 +19,27 @@ export interface ProcessRun {
  */
 export async function runNode(
   args: readonly string[],
-  opts: { readonly cwd?: string; readonly env?: Record<string, string>; readonly killAfterMs?: number; readonly stdin?: string } = {},
+  opts: {
+    readonly cwd?: string;
+    readonly env?: Record<string, string>;
+    readonly killAfterMs?: number;
+    readonly stdin?: string;
+    /** Write `stdin` but never close it: a peer that holds the pipe open. */
+    readonly keepStdinOpen?: boolean;
+    /** Close the reading end of its stdout at once: a reader that went away (its writes fail with EPIPE). */
+    readonly closeStdout?: boolean;
+  } = {},
 ): Promise<ProcessRun> {
   const child = spawn(process.execPath, args, {
     cwd: opts.cwd ?? ROOT,
     env: { PATH: process.env.PATH ?? "", ...opts.env },
     stdio: [opts.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
   });
-  if (opts.stdin !== undefined) child.stdin?.end(opts.stdin);
+  if (opts.stdin !== undefined) {
+    if (opts.keepStdinOpen === true) child.stdin?.write(opts.stdin);
+    else child.stdin?.end(opts.stdin);
+  }
+  if (opts.closeStdout === true) child.stdout?.destroy();
   let stdout = "";
   let stderr = "";
   child.stdout?.on("data", (d: Buffer) => {

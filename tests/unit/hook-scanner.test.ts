@@ -4,7 +4,15 @@
  * any JSON object split into any chunks; everything else is dropped, and a body that
  * is not one JSON object is refused whole.
  */
-import { HOOK_ALLOWLISTS, type HookAllowlist, HookJsonError, KEPT_ELEMENTS_MAX, KEPT_VALUE_MAX_BYTES, scanHookJson } from "@mam/core";
+import {
+  HOOK_ALLOWLISTS,
+  HOOK_JSON_MAX_DEPTH,
+  type HookAllowlist,
+  HookJsonError,
+  KEPT_ELEMENTS_MAX,
+  KEPT_VALUE_MAX_BYTES,
+  scanHookJson,
+} from "@mam/core";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 
@@ -129,6 +137,37 @@ describe("the hook body scanner (issue 21)", () => {
     expect(scanned.bytes).toBe(head.length + tail.length + 64 * filler.length);
     // Nothing of the 64 MiB was kept (a generous bound: the filler is reused, never copied).
     expect(process.memoryUsage().heapUsed - before).toBeLessThan(32 * 1024 * 1024);
+  });
+
+  it("reads a key named like a property every object inherits (constructor, __proto__, toString) as any other key: dropped, never a crash", async () => {
+    for (const key of ["constructor", "__proto__", "toString", "hasOwnProperty", "valueOf"]) {
+      const text = `{"hook_event_name":"Stop","session_id":"s-1",${JSON.stringify(key)}:[{"type":"x","status":1},2],"background_tasks":[],"session_crons":[]}`;
+      const scanned = await scanHookJson([enc.encode(text)], ALLOW);
+      expect({ scalars: scanned.scalars, records: scanned.records, counts: scanned.counts }, key).toEqual(
+        expected(JSON.parse(text) as Record<string, unknown>, ALLOW),
+      );
+      expect(Object.keys(scanned.records), key).toEqual(["background_tasks"]);
+      expect(Object.getPrototypeOf(scanned.records), key).toBe(Object.prototype);
+    }
+  });
+
+  it("reads a deeply nested body as fast as a flat one of the same size: the work per byte does not grow with the depth", async () => {
+    // The same values, once in one array and once at the bottom of HOOK_JSON_MAX_DEPTH - 2 arrays.
+    const values = "0,".repeat(400_000);
+    const depth = HOOK_JSON_MAX_DEPTH - 2;
+    const flat = enc.encode(`{"tool_response":[${values}0],"p":${"[".repeat(depth)}${"]".repeat(depth)}}`);
+    const deep = enc.encode(`{"tool_response":${"[".repeat(depth)}${values}0${"]".repeat(depth)}}`);
+    expect(Math.abs(deep.length - flat.length)).toBeLessThan(10);
+    const time = async (body: Uint8Array) => {
+      const started = performance.now();
+      await scanHookJson([body], ALLOW);
+      return performance.now() - started;
+    };
+    await time(flat);
+    await time(deep);
+    const flatMs = Math.min(await time(flat), await time(flat));
+    const deepMs = Math.min(await time(deep), await time(deep));
+    expect(deepMs / flatMs, `deep ${deepMs.toFixed(0)} ms, flat ${flatMs.toFixed(0)} ms`).toBeLessThan(3);
   });
 
   it("refuses a body nested deeper than its bound without building it", async () => {

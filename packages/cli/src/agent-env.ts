@@ -1,4 +1,6 @@
-import { chmod, open } from "node:fs/promises";
+import { randomUUID } from "node:crypto";
+import { open, rename, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 
 /**
  * What an agent needs to report to mam, handed over by `mam dispatch` (issue 21):
@@ -23,16 +25,29 @@ export function envFileText(env: AgentEnvironment): string {
     .join("\n")}\n`;
 }
 
-/** Write the file 0600 (made so, or made so again if it was there with another mode) before any byte of the token is in it. */
+/**
+ * Write the file 0600 as a new file, then put it at `path`: created exclusively (0600
+ * before any byte of the token is in it) beside `path` and renamed over it. What was
+ * at `path` is never written to: a file another process already holds open (when it
+ * was 0644, say) keeps its old bytes, and a symlink planted there is replaced, not
+ * followed.
+ */
 export async function writeEnvFile(path: string, env: AgentEnvironment): Promise<void> {
-  const file = await open(path, "w", 0o600);
+  const fresh = join(dirname(path), `.${basename(path)}.${randomUUID()}.tmp`);
+  const file = await open(fresh, "wx", 0o600);
   try {
-    await file.chmod(0o600);
-    await file.writeFile(envFileText(env));
-  } finally {
-    await file.close();
+    try {
+      await file.chmod(0o600);
+      await file.writeFile(envFileText(env));
+      await file.sync();
+    } finally {
+      await file.close();
+    }
+    await rename(fresh, path);
+  } catch (e) {
+    await rm(fresh, { force: true });
+    throw e;
   }
-  await chmod(path, 0o600);
 }
 
 /**

@@ -21,6 +21,8 @@ import type { CliIo } from "./io.ts";
 export const HOOK_DEADLINE_MS = 1_700;
 /** The post's own limit, inside the deadline. */
 const POST_TIMEOUT_MS = 1_500;
+/** What is left for reading and posting the event however long start-up took (a loaded machine): the post is still tried. */
+const HOOK_FLOOR_MS = 500;
 
 const EVENTS_PRINTED = ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "StopFailure", "Notification", "SessionEnd"] as const;
 
@@ -51,7 +53,9 @@ export async function hookCommand(args: readonly string[], io: CliIo): Promise<n
   }
   const kind = agent as HookAgent;
   if (rest.includes("--print-config")) return printConfig(kind, rest, io);
-  const deadline = AbortSignal.timeout(HOOK_DEADLINE_MS);
+  // From the process's start (loading the command takes a good part of a hook's time), not this function's.
+  const since = io.startedAt ?? performance.now();
+  const deadline = AbortSignal.timeout(Math.max(HOOK_FLOOR_MS, Math.floor(HOOK_DEADLINE_MS - (performance.now() - since))));
   let event = "?";
   try {
     const config = parseConfig(io.env);
@@ -89,16 +93,38 @@ async function readEvent(kind: HookAgent, rest: readonly string[], io: CliIo, de
     return scanHookJson([new TextEncoder().encode(argument)], allow);
   }
   if (io.stdin === undefined) throw new HookJsonError("no event on stdin");
-  const stdin = io.stdin;
-  return scanHookJson(
-    (async function* () {
-      for await (const chunk of stdin) {
-        if (deadline.aborted) throw new Error(`the event took longer than ${HOOK_DEADLINE_MS} ms to arrive`);
-        yield chunk;
-      }
-    })(),
-    allow,
-  );
+  return scanHookJson(untilDeadline(io.stdin, deadline), allow);
+}
+
+/**
+ * The chunks of `stdin` until the deadline, which ends the reading even while no chunk
+ * comes: an agent that never closes the hook's stdin must not hang it. Stopping
+ * returns the iterator, which lets the stream go (so nothing keeps the process alive).
+ */
+async function* untilDeadline(stdin: AsyncIterable<Uint8Array>, deadline: AbortSignal): AsyncGenerator<Uint8Array> {
+  const late = () => new Error(`the event took longer than ${HOOK_DEADLINE_MS} ms to arrive`);
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(late());
+    deadline.addEventListener("abort", onAbort, { once: true });
+  });
+  // Never left unhandled: the race below is what reads it.
+  aborted.catch(() => undefined);
+  const chunks = stdin[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      if (deadline.aborted) throw late();
+      const next = await Promise.race([chunks.next(), aborted]);
+      if (next.done === true) return;
+      yield next.value;
+    }
+  } finally {
+    if (onAbort !== undefined) deadline.removeEventListener("abort", onAbort);
+    // Not awaited: a stream that never ends may never settle its return either; a
+    // stream (process.stdin) is destroyed, or its open pipe would keep the process alive.
+    void Promise.resolve(chunks.return?.()).catch(() => undefined);
+    (stdin as { destroy?: () => void }).destroy?.();
+  }
 }
 
 /** The allowlisted fields, in the agent's own shape (so the service reads a posted event and a reduced one alike). */

@@ -9,4 +9,10 @@ export interface CliIo {
   readonly signal?: AbortSignal;
   /** What the command reads on stdin (`mam hook`: the agent's event); process.stdin in the `mam` binary. */
   readonly stdin?: AsyncIterable<Uint8Array>;
+  /**
+   * When the process started, on the `performance.now()` timeline (0 in the `mam`
+   * binary): `mam hook`'s deadline counts from it, start-up included. When absent, from
+   * the command's own start.
+   */
+  readonly startedAt?: number;
 }

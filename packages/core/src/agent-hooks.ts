@@ -63,7 +63,7 @@ export const ACTIVITY_KIND = "hook.activity";
  * | event                         | reading                                                                 |
  * |-------------------------------|-------------------------------------------------------------------------|
  * | UserPromptSubmit, PreToolUse, PostToolUse, SubagentStop | working (`hook.activity`; a subagent's stop returns to the main agent's turn) |
- * | Stop, both arrays present and empty | idle (`hook.stop`): what the documented rule reads as quiescence |
+ * | Stop, both arrays present and empty | idle (`hook.stop`): what the documented rule reads as quiescence; working when answered with a nudge (the agent goes back to work) |
  * | Stop, a background task or a session cron | working (`hook.stop`): work still in flight |
  * | Stop, an array absent         | none: the task registry was unreachable, so nothing is known            |
  * | StopFailure                   | blocked (`hook.stop_failure`): the turn ended on an API error           |

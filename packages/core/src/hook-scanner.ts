@@ -61,6 +61,18 @@ type Frame =
     };
 
 const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
+
+/**
+ * Every path the allowlist can keep is at most three steps (a key; a key, an index, a
+ * field): below that, one shared path that keeps nothing, so a value deep down costs
+ * no copy of its whole path (a body of small values 500 levels down would otherwise
+ * cost a 500-step copy per value: work per byte growing with the depth).
+ */
+const TOO_DEEP_TO_KEEP: readonly (string | number)[] = ["", -1, "", ""];
+
+function childPath(path: readonly (string | number)[], step: string | number): readonly (string | number)[] {
+  return path.length >= 3 ? TOO_DEEP_TO_KEEP : [...path, step];
+}
 const LITERAL_CHAR = /[0-9a-zA-Z.+-]/;
 const NUMBER = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$/;
 
@@ -156,7 +168,7 @@ export class HookScanner {
         return;
       case "value":
         top.state = "comma-or-end";
-        this.#startValue(b, [...top.path, top.key ?? ""]);
+        this.#startValue(b, childPath(top.path, top.key ?? ""));
         return;
       case "comma-or-end":
         if (b === 0x2c) {
@@ -182,7 +194,7 @@ export class HookScanner {
         }
         top.state = "comma-or-end";
         this.#countElement(top);
-        this.#startValue(b, [...top.path, top.index]);
+        this.#startValue(b, childPath(top.path, top.index));
         return;
       case "comma-or-end":
         if (b === 0x2c) {
@@ -202,7 +214,7 @@ export class HookScanner {
     if (top.path.length !== 1) return;
     const key = top.path[0] as string;
     if (this.#allow.counts?.includes(key)) this.#counts[key] = top.index + 1;
-    const record = this.#records[key];
+    const record = ownRecord(this.#records, key);
     if (record !== undefined) record.length = top.index + 1;
   }
 
@@ -216,7 +228,7 @@ export class HookScanner {
       if (path.length === 1) {
         const key = path[0] as string;
         if (this.#allow.counts?.includes(key)) this.#counts[key] = 0;
-        if (this.#allow.records?.[key] !== undefined) this.#records[key] = { items: [], length: 0 };
+        if (recordFields(this.#allow, key) !== undefined) this.#records[key] = { items: [], length: 0 };
       }
       this.#push({ type: "array", state: "value-or-end", index: 0, path });
       return;
@@ -244,7 +256,7 @@ export class HookScanner {
   #keeps(path: readonly (string | number)[]): boolean {
     if (path.length === 1) return this.#allow.scalars.includes(path[0] as string);
     if (path.length === 3 && typeof path[1] === "number" && path[1] < KEPT_ELEMENTS_MAX) {
-      return this.#allow.records?.[path[0] as string]?.includes(path[2] as string) === true;
+      return recordFields(this.#allow, path[0] as string)?.includes(path[2] as string) === true;
     }
     return false;
   }
@@ -312,7 +324,7 @@ export class HookScanner {
       this.#scalars[path[0] as string] = value;
       return;
     }
-    const record = this.#records[path[0] as string];
+    const record = ownRecord(this.#records, path[0] as string);
     if (record === undefined) return;
     const index = path[1] as number;
     while (record.items.length <= index) record.items.push({});
@@ -328,7 +340,7 @@ export class HookScanner {
     const frame = this.#stack.pop();
     // An element of a record array that was not an object: no fields of it are kept.
     if (frame?.type === "array" && frame.path.length === 1) {
-      const record = this.#records[frame.path[0] as string];
+      const record = ownRecord(this.#records, frame.path[0] as string);
       if (record !== undefined) {
         record.length = frame.state === "value-or-end" ? 0 : frame.index + 1;
         while (record.items.length < Math.min(record.length, KEPT_ELEMENTS_MAX)) record.items.push({});
@@ -338,6 +350,19 @@ export class HookScanner {
     }
     if (this.#stack.length === 0) this.#done = true;
   }
+}
+
+/**
+ * The fields an allowlisted record array keeps, by the allowlist's own keys only: a
+ * body's key is any string, and one named like an inherited property (`constructor`,
+ * `__proto__`) is no record of the allowlist.
+ */
+function recordFields(allow: HookAllowlist, key: string): readonly string[] | undefined {
+  return allow.records !== undefined && Object.hasOwn(allow.records, key) ? allow.records[key] : undefined;
+}
+
+function ownRecord<T>(records: Record<string, T>, key: string): T | undefined {
+  return Object.hasOwn(records, key) ? records[key] : undefined;
 }
 
 const UTF8 = new TextDecoder("utf-8", { fatal: true });

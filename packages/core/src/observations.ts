@@ -104,12 +104,14 @@ export async function recordObservation(
     const received = deps.clock.now();
     const stored = observationsOf(job, dispatch.attempt_id);
     const bound = boundSessionOf(stored, body, dispatch, options);
-    const seen = bound.body;
+    const nudged = options.nudge !== undefined && nudgeDue(job, stored, dispatch.attempt_id, deps.flags, options.nudge.stopHookActive);
+    // A nudged Stop sends the agent back to work (mam's own answer): work in flight, as a
+    // Stop with a background task is, never the quiescence a rule would measure from.
+    const seen: ObservationRequest = nudged ? { ...bound.body, state: "working" } : bound.body;
     checkObservation(seen, job, dispatch, sourceClass, received, deps.flags.observationSkewSeconds, options);
     const receivedAt = received.toISOString();
     const rev = job.observations?.rev ?? 0;
     const entries = stored?.entries ?? [];
-    const nudged = options.nudge !== undefined && nudgeDue(job, stored, dispatch.attempt_id, deps.flags, options.nudge.stopHookActive);
     // What every write of this observation carries besides it: the session it binds (once), an end, a nudge counted.
     const extra = (set: ObservationSet): ObservationSet => ({
       ...set,
