@@ -77,6 +77,8 @@ export interface Harness {
 
 export interface HarnessOptions {
   readonly env?: Record<string, string>;
+  /** MAM_READ_TOKEN_RATE_PER_MINUTE for the app (the schema's default, 600, unless given). */
+  readonly readTokenRatePerMinute?: number;
   readonly publisher?: PortsOptions["publisher"];
   readonly jsonBodyLimit?: number;
   readonly reportBodyLimit?: number;
@@ -130,6 +132,7 @@ export async function makeHarness(factory: PortsFactory, opts: HarnessOptions, c
     ...(opts.reportBodyLimit === undefined ? {} : { reportBodyLimit: opts.reportBodyLimit }),
     ...(opts.reportUploadLimit === undefined ? {} : { reportUploadLimit: opts.reportUploadLimit }),
     ...(opts.sweep === undefined ? {} : { sweep: opts.sweep }),
+    ...(opts.readTokenRatePerMinute === undefined ? {} : { readTokenRatePerMinute: opts.readTokenRatePerMinute }),
     ...(opts.publishInline === undefined ? {} : { publishInline: opts.publishInline }),
     // The suites sweep intents they just committed: no grace unless a test asks for one (the schema's is 5 s).
     sweepGraceSeconds: opts.sweepGraceSeconds ?? 0,

@@ -263,6 +263,27 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         }
       });
 
+      it("issue 22: a read token past its rate (per process) is 429 rate.limited with Retry-After, writing and reading nothing; it refills with time; tokens with other scopes are not limited", async () => {
+        // 12 a minute: bursts of 2, one more every 5 s.
+        const h = await harness({ readTokenRatePerMinute: 12 });
+        const reader = h.tokens.mintOperator(["read"], { name: "dashboard" });
+        const other = h.tokens.mintOperator(["read"], { name: "another-tab" });
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+        expect((await h.call("GET", "/v1/events", { token: reader })).status).toBe(200);
+        const calls = h.calls.length;
+        const limited = await h.call("GET", "/v1/jobs", { token: reader });
+        expect(limited.status).toBe(429);
+        expect(limited.body).toMatchObject({ code: "rate.limited", per_minute: 12 });
+        expect(limited.headers.get("retry-after")).toBe("5");
+        expect(h.calls.length).toBe(calls); // refused before any store was asked
+        // Another read token has its own bucket; a token with any other scope has none.
+        expect((await h.call("GET", "/v1/jobs", { token: other })).status).toBe(200);
+        for (let i = 0; i < 20; i++) expect((await h.call("GET", "/v1/jobs", { token: h.operator })).status).toBe(200);
+        h.clock.advance(5_000);
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(429);
+      });
+
       it("GET /v1/token names what the token that asks may do: an operator token's scopes, name and expiry; an agent token's job, attempt and expiry; never the token", async () => {
         const h = await harness();
         const job = await register(h);

@@ -6,6 +6,7 @@ import { methodNotAllowed } from "hono/method-not-allowed";
 import { notJson } from "./body.ts";
 import type { AppEnv, FeedOptions, Services } from "./context.ts";
 import { problemBody, problemFor, problemResponse } from "./problem.ts";
+import { ReadTokenRates } from "./rate-limit.ts";
 import { requestLog, saneRequestId } from "./request-log.ts";
 import { ChangeStreams } from "./routes/change-streams.ts";
 import { ROUTES } from "./routes/index.ts";
@@ -45,10 +46,12 @@ export interface AppOptions extends Partial<AppSettings> {
  */
 export function createApp(opts: AppOptions): Hono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+  const settings = settingsOf(opts);
   const services: Services = {
     deps: opts.deps,
     tokens: opts.tokens,
-    settings: settingsOf(opts),
+    settings,
+    readRates: new ReadTokenRates(settings.readTokenRatePerMinute),
     logger: jsonLogger(opts.log ?? ((line: string) => console.log(line))),
     publishInline: opts.publishInline ?? true,
     changeStreams: new ChangeStreams(opts.deps, opts.feed),

@@ -1,6 +1,7 @@
 import type { Deps, Logger } from "@mam/core";
 import type { RequestIdVariables } from "hono/request-id";
 import type { Upload } from "./body.ts";
+import type { ReadTokenRates } from "./rate-limit.ts";
 import type { ChangeStreams, FeedOptions } from "./routes/change-streams.ts";
 import type { AppSettings } from "./settings.ts";
 import type { Principal, TokenService } from "./tokens.ts";
@@ -31,6 +32,8 @@ export interface Services {
   readonly publishInline: boolean;
   /** The change feed's streams in this app (`routes/feed.ts`): their settings, slots and shared tail. */
   readonly changeStreams: ChangeStreams;
+  /** The request rate each read token has left, in this process (`rate-limit.ts`). */
+  readonly readRates: ReadTokenRates;
   /** The OpenAPI document this app serves (`GET /openapi.json`), generated on its first request. */
   readonly document: () => unknown;
 }

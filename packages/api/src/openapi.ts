@@ -51,6 +51,8 @@ export function defineRoute<const R extends RouteConfig>(
   if (access.kind === "protected") {
     statuses.add(401);
     statuses.add(403);
+    // A read token past its rate (MAM_READ_TOKEN_RATE_PER_MINUTE), on any protected route.
+    statuses.add(429);
     statuses.add(503);
   }
   statuses.add(500);
@@ -129,6 +131,8 @@ const EXAMPLE_DETAIL: Partial<Record<ProblemCode, string>> = {
   "store.unavailable": "the job store could not be reached; try again",
   "stream.tooMany":
     "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
+  "rate.limited":
+    "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
   "store.insufficientSpace":
     "the store's disk has 52428800 bytes free; 41943040 more would leave less than the floor of 67108864 bytes kept for the service's own records (MAM_DISK_FLOOR_BYTES); nothing was written; retry once space is freed",
   "quota.events": `job ${EXAMPLE.jobId} has taken its quota of 10000 agent events (MAM_QUOTA_JOB_EVENTS); nothing was written`,
@@ -148,7 +152,7 @@ const STATUS_EXAMPLE_CODE: Record<number, ProblemCode> = {
   412: "job.preconditionFailed",
   413: "input.tooLarge",
   415: "input.unsupportedMediaType",
-  429: "stream.tooMany",
+  429: "rate.limited",
   500: "internal",
   503: "store.unavailable",
   507: "store.insufficientSpace",

@@ -49,6 +49,7 @@ export const HTTP_STATUS = {
   "store.insufficientSpace": 507,
   "service.unreachable": 503,
   "stream.tooMany": 429,
+  "rate.limited": 429,
   "config.invalid": 500,
   "store.version": 500,
   internal: 500,

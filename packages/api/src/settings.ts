@@ -14,6 +14,7 @@ export const APP_SETTINGS = [
   "sweepGraceSeconds",
   "sweepBudgetSeconds",
   "sweepEvaluation",
+  "readTokenRatePerMinute",
 ] as const satisfies readonly (keyof Config)[];
 
 /** The configuration the app reads (`APP_SETTINGS`), as `parseConfig` made it. */

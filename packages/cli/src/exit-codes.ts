@@ -54,6 +54,7 @@ export const EXIT_CODES = {
   "store.insufficientSpace": 2,
   "service.unreachable": 2,
   "stream.tooMany": 2,
+  "rate.limited": 2,
   "config.invalid": 1,
   // A store older than the code (run `mam migrate`) or newer (run the newer mam): nothing was written.
   "store.version": 1,

@@ -1465,6 +1465,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -1709,6 +1733,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -1899,6 +1947,30 @@ export interface operations {
            *       "status": 404,
            *       "detail": "no job job-4f2a",
            *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -2251,6 +2323,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -2516,6 +2612,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -2702,6 +2822,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -2874,6 +3018,30 @@ export interface operations {
            *       "status": 404,
            *       "detail": "attempt 1 of job fix-flaky has no report stored yet",
            *       "code": "report.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -3168,6 +3336,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -3448,6 +3640,30 @@ export interface operations {
            *       "status": 415,
            *       "detail": "this route takes application/json, not \"text/plain\"",
            *       "code": "input.unsupportedMediaType",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -3754,6 +3970,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -3975,6 +4215,30 @@ export interface operations {
            *       "status": 404,
            *       "detail": "no job job-4f2a",
            *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -4284,7 +4548,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may */
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
       429: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -4594,6 +4858,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -4870,6 +5158,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -5044,6 +5356,30 @@ export interface operations {
            *       "status": 404,
            *       "detail": "no job job-4f2a",
            *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -5241,6 +5577,30 @@ export interface operations {
            *       "status": 404,
            *       "detail": "no job job-4f2a",
            *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -5579,7 +5939,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may */
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
       429: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -5591,11 +5951,11 @@ export interface operations {
         content: {
           /**
            * @example {
-           *       "type": "https://mam.dev/problems/stream.tooMany",
-           *       "title": "This token already holds as many open streams as it may",
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
            *       "status": 429,
-           *       "detail": "this agent's job and attempt already hold 4 open streams, the bound per agent attempt (MAM_FEED_STREAMS_PER_AGENT); close one first",
-           *       "code": "stream.tooMany",
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -5802,6 +6162,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -5960,7 +6344,7 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
-      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may */
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
       429: {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
@@ -6245,6 +6629,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -6517,6 +6925,30 @@ export interface operations {
           "application/problem+json": components["schemas"]["Problem"];
         };
       };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
       500: {
         headers: {
@@ -6687,6 +7119,30 @@ export interface operations {
            *       "status": 404,
            *       "detail": "no job job-4f2a",
            *       "code": "job.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }
@@ -7061,6 +7517,30 @@ export interface operations {
            *       "status": 403,
            *       "detail": "this operator token lacks the write scope (it has read)",
            *       "code": "auth.forbidden",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
+        };
+      };
+      /** @description `quota.events`: The job's event quota is spent; `quota.observations`: The source class's observation bound for this attempt is reached; `stream.tooMany`: This token already holds as many open streams as it may; `rate.limited`: This read token sent more requests than its rate allows */
+      429: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          "Retry-After"?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/rate.limited",
+           *       "title": "This read token sent more requests than its rate allows",
+           *       "status": 429,
+           *       "detail": "this read token made more than 600 requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s",
+           *       "code": "rate.limited",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
            *     }

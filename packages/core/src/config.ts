@@ -249,6 +249,11 @@ export const EnvSchema = z.object({
     "core (API)",
     "How far an observation's `observed_at` may lie after the moment mam received it (its sender's clock running ahead), 0 to 300; later is `400` naming `observed_at`, nothing written. Also how far a posted scenario's times may lie after mam's clock.",
   ),
+  MAM_READ_TOKEN_RATE_PER_MINUTE: setting(
+    int("MAM_READ_TOKEN_RATE_PER_MINUTE", 600, 0, 1_000_000),
+    "API",
+    "The requests a read token (an operator token whose only scope is `read`: a dashboard's) may make per minute, counted per process in memory (on AWS per function instance: with the function's reserved concurrency, the most it can make is this times the instances); past it `429 rate.limited` with Retry-After. Bursts of a sixth of it (10 s worth) are allowed. 0: no limit. Tokens with any other scope are not limited.",
+  ),
   MAM_NUDGE_MAX: setting(
     int("MAM_NUDGE_MAX", 1, 1, 7),
     "core (API)",
@@ -598,6 +603,7 @@ function configOf(e: Parsed, cleaned: Readonly<Record<string, string | undefined
     /** Each sweep pass's budget for evaluating due candidates, after its notifications. */
     sweepEvaluation: { evaluations: e.MAM_SWEEP_EVALUATIONS, bytes: e.MAM_SWEEP_EVALUATION_MIB * 1024 * 1024 },
     publishTimeoutMs: e.MAM_PUBLISH_TIMEOUT_MS,
+    readTokenRatePerMinute: e.MAM_READ_TOKEN_RATE_PER_MINUTE,
     /** The change feed's stream: its bounds on open streams, in all and per principal, and on a write. */
     feedStreams: {
       maxStreams: e.MAM_FEED_MAX_STREAMS,

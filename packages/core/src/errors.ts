@@ -55,6 +55,7 @@ export const ERROR_TABLE = {
   },
   "service.unreachable": { retryable: true, title: "The mam service could not be reached" },
   "stream.tooMany": { retryable: true, title: "This token already holds as many open streams as it may" },
+  "rate.limited": { retryable: true, title: "This read token sent more requests than its rate allows" },
   "config.invalid": { retryable: false, title: "The configuration is not valid" },
   "store.version": { retryable: false, title: "The store's schema version is not the one this code runs on" },
   internal: { retryable: false, title: "Internal error" },

@@ -5,6 +5,7 @@ import { bearerAuth, requireAccess } from "../access.ts";
 import { hookBody, jsonBody, reportBody } from "../body.ts";
 import type { AppEnv, Services } from "../context.ts";
 import type { MamRoute } from "../openapi.ts";
+import { isReadToken } from "../rate-limit.ts";
 import type { Principal } from "../tokens.ts";
 
 export type MamApp = OpenAPIHono<AppEnv>;
@@ -37,7 +38,7 @@ function withMiddleware<R extends MamRoute>(route: R, services: Services): R {
   const access = route["x-mam-access"];
   const middleware: MiddlewareHandler<AppEnv>[] = [];
   if (access.kind === "protected") {
-    middleware.push(bearerAuth(services), requireAccess(access, route.request?.params, services));
+    middleware.push(bearerAuth(services), limitReadTokens(services), requireAccess(access, route.request?.params, services));
   }
   const body = route.request?.body?.content;
   if (route["x-mam-body"] === "scanned") middleware.push(hookBody<AppEnv>(HOOK_BODY_MAX_BYTES));
@@ -79,4 +80,19 @@ export async function withBodyPaths<T>(fn: () => Promise<T>): Promise<T> {
     }
     throw e;
   }
+}
+
+/** After `bearerAuth`: a read token past its rate is `429 rate.limited` (with Retry-After), before the route reads anything. */
+function limitReadTokens({ readRates, settings, deps }: Pick<Services, "readRates" | "settings" | "deps">): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const principal = c.var.principal;
+    if (principal !== undefined && isReadToken(principal) && !readRates.take(principal.tokenId, deps.clock.now().getTime())) {
+      throw new MamError(
+        "rate.limited",
+        `this read token made more than ${settings.readTokenRatePerMinute} requests a minute (MAM_READ_TOKEN_RATE_PER_MINUTE, counted per service process); slow down — a dashboard polls every 10 s`,
+        { details: { per_minute: settings.readTokenRatePerMinute } },
+      );
+    }
+    await next();
+  };
 }
