@@ -21,6 +21,7 @@ import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { MAM, runMam } from "../support/mam-process.ts";
+import { serviceCaller } from "../support/service-call.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
@@ -61,16 +62,7 @@ function payload(name: string, vars: { session?: string | undefined; thread?: st
     .replaceAll("$THREAD", vars.thread ?? "");
 }
 
-async function call(method: string, url: string, token: string, body?: unknown, type = "application/json") {
-  const res = await fetch(new URL(url, service.url), {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": type }) },
-    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  // biome-ignore lint/suspicious/noExplicitAny: JSON answers read field by field
-  return { status: res.status, text, body: (text === "" ? undefined : JSON.parse(text)) as Record<string, any> };
-}
+const call = serviceCaller(() => service.url);
 
 interface Agent {
   readonly jobId: string;

@@ -12,6 +12,7 @@ import { parseConfig } from "@mam/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
+import { serviceCaller } from "../support/service-call.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
@@ -37,16 +38,7 @@ afterAll(async () => {
   await tmp?.remove();
 });
 
-async function call(method: string, url: string, token: string, body?: unknown, type = "application/json") {
-  const res = await fetch(new URL(url, service.url), {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": type }) },
-    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  // biome-ignore lint/suspicious/noExplicitAny: JSON answers read field by field
-  return { status: res.status, text, body: (text === "" ? undefined : JSON.parse(text)) as Record<string, any> };
-}
+const call = serviceCaller(() => service.url);
 
 describe("scheduled evaluation on mam serve (issue 20)", () => {
   it("a watcher's working, idle and covering idle complete the job by the sweep alone, and a subscriber receives the completion naming its rule and sources", async () => {

@@ -17,6 +17,7 @@ import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
 import { FakeHerdr, type FakePane } from "../support/fake-herdr.ts";
 import { herdrSchemaErrors } from "../support/herdr-schema.ts";
+import { serviceCaller } from "../support/service-call.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
@@ -46,16 +47,7 @@ afterAll(async () => {
   await tmp?.remove();
 });
 
-async function call(method: string, url: string, token: string, body?: unknown, type = "application/json") {
-  const res = await fetch(new URL(url, service.url), {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": type }) },
-    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  // biome-ignore lint/suspicious/noExplicitAny: JSON answers read field by field
-  return { status: res.status, text, body: (text === "" ? undefined : JSON.parse(text)) as Record<string, any> };
-}
+const call = serviceCaller(() => service.url);
 
 const SESSION = "0c9a2d11-0000-4000-8000-00000000c0de";
 
