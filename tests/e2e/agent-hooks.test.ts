@@ -14,16 +14,15 @@ import { readFileSync } from "node:fs";
 import { chmod, lstat, open, readFile, stat, symlink, writeFile } from "node:fs/promises";
 import { type AddressInfo, createServer, type Socket } from "node:net";
 import path from "node:path";
-import { type RunningService, runCli, startService } from "@mam/cli";
-import { parseConfig } from "@mam/core";
+import { type RunningService, runCli } from "@mam/cli";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
 import { MAM, runMam } from "../support/mam-process.ts";
-import { serviceCaller } from "../support/service-call.ts";
+import { serviceCaller, startTestService } from "../support/service-call.ts";
 import { subscribe } from "../support/subscriber.ts";
-import { type TempDir, tempDir } from "../support/temp-dir.ts";
+import type { TempDir } from "../support/temp-dir.ts";
 
 const FIXTURES = new URL("../../fixtures/hooks/", import.meta.url).pathname;
 const OTHER_SESSION = "99999999-0000-4000-8000-000000000bad";
@@ -34,24 +33,15 @@ const CONTROL = ["continue", "decision", "permissionDecision", "hookSpecificOutp
 let tmp: TempDir;
 let dataDir: string;
 let service: RunningService;
+let started: Awaited<ReturnType<typeof startTestService>> | undefined;
 const clock = new TestClock(new Date().toISOString());
 
 beforeAll(async () => {
-  tmp = await tempDir("agent-hooks");
-  dataDir = path.join(tmp.dir, "data");
-  const config = parseConfig({
-    MAM_DATA_DIR: dataDir,
-    MAM_PORT: "0",
-    MAM_MQTT_PORT: "0",
-    MAM_AUTO_COMPLETE: "1",
-    MAM_AUTO_COMPLETE_SOURCES: "agent.claude-code.stop,watcher.pane_status",
-    MAM_SWEEP_INTERVAL_SECONDS: "1",
-  });
-  service = await startService(config, () => undefined, { clock });
+  started = await startTestService("agent-hooks", clock, { MAM_AUTO_COMPLETE_SOURCES: "agent.claude-code.stop,watcher.pane_status" });
+  ({ service, dataDir, tmp } = started);
 });
 afterAll(async () => {
-  await service?.stop();
-  await tmp?.remove();
+  await started?.stop();
 });
 
 /** A fixture's text, its placeholders filled. */

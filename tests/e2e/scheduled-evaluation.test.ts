@@ -1,41 +1,21 @@
-/**
- * Issue 20, end to end: `mam serve` in-process (SQLite, files, its MQTT broker) with
- * the test clock. A watcher token posts working, idle, and idle again once the settle
- * window has passed; nobody posts a scenario or asks for an evaluation; the service's
- * own sweep timer evaluates the due candidate on what mam recorded and completes the
- * job, and a subscriber receives the completion naming its rule and sources. The test
- * waits on the notification (an event), never on time.
- */
-import path from "node:path";
-import { type RunningService, runCli, startService } from "@mam/cli";
-import { parseConfig } from "@mam/core";
+import { type RunningService, runCli } from "@mam/cli";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
-import { serviceCaller } from "../support/service-call.ts";
+import { serviceCaller, startTestService } from "../support/service-call.ts";
 import { subscribe } from "../support/subscriber.ts";
-import { type TempDir, tempDir } from "../support/temp-dir.ts";
 
-let tmp: TempDir;
 let dataDir: string;
 let service: RunningService;
+let started: Awaited<ReturnType<typeof startTestService>> | undefined;
 const clock = new TestClock(new Date().toISOString());
 
 beforeAll(async () => {
-  tmp = await tempDir("scheduled-evaluation");
-  dataDir = path.join(tmp.dir, "data");
-  const config = parseConfig({
-    MAM_DATA_DIR: dataDir,
-    MAM_PORT: "0",
-    MAM_MQTT_PORT: "0",
-    MAM_AUTO_COMPLETE: "1",
-    MAM_SWEEP_INTERVAL_SECONDS: "1",
-  });
-  service = await startService(config, () => undefined, { clock });
+  started = await startTestService("scheduled-evaluation", clock);
+  ({ service, dataDir } = started);
 });
 afterAll(async () => {
-  await service?.stop();
-  await tmp?.remove();
+  await started?.stop();
 });
 
 const call = serviceCaller(() => service.url);

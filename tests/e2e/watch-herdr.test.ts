@@ -9,42 +9,33 @@
  * message); time moves only by the test clock.
  */
 import path from "node:path";
-import { HerdrCollector, HerdrError, HerdrSocket, mamPort, type RunningService, runCli, startService } from "@mam/cli";
+import { HerdrCollector, HerdrError, HerdrSocket, mamPort, type RunningService, runCli } from "@mam/cli";
 import { createMamClient } from "@mam/client";
-import { parseConfig } from "@mam/core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
 import { FakeHerdr, type FakePane } from "../support/fake-herdr.ts";
 import { herdrSchemaErrors } from "../support/herdr-schema.ts";
-import { serviceCaller } from "../support/service-call.ts";
+import { serviceCaller, startTestService } from "../support/service-call.ts";
 import { subscribe } from "../support/subscriber.ts";
-import { type TempDir, tempDir } from "../support/temp-dir.ts";
+import type { TempDir } from "../support/temp-dir.ts";
 
 let tmp: TempDir;
 let dataDir: string;
 let service: RunningService;
+let started: Awaited<ReturnType<typeof startTestService>> | undefined;
 let watcherToken: string;
 const clock = new TestClock(new Date().toISOString());
 
 beforeAll(async () => {
-  tmp = await tempDir("watch-herdr");
-  dataDir = path.join(tmp.dir, "data");
-  const config = parseConfig({
-    MAM_DATA_DIR: dataDir,
-    MAM_PORT: "0",
-    MAM_MQTT_PORT: "0",
-    MAM_AUTO_COMPLETE: "1",
-    MAM_SWEEP_INTERVAL_SECONDS: "1",
-  });
-  service = await startService(config, () => undefined, { clock });
+  started = await startTestService("watch-herdr", clock);
+  ({ service, dataDir, tmp } = started);
   const io = captureIo({});
   expect(await runCli(["token", "create", "--scope", "read,observe", "--name", "herdr", "--data-dir", dataDir, "--json"], io)).toBe(0);
   watcherToken = JSON.parse(io.out.join("")).token as string;
 });
 afterAll(async () => {
-  await service?.stop();
-  await tmp?.remove();
+  await started?.stop();
 });
 
 const call = serviceCaller(() => service.url);
