@@ -284,6 +284,19 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(429);
       });
 
+      it("issue 22: a wall clock stepped back does not empty a read token's bucket (a step back of a minute was a minute of 429s)", async () => {
+        const h = await harness({ readTokenRatePerMinute: 12 });
+        const reader = h.tokens.mintOperator(["read"], { name: "dashboard" });
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+        h.clock.advance(-60_000); // NTP steps the clock back a minute
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200); // the burst's second request was still there
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(429);
+        h.clock.advance(60_000); // back where it was: no refill for the minute it was behind
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(429);
+        h.clock.advance(5_000);
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+      });
+
       it("GET /v1/token names what the token that asks may do: an operator token's scopes, name and expiry; an agent token's job, attempt and expiry; never the token", async () => {
         const h = await harness();
         const job = await register(h);

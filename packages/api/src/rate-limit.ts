@@ -26,8 +26,13 @@ export class ReadTokenRates {
     const capacity = Math.max(1, this.#perMinute / 6);
     const bucket = this.#buckets.get(tokenId) ?? { tokens: capacity, at: now };
     this.#buckets.delete(tokenId);
-    bucket.tokens = Math.min(capacity, bucket.tokens + ((now - bucket.at) * this.#perMinute) / 60_000);
-    bucket.at = now;
+    // Only time that moves on refills, and the bucket's time never moves back: a wall
+    // clock stepped back (NTP) would otherwise drain the bucket below zero, a 429 for
+    // every read token until the clock caught up; and back where it was, no refill twice.
+    if (now > bucket.at) {
+      bucket.tokens = Math.min(capacity, bucket.tokens + ((now - bucket.at) * this.#perMinute) / 60_000);
+      bucket.at = now;
+    }
     const ok = bucket.tokens >= 1;
     if (ok) bucket.tokens -= 1;
     // Re-inserted last: the Map's order is recency, so the first key is the longest idle.
