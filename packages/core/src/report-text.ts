@@ -37,10 +37,20 @@ export async function readReportText(
     throw new MamError("dispatch.notFound", `job ${jobId} has no recorded dispatch for attempt ${attemptId}`);
   }
   const location = attemptReportLocation(jobId, attemptId);
-  const state = (await deps.reports.exists(location, REPORT_NAME)) ? "finalized" : "staged";
-  const name = state === "finalized" ? REPORT_NAME : STAGED_REPORT_NAME;
-  const stream = await deps.reports.read(location, name);
+  // The finalized report, else the staged one, else the finalized one again: a finalize
+  // that lands between the first two reads promotes the staged report and deletes it.
+  let state: ReportText["state"] = "finalized";
+  let stream = await deps.reports.read(location, REPORT_NAME);
+  if (stream === undefined) {
+    state = "staged";
+    stream = await deps.reports.read(location, STAGED_REPORT_NAME);
+  }
+  if (stream === undefined) {
+    state = "finalized";
+    stream = await deps.reports.read(location, REPORT_NAME);
+  }
   if (stream === undefined) throw new MamError("report.notFound", `attempt ${attemptId} of job ${jobId} has no report stored yet`);
+  const name = state === "finalized" ? REPORT_NAME : STAGED_REPORT_NAME;
   const chunks: Uint8Array[] = [];
   let held = 0;
   let truncated = false;
