@@ -297,6 +297,19 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
       });
 
+      it("issue 22: a read token's 429 says, in Retry-After, when its next request can go: a minute at one a minute (it said 5 s, then 429 again)", async () => {
+        const h = await harness({ readTokenRatePerMinute: 1 });
+        const reader = h.tokens.mintOperator(["read"], { name: "dashboard" });
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+        const limited = await h.call("GET", "/v1/jobs", { token: reader });
+        expect(limited.status).toBe(429);
+        expect(limited.headers.get("retry-after")).toBe("60");
+        h.clock.advance(5_000);
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(429);
+        h.clock.advance(55_000);
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+      });
+
       it("GET /v1/token names what the token that asks may do: an operator token's scopes, name and expiry; an agent token's job, attempt and expiry; never the token", async () => {
         const h = await harness();
         const job = await register(h);

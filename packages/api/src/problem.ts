@@ -151,8 +151,14 @@ export function problemResponse(c: Context, problem: Problem, headers: Record<st
   if (problem.code === "auth.forbidden" && typeof problem.required_scope === "string") {
     h["www-authenticate"] = `Bearer realm="mam", error="insufficient_scope", scope="${problem.required_scope}"`;
   }
-  if (problem.status === 503 || problem.status === 507 || problem.status === 429) h["retry-after"] = String(RETRY_AFTER_SECONDS);
+  if (problem.status === 503 || problem.status === 507 || problem.status === 429) h["retry-after"] = String(retryAfterSeconds(problem));
   return c.body(JSON.stringify(problem), problem.status as 400, h);
+}
+
+/** A read token past its rate refills one request every 60 / per_minute s: below 12 a minute, longer than the usual 5 s. */
+function retryAfterSeconds(problem: Problem): number {
+  const perMinute = problem.code === "rate.limited" ? problem.per_minute : undefined;
+  return typeof perMinute === "number" && perMinute > 0 ? Math.max(RETRY_AFTER_SECONDS, Math.ceil(60 / perMinute)) : RETRY_AFTER_SECONDS;
 }
 
 function quoteSafe(s: string): string {
