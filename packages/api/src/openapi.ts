@@ -230,7 +230,7 @@ export function problemResponse(example: Problem) {
     headers["Retry-After"] = {
       description:
         status === 429
-          ? "Seconds to wait before trying again: the token holds as many open streams as it may."
+          ? "Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota."
           : status === 507
             ? "Seconds to wait before trying again: the store's disk is below the floor kept for the service's own records."
             : "Seconds to wait before trying again: the store or the broker could not be reached.",

@@ -1470,7 +1470,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -1738,7 +1738,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -1959,7 +1959,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -2328,7 +2328,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -2617,7 +2617,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -2827,7 +2827,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -3030,7 +3030,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -3341,7 +3341,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -3652,7 +3652,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -3975,7 +3975,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -4227,7 +4227,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -4553,7 +4553,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -4863,7 +4863,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -5163,7 +5163,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -5368,7 +5368,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -5589,7 +5589,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -5944,7 +5944,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -6040,7 +6040,7 @@ export interface operations {
       query?: {
         /** @description A cursor this feed handed out (a row's `cursor`, or a page's): the rows after it. Absent: from the beginning. */
         after?: string;
-        /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. */
+        /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. Page them with the cursors this listing hands out: on DynamoDB a cursor of the all-jobs feed is a position in another order (docs/notifications.md, Cursors). */
         job_id?: string;
         /** @description At most this many rows (1-1000, 100 by default). */
         limit?: number;
@@ -6167,7 +6167,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -6239,7 +6239,7 @@ export interface operations {
       query?: {
         /** @description A cursor this feed handed out (a row's `cursor`, or a page's): the rows after it. Absent: from the beginning. */
         after?: string;
-        /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. */
+        /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. Page them with the cursors this listing hands out: on DynamoDB a cursor of the all-jobs feed is a position in another order (docs/notifications.md, Cursors). */
         job_id?: string;
       };
       header?: {
@@ -6349,7 +6349,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -6634,7 +6634,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -6930,7 +6930,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -7131,7 +7131,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };
@@ -7529,7 +7529,7 @@ export interface operations {
         headers: {
           /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
           "X-Request-Id"?: string;
-          /** @description Seconds to wait before trying again: the token holds as many open streams as it may. */
+          /** @description Seconds to wait before trying again: a read token past its rate, until its next request can go (at least 5), or a token holding as many open streams as it may, or a quota. */
           "Retry-After"?: number;
           [name: string]: unknown;
         };

@@ -44,7 +44,7 @@ const AfterParam = formValue(z.string().min(1).max(1024).optional()).openapi({
 
 const JobFilterParam = formValue(JobId.optional()).openapi({
   description:
-    "Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403.",
+    "Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. Page them with the cursors this listing hands out: on DynamoDB a cursor of the all-jobs feed is a position in another order (docs/notifications.md, Cursors).",
   example: EXAMPLE.jobId,
 });
 
