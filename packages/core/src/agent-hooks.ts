@@ -3,7 +3,7 @@ import type { Using } from "./deps.ts";
 import { MamError } from "./errors.ts";
 import type { HookAllowlist, ScannedHook } from "./hook-scanner.ts";
 import { nudgeReason } from "./nudge.ts";
-import { type ObservationOptions, recordObservation } from "./observations.ts";
+import { checkObservedSession, type ObservationOptions, recordObservation } from "./observations.ts";
 import type { DispatchRecords, JobRecords } from "./ports.ts";
 import type { HookDetails, ObservedState } from "./schemas.ts";
 
@@ -223,7 +223,7 @@ export async function recordHookEvent(
   });
   const options: ObservationOptions = { sessionField: event.sessionField, bindsSession: event.bindsSession, hook: event.details };
   if (reading.kind === "none") {
-    await checkSession(deps, bound, event);
+    await checkObservedSession(deps, bound.jobId, bound.attemptId, event.session, options);
     return { kind: "none", why: reading.why };
   }
   if (reading.kind === "end") {
@@ -239,27 +239,6 @@ export async function recordHookEvent(
   });
   if (recorded.nudged) return { kind: "nudge", decision: "block", reason: nudgeReason(bound.attemptId) };
   return { kind: "recorded", coalesced: recorded.coalesced };
-}
-
-/** An event with no evidence still names a session: another than the attempt's is refused (a read, nothing written). */
-async function checkSession(
-  deps: Using<Pick<JobRecords, "get"> & Pick<DispatchRecords, "getDispatch">>,
-  bound: { readonly jobId: string; readonly attemptId: number },
-  event: HookEvent,
-): Promise<void> {
-  const job = await deps.jobs.get(bound.jobId);
-  if (job === undefined) throw new MamError("job.notFound", `job ${bound.jobId} does not exist`);
-  let expected: string | undefined;
-  if (event.bindsSession) {
-    const set = job.observations?.attempt_id === bound.attemptId ? job.observations : undefined;
-    expected = set?.bound_session?.id;
-  } else {
-    expected = (await deps.jobs.getDispatch(bound.jobId, bound.attemptId))?.agent_session_uuid;
-  }
-  if (expected !== undefined && expected !== event.session) {
-    const message = `${event.sessionField} does not match attempt ${bound.attemptId}'s session (another session's event on this token)`;
-    throw new MamError("observation.mismatch", message, { issues: [{ path: `body.${event.sessionField}`, message }] });
-  }
 }
 
 /** The event's name and session, both required strings: without them an event is no event of a session. */

@@ -103,11 +103,11 @@ export async function recordObservation(
     read = dispatch;
     const received = deps.clock.now();
     const stored = observationsOf(job, dispatch.attempt_id);
-    const bound = boundSessionOf(stored, body, dispatch, options);
+    const bound = boundSessionOf(stored, body.agent_session_uuid, dispatch, options);
     const nudged = options.nudge !== undefined && nudgeDue(job, stored, dispatch.attempt_id, deps.flags, options.nudge.stopHookActive);
     // A nudged Stop sends the agent back to work (mam's own answer): work in flight, as a
     // Stop with a background task is, never the quiescence a rule would measure from.
-    const seen: ObservationRequest = nudged ? { ...bound.body, state: "working" } : bound.body;
+    const seen: ObservationRequest = { ...body, agent_session_uuid: bound.session, ...(nudged ? { state: "working" as const } : {}) };
     checkObservation(seen, job, dispatch, sourceClass, received, deps.flags.observationSkewSeconds, options);
     const receivedAt = received.toISOString();
     const rev = job.observations?.rev ?? 0;
@@ -242,7 +242,6 @@ function checkObservation(
 ): void {
   const mismatch = (field: string, message: string) =>
     new MamError("observation.mismatch", message, { issues: [{ path: `body.${field}`, message }], details: { current: job } });
-  const sessionField = options.sessionField ?? "agent_session_uuid";
   if (body.attempt_id !== dispatch.attempt_id) {
     if (body.attempt_id > dispatch.attempt_id) {
       throw new MamError("dispatch.notFound", `job ${job.job_id} has no recorded dispatch for attempt ${body.attempt_id}`);
@@ -253,12 +252,8 @@ function checkObservation(
     );
   }
   // A cleared or forked session names its new id: recorded as what ends the evidence of the one dispatched.
-  if (body.agent_session_uuid !== dispatch.agent_session_uuid && options.endsEvidence === undefined) {
-    throw mismatch(
-      sessionField,
-      `${sessionField} does not match attempt ${dispatch.attempt_id}'s recorded dispatch (another session's observation): this token belongs to the session mam dispatch generated (MAM_SESSION)`,
-    );
-  }
+  // A cleared or forked session names its new id: recorded as what ends the evidence of the one dispatched.
+  if (options.endsEvidence === undefined) checkDispatchedSession(body.agent_session_uuid, dispatch, options, job);
   if (body.pane_process_generation === undefined) {
     if (sourceClass === "watcher") {
       throw mismatch("pane_process_generation", "a watcher's observation names the pane's process generation (pane_process_generation)");
@@ -303,19 +298,50 @@ function checkObservation(
  */
 function boundSessionOf(
   stored: ObservationSet | undefined,
-  body: ObservationRequest,
+  session: string,
   dispatch: DispatchRecord,
   options: ObservationOptions,
-): { body: ObservationRequest; binds?: { id: string; field: string } } {
-  if (options.bindsSession !== true) return { body };
+): { session: string; binds?: { id: string; field: string } } {
+  if (options.bindsSession !== true) return { session };
   const field = options.sessionField ?? "agent_session_uuid";
   const bound = stored?.bound_session;
-  if (bound !== undefined && bound.id !== body.agent_session_uuid) {
-    const message = `${field} ${body.agent_session_uuid} is not the session attempt ${dispatch.attempt_id}'s first event bound (${bound.id}, at ${bound.at}): another session's event on this token`;
+  if (bound !== undefined && bound.id !== session) {
+    const message = `${field} ${session} is not the session attempt ${dispatch.attempt_id}'s first event bound (${bound.id}, at ${bound.at}): another session's event on this token`;
     throw new MamError("observation.mismatch", message, { issues: [{ path: `body.${field}`, message }] });
   }
-  const seen = { ...body, agent_session_uuid: dispatch.agent_session_uuid };
-  return bound === undefined ? { body: seen, binds: { id: body.agent_session_uuid, field } } : { body: seen };
+  return bound === undefined
+    ? { session: dispatch.agent_session_uuid, binds: { id: session, field } }
+    : { session: dispatch.agent_session_uuid };
+}
+
+/** The session an observation names must be the one its dispatch recorded (`mam dispatch` generated it): another is refused, naming the field it came in. */
+function checkDispatchedSession(session: string, dispatch: DispatchRecord, options: ObservationOptions, job?: JobRecord): void {
+  if (session === dispatch.agent_session_uuid) return;
+  const field = options.sessionField ?? "agent_session_uuid";
+  const message = `${field} does not match attempt ${dispatch.attempt_id}'s recorded dispatch (another session's observation): this token belongs to the session mam dispatch generated (MAM_SESSION)`;
+  throw new MamError("observation.mismatch", message, {
+    issues: [{ path: `body.${field}`, message }],
+    ...(job === undefined ? {} : { details: { current: job } }),
+  });
+}
+
+/**
+ * The session an event with no evidence names (a hook's `SessionStart`, an unread
+ * notification), checked as `recordObservation` checks an observation's: bound once
+ * (`bindsSession`) or the dispatch's. A read; nothing is written, nothing bound.
+ */
+export async function checkObservedSession(
+  deps: Using<Pick<JobRecords, "get"> & Pick<DispatchRecords, "getDispatch">>,
+  jobId: string,
+  attemptId: number,
+  session: string,
+  options: ObservationOptions,
+): Promise<void> {
+  const job = await getJob(deps, jobId);
+  const dispatch = await deps.jobs.getDispatch(jobId, attemptId);
+  if (dispatch === undefined) return;
+  const bound = boundSessionOf(observationsOf(job, attemptId), session, dispatch, options);
+  if (options.bindsSession !== true) checkDispatchedSession(bound.session, dispatch, options);
 }
 
 /** The same state, by the same kind of signal, of the same dispatch identity: a repeat, coalesced. */
