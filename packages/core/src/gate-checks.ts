@@ -14,9 +14,8 @@ export function recordChecks(
   job: JobRecord | undefined,
   jobId: string,
 ): { refusal: GateRefusal; reason: string } | undefined {
-  if (!flags.autoComplete) return { refusal: "disabled", reason: "auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)" };
-  if (!flags.engineCas)
-    return { refusal: "cas_rolled_back", reason: "auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)" };
+  const flagged = flagChecks(flags);
+  if (flagged !== undefined) return flagged;
   if (!job) return { refusal: "job_missing", reason: `job ${jobId} does not exist` };
   if (job.status !== "running") return { refusal: "not_running", reason: `job ${job.job_id} is ${job.status}, not running` };
   if (job.auto_complete !== true)
@@ -27,5 +26,13 @@ export function recordChecks(
       reason: `backend ${JSON.stringify(job.agent)} has no quiescent-state evidence in the allowlist (allowed: ${flags.allowedBackends.join(", ") || "none"})`,
     };
   }
+  return undefined;
+}
+
+/** The first two of them, on the flags alone: what the gate asks before it reads the record. */
+export function flagChecks(flags: Flags): { refusal: GateRefusal; reason: string } | undefined {
+  if (!flags.autoComplete) return { refusal: "disabled", reason: "auto-completion is disabled (set MAM_AUTO_COMPLETE=1 to enable it)" };
+  if (!flags.engineCas)
+    return { refusal: "cas_rolled_back", reason: "auto-completion is refused while the CAS engine is rolled back (MAM_ENGINE_CAS=0)" };
   return undefined;
 }

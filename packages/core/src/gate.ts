@@ -2,7 +2,7 @@ import type { Using } from "./deps.ts";
 import { newIntent } from "./engine.ts";
 import { isMamError } from "./errors.ts";
 import { verifyFinalizedEvidence } from "./finalize.ts";
-import { recordChecks } from "./gate-checks.ts";
+import { flagChecks, recordChecks } from "./gate-checks.ts";
 import { GATE_REASON_CLASS, type GateRefusal } from "./metrics.ts";
 import { buildScenario } from "./observations.ts";
 import type { RecordedScenario } from "./policy.ts";
@@ -86,9 +86,9 @@ export async function evaluateGate(deps: GateDeps, input: EvaluateInput): Promis
 
 async function decide(deps: GateDeps, input: EvaluateInput): Promise<Answer> {
   const { flags } = deps;
-  const first = recordChecks(flags, undefined, input.jobId);
   // The flags refuse before the record is read; the record's checks after.
-  if (first?.refusal === "disabled" || first?.refusal === "cas_rolled_back") return refuse(first.refusal, first.reason);
+  const flagged = flagChecks(flags);
+  if (flagged !== undefined) return refuse(flagged.refusal, flagged.reason);
   const job = input.job ?? (await deps.jobs.get(input.jobId));
   const checked = recordChecks(flags, job, input.jobId);
   if (checked !== undefined || job === undefined) return refuse(checked?.refusal ?? "job_missing", checked?.reason ?? "");
