@@ -11,6 +11,8 @@ export default defineConfig({
       ...configDefaults.exclude,
       "tests/engine/**",
       "tests/d1/**",
+      // tests/browser/ drives Debian's Chromium: the `test:browser` tier (vitest.browser.config.ts).
+      "tests/browser/**",
       ...(process.env.MAM_RELIABILITY ? [] : ["tests/reliability/**"]),
     ],
     testTimeout: 30_000,

@@ -783,30 +783,30 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expectProblem(await h.call("GET", "/docs/assets/..%2Fpackage.json"), 404, "route.notFound");
       });
 
-      it("GET / serves the self-contained dashboard shell, its script and stylesheet served by the app", async () => {
+      it("GET / serves the dashboard built by @mam/dashboard (read from its files), its script and stylesheet served by the app, nothing else", async () => {
         const h = await harness();
         const res = await h.call("GET", "/");
         expect(res.status).toBe(200);
         expect(res.headers.get("content-type")).toMatch(/^text\/html/);
-        for (const column of ["job_id", "agent", "status", "transition_seq", "updated_at", "owed notification"]) {
-          expect(res.text).toContain(`<th>${column}</th>`);
-        }
-        expect(res.text).toContain('<script src="assets/dashboard.js"></script>');
-        expect(res.text).toContain('<link rel="stylesheet" href="assets/dashboard.css">');
+        expect(res.text).toContain('<script type="module" src="assets/app.js"></script>');
+        expect(res.text).toContain('<link rel="stylesheet" href="assets/app.css">');
+        expect(res.text).toMatch(/<meta name="mam-feed" content="(stream|poll)">/);
         expect(res.text).not.toMatch(/(src|href)="(https?:)?\/\//);
-        expect(res.headers.get("content-security-policy")).toContain("default-src 'none'");
+        const csp = res.headers.get("content-security-policy") ?? "";
+        expect(csp).toContain("default-src 'none'");
+        expect(csp).toContain("script-src 'self'");
+        expect(csp).not.toContain("unsafe-inline");
 
-        const js = await h.call("GET", "/assets/dashboard.js");
+        const js = await h.call("GET", "/assets/app.js");
         expect(js.status).toBe(200);
         expect(js.headers.get("content-type")).toMatch(/^text\/javascript/);
         expect(js.headers.get("x-content-type-options")).toBe("nosniff");
         expect(js.text).toContain("sessionStorage");
-        expect(js.text).toContain("v1/jobs?");
-        expect(js.text).toContain("next_cursor");
-        const css = await h.call("GET", "/assets/dashboard.css");
+        expect(js.text).toContain("v1/events/stream");
+        const css = await h.call("GET", "/assets/app.css");
         expect(css.status).toBe(200);
         expect(css.headers.get("content-type")).toMatch(/^text\/css/);
-        for (const bad of ["package.json", "..%2Fdashboard.ts", "dashboard.ts", "constructor", "__proto__"]) {
+        for (const bad of ["index.html", "package.json", "..%2Fapp.js", "main.tsx", "app.js.map", "constructor", "__proto__"]) {
           expectProblem(await h.call("GET", `/assets/${bad}`), 404, "route.notFound");
         }
       });

@@ -7,61 +7,15 @@
  * API's change feed holds every row of the session, written by the feed writer. Then
  * SIGTERM stops it, and every piece with it.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdir, readFile, symlink, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deadPort } from "../support/dead-port.ts";
+import { type Offline, ROOT, START_TIMEOUT_MS, startOffline } from "../support/offline.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { type TempDir, tempDir } from "../support/temp-dir.ts";
-
-const ROOT = path.resolve(import.meta.dirname, "..", "..");
-/** The stack bundles three functions and starts a JVM and serverless-offline: on a busy 2-core machine, up to a minute or two. */
-const START_TIMEOUT_MS = 240_000;
-
-interface Offline {
-  readonly child: ChildProcess;
-  readonly api: string;
-  readonly mqtt: string;
-  readonly output: () => string;
-  readonly exited: Promise<number | null>;
-}
-
-async function startOffline(dir: string, ports: { api: number; lambda: number; mqtt: number }): Promise<Offline> {
-  const child = spawn("npm", ["run", "offline"], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      MAM_DATA_DIR: path.join(dir, ".mam"),
-      MAM_OFFLINE_PORT: String(ports.api),
-      MAM_OFFLINE_LAMBDA_PORT: String(ports.lambda),
-      MAM_OFFLINE_MQTT_PORT: String(ports.mqtt),
-      MAM_AUTO_COMPLETE: "1",
-    },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const up = new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`npm run offline did not come up:\n${out}`)), START_TIMEOUT_MS);
-    const onData = (d: Buffer): void => {
-      out += String(d);
-      if (/is up in [\d.]+ s/.test(out)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout?.on("data", onData);
-    child.stderr?.on("data", onData);
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`npm run offline exited (${code}) before it was up:\n${out}`));
-    });
-  });
-  await up;
-  return { child, api: `http://127.0.0.1:${ports.api}`, mqtt: `mqtt://127.0.0.1:${ports.mqtt}`, output: () => out, exited };
-}
 
 /** The README's "A session with curl" block, as it is written, but for the URL (and a scenario file of this test's own). */
 async function readmeSession(api: string, scenarioFile: string): Promise<string> {

@@ -11,7 +11,7 @@
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { DOCS_ASSETS } from "@mam/api";
+import { DASHBOARD_FILES, DOCS_ASSETS } from "@mam/api";
 import { JOB_TABLE_DEFINITION, RETIRED_TAG } from "@mam/aws";
 import { parseConfig } from "@mam/core";
 import type { Metafile } from "esbuild";
@@ -131,7 +131,7 @@ describe("npm run package", () => {
     for (const f of Object.values(FUNCTIONS)) expect(output).toContain(`bundled ${f.bundle}:`);
   });
 
-  it("each function's zip holds its own bundle (and the http one the docs assets), nothing else", () => {
+  it("each function's zip holds its own bundle (and the http one the docs assets and the dashboard's files), nothing else", () => {
     for (const [name, f] of Object.entries(FUNCTIONS)) {
       const entries = zipEntries(join(outDir, `${name}.zip`)).filter((e) => !e.endsWith("/"));
       const own = entries.filter((e) => e.startsWith(`.build/${f.bundle}/`));
@@ -147,6 +147,10 @@ describe("npm run package", () => {
       .map((e) => e.slice(".build/http/node_modules/swagger-ui-dist/".length));
     expect(docs.sort()).toEqual(["package.json", ...Object.keys(DOCS_ASSETS)].sort());
     expect(readdirSync(join(ROOT, ".build", "http", "node_modules", "swagger-ui-dist")).sort()).toEqual(docs.sort());
+    const dashboard = zipEntries(join(outDir, "http.zip"))
+      .filter((e) => e.startsWith(".build/http/node_modules/@mam/dashboard/"))
+      .map((e) => e.slice(".build/http/node_modules/@mam/dashboard/".length));
+    expect(dashboard.sort()).toEqual(["package.json", ...Object.keys(DASHBOARD_FILES).map((f) => `dist/${f}`)].sort());
   });
 
   it("each zip holds every chunk its bundle imports; the http cold start loads no SSM, S3 or IoT client and no Powertools Metrics (chunks of their own)", () => {

@@ -1,5 +1,6 @@
 export { type Access, type AgentBinding, assertLatestAttempt, authorize, type PathParams } from "./access.ts";
 export { type AppEnv, type AppOptions, createApp } from "./app.ts";
+export { DASHBOARD_FILES } from "./dashboard.ts";
 export { DOCS_ASSETS } from "./docs.ts";
 export {
   HTTP_STATUS,

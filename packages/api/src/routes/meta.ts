@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { secureHeaders } from "hono/secure-headers";
 import { anyone } from "../access.ts";
-import { DASHBOARD_ASSETS, DASHBOARD_HTML } from "../dashboard.ts";
+import { DASHBOARD_FILES, DASHBOARD_NOT_BUILT, readDashboardFile } from "../dashboard.ts";
 import { DOCS_ASSETS, DOCS_HTML, readDocsAsset } from "../docs.ts";
 import { EXAMPLE } from "../examples.ts";
 import { defineRoute, exampleProblem, jsonAnswer, REQUEST_ID_HEADER } from "../openapi.ts";
@@ -132,17 +132,18 @@ export const getAssetRoute = withHandler(
       path: "/assets/{file}",
       tags: ["meta"],
       summary: "The dashboard's script and stylesheet",
-      description: `One of: ${Object.keys(DASHBOARD_ASSETS)
+      description: `One of: ${Object.keys(DASHBOARD_FILES)
+        .filter((f) => f !== "index.html")
         .map((f) => `\`${f}\``)
-        .join(", ")}; anything else is a 404.`,
+        .join(", ")} (built by @mam/dashboard, read on first request); anything else is a 404.`,
       request: { params: FileParam },
       responses: { 200: asset("The asset.", ["text/javascript", "text/css"]) },
     },
-    [exampleProblem("route.notFound", 'no asset "dashboard.js.map"')],
+    [exampleProblem("route.notFound", 'no asset "app.js.map"')],
   ),
-  (c) => {
+  async (c) => {
     const name = c.req.valid("param").file;
-    const found = Object.hasOwn(DASHBOARD_ASSETS, name) ? DASHBOARD_ASSETS[name] : undefined;
+    const found = name === "index.html" ? undefined : await readDashboardFile(name, { streaming: true });
     if (found === undefined) throw new RoutingProblem("route.notFound", `no asset ${JSON.stringify(name).slice(0, 80)}`);
     return c.body(found.body, 200, { "content-type": found.contentType, "cache-control": "no-cache", "x-content-type-options": "nosniff" });
   },
@@ -162,15 +163,25 @@ export const getHealthRoute = withHandler(
 );
 
 export const getDashboardRoute = withHandler(
-  defineRoute(anyone, {
-    operationId: "getDashboard",
-    method: "get",
-    path: "/",
-    tags: ["meta"],
-    summary: "The dashboard shell (its data needs a token)",
-    description: "A page that asks for an operator token and reads `GET /v1/jobs` with it.",
-    middleware: [page(["'self'"])] as const,
-    responses: { 200: html("The dashboard page.", '<!doctype html>\n<html lang="en">\n<head>\n<title>mam — jobs</title>\n…') },
-  }),
-  (c) => c.html(DASHBOARD_HTML, 200, HTML_CACHE),
+  defineRoute(
+    anyone,
+    {
+      operationId: "getDashboard",
+      method: "get",
+      path: "/",
+      tags: ["meta"],
+      summary: "The dashboard (its data needs a token)",
+      description:
+        "The page an operator keeps open: it asks for a token (a read token from `mam token create --scope read --ttl 8h`), keeps it in sessionStorage and reads the JSON API with it, live from the change feed (streamed on `mam serve`, polled every 10 s where responses cannot stream).",
+      middleware: [page(["'self'"])] as const,
+      responses: { 200: html("The dashboard page.", '<!doctype html>\n<html lang="en">\n<head>\n<title>mam — jobs</title>\n…') },
+    },
+    [exampleProblem("route.notFound", DASHBOARD_NOT_BUILT)],
+  ),
+  async (c) => {
+    const streaming = c.var.services.changeStreams.settings.streaming !== false;
+    const found = await readDashboardFile("index.html", { streaming });
+    if (found === undefined) throw new RoutingProblem("route.notFound", DASHBOARD_NOT_BUILT);
+    return c.body(found.body, 200, { ...HTML_CACHE, "content-type": found.contentType });
+  },
 );

@@ -1,0 +1,339 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { ApiError, type ChangeRow, fetchWithToken, type JobRecord, ok, STATUSES, type Status } from "./api.ts";
+import type { Session } from "./session.ts";
+import { Marks, marksOf, Section, StatusBadge, Time, useTick } from "./ui.tsx";
+
+/** The store's listings for the jobs that need a person, and what each is called on screen. */
+const ATTENTION = [
+  { key: "stale", query: { stale: "true" }, label: "stale" },
+  { key: "overdue", query: { overdue: "true" }, label: "overdue" },
+  { key: "quarantined", query: { owed: "quarantined" }, label: "notification quarantined" },
+  { key: "due", query: { candidate: "due" }, label: "evaluation due" },
+] as const;
+type AttentionKey = (typeof ATTENTION)[number]["key"];
+
+const PAGE = 50;
+/** Records to read again after feed rows: gathered for this long, then read once each. */
+const REFRESH_GATHER_MS = 250;
+
+interface Counts {
+  readonly counts: Record<Status, number>;
+  readonly consistency: "exact" | "eventual";
+}
+
+/** Whether a record belongs in a listing filtered by status and mark. */
+function matches(job: JobRecord, status: Status | "", mark: AttentionKey | "", now: number): boolean {
+  if (status !== "" && job.status !== status) return false;
+  switch (mark) {
+    case "":
+      return true;
+    case "stale":
+      return job.stale_since !== undefined;
+    case "overdue":
+      return job.overdue_since !== undefined;
+    case "quarantined":
+      return job.pending_notification?.quarantined_at !== undefined;
+    case "due":
+      return job.status === "running" && job.candidate_at !== undefined && Date.parse(job.candidate_at) <= now;
+    default:
+      return mark satisfies never;
+  }
+}
+
+const needsAPerson = (job: JobRecord, now: number) => marksOf(job, now).some((m) => m.tone !== "info" || m.label === "evaluation due");
+
+export function ListView({
+  session,
+  statusFilter,
+  markFilter,
+}: {
+  session: Session;
+  statusFilter: Status | "";
+  markFilter: AttentionKey | "";
+}) {
+  const { api } = session;
+  const [order, setOrder] = useState<string[]>([]);
+  const [jobs, setJobs] = useState<ReadonlyMap<string, JobRecord>>(new Map());
+  const [attention, setAttention] = useState<ReadonlyMap<string, JobRecord>>(new Map());
+  const [next, setNext] = useState<string | undefined>(undefined);
+  const [counts, setCounts] = useState<Counts | undefined | null>(undefined);
+  const [agent, setAgent] = useState("");
+  const [loading, setLoading] = useState(true);
+  const [error, setError] = useState<string | undefined>(undefined);
+  useTick(15_000);
+
+  const query = useMemo(() => {
+    if (markFilter !== "") return ATTENTION.find((a) => a.key === markFilter)?.query ?? {};
+    return statusFilter === "" ? {} : { status: statusFilter };
+  }, [statusFilter, markFilter]);
+
+  const loadCounts = useCallback(async () => {
+    try {
+      const r = await fetchWithToken(session.token, "v1/job-counts");
+      setCounts((await r.json()) as Counts);
+    } catch (e) {
+      // A service without counts (404) shows none; anything else is said once.
+      if (!(e instanceof ApiError && e.status === 404)) session.say(`Counts: ${e instanceof Error ? e.message : String(e)}`);
+      setCounts(null);
+    }
+  }, [session]);
+
+  const loadAttention = useCallback(async () => {
+    const found = new Map<string, JobRecord>();
+    const pages = await Promise.all(
+      ATTENTION.map((a) => ok(api.GET("/v1/jobs", { params: { query: { ...a.query, limit: PAGE } } })).catch(() => undefined)),
+    );
+    for (const page of pages) for (const job of page?.items ?? []) found.set(job.job_id, job);
+    setAttention(found);
+  }, [api]);
+
+  // The first page of the listing, the counts and the attention listings, whenever the filter changes.
+  useEffect(() => {
+    let gone = false;
+    setLoading(true);
+    setError(undefined);
+    (async () => {
+      try {
+        const page = await ok(api.GET("/v1/jobs", { params: { query: { ...query, limit: PAGE } } }));
+        if (gone) return;
+        setOrder(page.items.map((j) => j.job_id));
+        setJobs(new Map(page.items.map((j) => [j.job_id, j])));
+        setNext(page.next_cursor ?? undefined);
+      } catch (e) {
+        if (!gone) setError(e instanceof Error ? e.message : String(e));
+      } finally {
+        if (!gone) setLoading(false);
+      }
+    })();
+    void loadCounts();
+    void loadAttention();
+    return () => {
+      gone = true;
+    };
+  }, [api, query, loadCounts, loadAttention]);
+
+  // Live: a feed row names a job; its record is read again (gathered, once per job)
+  // and put where it now belongs. Counts follow status changes, at most every 2 s.
+  const latest = useRef({ statusFilter, markFilter });
+  latest.current = { statusFilter, markFilter };
+  useEffect(() => {
+    const waiting = new Set<string>();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let countsDue = false;
+    let lastCounts = 0;
+    const flush = async () => {
+      timer = undefined;
+      const ids = [...waiting];
+      waiting.clear();
+      if (countsDue && Date.now() - lastCounts > 2000) {
+        countsDue = false;
+        lastCounts = Date.now();
+        void loadCounts();
+      } else if (countsDue) {
+        timer = setTimeout(flush, 2000);
+      }
+      const records = await Promise.all(
+        ids.map((id) => ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch(() => undefined)),
+      );
+      const now = Date.now();
+      const { statusFilter: s, markFilter: m } = latest.current;
+      setJobs((old) => {
+        const copy = new Map(old);
+        for (const r of records) if (r !== undefined && (copy.has(r.job_id) || matches(r, s, m, now))) copy.set(r.job_id, r);
+        return copy;
+      });
+      setOrder((old) => {
+        const fresh = records.filter((r): r is JobRecord => r !== undefined);
+        const leaving = new Set(fresh.filter((r) => !matches(r, s, m, now)).map((r) => r.job_id));
+        const arriving = fresh.filter((r) => matches(r, s, m, now) && !old.includes(r.job_id)).map((r) => r.job_id);
+        // A job that moved into the listing is the most recently updated: it goes first.
+        return [...arriving, ...old.filter((id) => !leaving.has(id))];
+      });
+      setAttention((old) => {
+        const copy = new Map(old);
+        for (const r of records) {
+          if (r === undefined) continue;
+          if (needsAPerson(r, now)) copy.set(r.job_id, r);
+          else copy.delete(r.job_id);
+        }
+        return copy;
+      });
+    };
+    const off = session.feed.onRow((row: ChangeRow) => {
+      waiting.add(row.job_id);
+      if (row.kind === "job.registered" || row.kind === "job.transitioned") countsDue = true;
+      timer ??= setTimeout(flush, REFRESH_GATHER_MS);
+    });
+    return () => {
+      off();
+      if (timer !== undefined) clearTimeout(timer);
+    };
+  }, [api, session, loadCounts]);
+
+  const more = async () => {
+    if (next === undefined) return;
+    try {
+      const page = await ok(api.GET("/v1/jobs", { params: { query: { ...query, limit: PAGE, cursor: next } } }));
+      // A job already shown (it moved up since the first page was read) is not shown twice.
+      setJobs((old) => {
+        const copy = new Map(old);
+        for (const j of page.items) if (!copy.has(j.job_id)) copy.set(j.job_id, j);
+        return copy;
+      });
+      setOrder((old) => [...old, ...page.items.map((j) => j.job_id).filter((id) => !old.includes(id))]);
+      setNext(page.next_cursor ?? undefined);
+    } catch (e) {
+      session.say(`Older jobs: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  };
+
+  const now = Date.now();
+  const needy = [...attention.values()].filter((j) => needsAPerson(j, now));
+  const shown = order
+    .map((id) => jobs.get(id))
+    .filter((j): j is JobRecord => j !== undefined)
+    .filter((j) => agent === "" || j.agent.toLowerCase().includes(agent.toLowerCase()));
+  const setHash = (s: Status | "", m: AttentionKey | "") => {
+    const params = new URLSearchParams();
+    if (s !== "") params.set("status", s);
+    if (m !== "") params.set("mark", m);
+    location.hash = `#/${params.size > 0 ? `?${params}` : ""}`;
+  };
+
+  return (
+    <>
+      <Section title="Jobs by status" id="counts-title">
+        {counts === null ? (
+          <p class="muted">This service does not count jobs by status.</p>
+        ) : (
+          <ul class="counts" aria-describedby="counts-note">
+            {STATUSES.map((s) => (
+              <li key={s}>
+                <a href={`#/?status=${s}`} aria-current={statusFilter === s && markFilter === "" ? "true" : undefined} class="count">
+                  <StatusBadge status={s} /> <strong data-count={s}>{counts?.counts[s] ?? "…"}</strong>
+                </a>
+              </li>
+            ))}
+          </ul>
+        )}
+        {counts?.consistency === "eventual" ? (
+          <p id="counts-note" class="muted">
+            Counts on AWS are kept by the feed writer: eventually consistent, a few seconds behind the jobs.
+          </p>
+        ) : null}
+      </Section>
+
+      <Section title="Needs a person" id="attention-title">
+        {needy.length === 0 ? (
+          <p class="muted" id="attention-empty">
+            Nothing stale, overdue, quarantined or due.
+          </p>
+        ) : (
+          <ul class="attention" aria-labelledby="attention-title">
+            {needy.map((j) => (
+              <li key={j.job_id}>
+                <a href={`#/jobs/${encodeURIComponent(j.job_id)}`}>{j.job_id}</a> <StatusBadge status={j.status} /> <Marks job={j} />
+                <DueReason session={session} job={j} />
+              </li>
+            ))}
+          </ul>
+        )}
+      </Section>
+
+      <Section title="Jobs" id="jobs-title">
+        <form class="filters" onSubmit={(e) => e.preventDefault()}>
+          <label>
+            Status{" "}
+            <select value={statusFilter} onChange={(e) => setHash(e.currentTarget.value as Status | "", "")} disabled={markFilter !== ""}>
+              <option value="">all</option>
+              {STATUSES.map((s) => (
+                <option key={s} value={s}>
+                  {s}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label>
+            Needing attention{" "}
+            <select value={markFilter} onChange={(e) => setHash("", e.currentTarget.value as AttentionKey | "")}>
+              <option value="">any job</option>
+              {ATTENTION.map((a) => (
+                <option key={a.key} value={a.key}>
+                  {a.label}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label>
+            Agent (in the loaded pages){" "}
+            <input type="search" value={agent} onInput={(e) => setAgent(e.currentTarget.value)} placeholder="e.g. claude-code" />
+          </label>
+        </form>
+        {error !== undefined ? (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        ) : null}
+        <div class="table-wrap">
+          <table aria-labelledby="jobs-title" aria-busy={loading ? "true" : "false"}>
+            <thead>
+              <tr>
+                <th scope="col">Job</th>
+                <th scope="col">Agent</th>
+                <th scope="col">Status</th>
+                <th scope="col">Needs</th>
+                <th scope="col">Updated</th>
+                <th scope="col">Seq</th>
+              </tr>
+            </thead>
+            <tbody id="job-rows">
+              {shown.map((j) => (
+                <tr key={j.job_id} data-job={j.job_id}>
+                  <td data-label="Job">
+                    <a href={`#/jobs/${encodeURIComponent(j.job_id)}`}>{j.job_id}</a>
+                  </td>
+                  <td data-label="Agent">{j.agent}</td>
+                  <td data-label="Status">
+                    <StatusBadge status={j.status} />
+                  </td>
+                  <td data-label="Needs">
+                    <Marks job={j} />
+                  </td>
+                  <td data-label="Updated">
+                    <Time iso={j.updated_at} />
+                  </td>
+                  <td data-label="Seq">{j.transition_seq}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+        {!loading && shown.length === 0 ? <p class="muted">No jobs here.</p> : null}
+        {next !== undefined ? (
+          <button type="button" onClick={more}>
+            Load older jobs
+          </button>
+        ) : null}
+      </Section>
+    </>
+  );
+}
+
+/** For a due candidate: the gate's dry-run answer (kept, see DryRuns). */
+function DueReason({ session, job }: { session: Session; job: JobRecord }) {
+  const due = job.status === "running" && job.candidate_at !== undefined && Date.parse(job.candidate_at) <= Date.now();
+  const [reason, setReason] = useState<string | undefined>(undefined);
+  const key = `${job.job_id}|${job.evidence_seq}|${job.transition_seq}`;
+  useEffect(() => {
+    if (!due) return;
+    let gone = false;
+    session.dryRuns
+      .get(job)
+      .then((a) => !gone && setReason(`${a.would_commit ? "would complete" : "held"}: ${a.reason}`))
+      .catch(() => undefined);
+    return () => {
+      gone = true;
+    };
+  }, [key, due]);
+  return due && reason !== undefined ? <span class="why">now: {reason}</span> : null;
+}

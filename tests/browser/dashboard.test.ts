@@ -1,0 +1,355 @@
+/**
+ * The dashboard in Debian's Chromium against an in-process `mam serve` on the test
+ * clock (tests/support/browser.ts): live updates, one job's story, why a job is not
+ * completing, the operator's actions by scope, hostile text shown as text, an
+ * accessibility check, screenshots. Every wait is for the DOM; latencies printed.
+ */
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { runCli, startService } from "@mam/cli";
+import { parseConfig } from "@mam/core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchChromium, pageErrors, screenshot, signIn, waitForFeedState, waitForText } from "../support/browser.ts";
+import { captureIo } from "../support/cli-io.ts";
+import { TestClock } from "../support/clock.ts";
+import { deadPort } from "../support/dead-port.ts";
+import { type ServiceAnswer, serviceCaller } from "../support/service-call.ts";
+import { type TempDir, tempDir } from "../support/temp-dir.ts";
+
+type Running = Awaited<ReturnType<typeof startService>>;
+
+const require = createRequire(import.meta.url);
+const AXE_SOURCE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+
+const SESSION = "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa";
+const HOSTILE = `<script>window.__owned=1</script><img src=x onerror="window.__owned=1"><a href="javascript:window.__owned=1">x</a>`;
+
+describe("the dashboard in a real browser", () => {
+  let tmp: TempDir;
+  let dataDir: string;
+  let port: number;
+  let service: Running;
+  let browser: Browser;
+  let op: string;
+  let reader: string;
+  let watcher: string;
+  const clock = new TestClock(new Date().toISOString(), { tickMs: 1 });
+  const base = () => `http://127.0.0.1:${port}`;
+  const call = serviceCaller(base);
+
+  const start = async () =>
+    startService(
+      parseConfig({
+        MAM_DATA_DIR: dataDir,
+        MAM_PORT: String(port),
+        MAM_MQTT_PORT: "0",
+        MAM_AUTO_COMPLETE: "1",
+        MAM_SWEEP_INTERVAL_SECONDS: "1",
+      }),
+      () => undefined,
+      { clock },
+    );
+
+  const token = async (...args: string[]): Promise<string> => {
+    const io = captureIo({});
+    expect(await runCli(["token", "create", ...args, "--data-dir", dataDir, "--json"], io)).toBe(0);
+    return JSON.parse(io.out.join("")).token as string;
+  };
+
+  const expectStatus = (answer: ServiceAnswer, status: number) => expect(answer.status, answer.text).toBe(status);
+
+  /** Registers, dispatches and claims a job; answers the agent's token. */
+  const running = async (jobId: string, extra: Record<string, unknown> = {}): Promise<string> => {
+    expectStatus(
+      await call("POST", "/v1/jobs", op, { job_id: jobId, prompt: `Fix ${jobId}`, agent: "claude-code", auto_complete: true, ...extra }),
+      201,
+    );
+    const dispatched = await call("POST", `/v1/jobs/${jobId}/dispatches`, op, {
+      attempt_id: 1,
+      agent_session_uuid: SESSION,
+      pane_process_generation: 3,
+      anchor: { started_at: clock.now().toISOString() },
+    });
+    expectStatus(dispatched, 201);
+    const agent = dispatched.body.agent_token as string;
+    expectStatus(await call("POST", `/v1/jobs/${jobId}/transitions`, agent, { action: "claim", expected_seq: 0 }), 200);
+    return agent;
+  };
+
+  const observe = (jobId: string, state: string) =>
+    call("POST", `/v1/jobs/${jobId}/observations`, watcher, {
+      state,
+      source_kind: "pane_status",
+      attempt_id: 1,
+      agent_session_uuid: SESSION,
+      pane_process_generation: 3,
+      observed_at: clock.now().toISOString(),
+    });
+
+  const newPage = async (): Promise<{ context: BrowserContext; page: Page; errors: string[] }> => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    return { context, page, errors: pageErrors(page) };
+  };
+
+  beforeAll(async () => {
+    tmp = await tempDir("browser");
+    dataDir = path.join(tmp.dir, "data");
+    port = await deadPort();
+    service = await start();
+    op = service.operatorToken;
+    reader = await token("--scope", "read", "--ttl", "8h", "--name", "dashboard");
+    watcher = await token("--scope", "observe", "--name", "herdr-1");
+    browser = await launchChromium();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await service?.stop();
+    await tmp?.remove();
+  });
+
+  it("signs in with a read token; a job registered and moved over the API appears and changes status without a reload; the indicator shows a restart and 'caught up' after it", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      await waitForText(page, "header .who", /dashboard · read/);
+
+      let t0 = performance.now();
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "live-1", prompt: "Live", agent: "claude-code" }), 201);
+      await waitForText(page, '#job-rows tr[data-job="live-1"]', /pending/);
+      const appeared = performance.now() - t0;
+
+      t0 = performance.now();
+      expectStatus(await call("POST", "/v1/jobs/live-1/transitions", op, { action: "cancel", expected_seq: 0 }), 200);
+      await waitForText(page, '#job-rows tr[data-job="live-1"]', /cancelled/);
+      const changed = performance.now() - t0;
+      console.log(`commit -> page (mam serve, streamed): registered ${appeared.toFixed(0)} ms, status changed ${changed.toFixed(0)} ms`);
+
+      // The service stops: the page says so; it comes back on the same port: "caught up" again, and what committed meanwhile shows.
+      const navigations: string[] = [];
+      page.on("framenavigated", (f) => navigations.push(f.url()));
+      await service.stop();
+      await waitForFeedState(page, "down");
+      service = await start();
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "live-2", prompt: "After the restart", agent: "codex" }), 201);
+      const back = await waitForFeedState(page, "caught-up", 30_000);
+      await waitForText(page, '#job-rows tr[data-job="live-2"]', /pending/);
+      console.log(`restart: caught up ${back.toFixed(0)} ms after the service came back`);
+      expect(navigations).toEqual([]);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("one job's story: its dispatch, observations, report, completion and notification; a held job shows the dry run's reason at the top; a stale job is listed first", async () => {
+    const agent = await running("story-1");
+    expectStatus(await call("PUT", "/v1/jobs/story-1/attempts/1/report", agent, "# Report\n\nFixed it.\n", "text/markdown"), 201);
+    expectStatus(await call("POST", "/v1/jobs/story-1/attempts/1/finalize", agent, { side_effects: [] }), 200);
+    await running("held-1");
+
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      // The held job: why, at the top, labelled "now".
+      await page.goto(`${base()}/#/jobs/held-1`);
+      await waitForText(page, "#why-reason", /now\s*Not completing: the policy holds: nothing was observed of attempt 1/);
+      const whyTop = await page.evaluate(
+        `(document.getElementById("why-title").compareDocumentPosition(document.getElementById("record-title")) & Node.DOCUMENT_POSITION_FOLLOWING) !== 0`,
+      );
+      expect(whyTop).toBe(true);
+
+      // The story: observed, settled, completed by the gate; the page follows it live.
+      await page.goto(`${base()}/#/jobs/story-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      expectStatus(await observe("story-1", "working"), 201);
+      expectStatus(await observe("story-1", "idle"), 201);
+      clock.advance(31_000);
+      expect((await observe("story-1", "idle")).status).toBeLessThan(300);
+      const t0 = performance.now();
+      const evaluated = await call("POST", "/v1/jobs/story-1/evaluations", op, {});
+      expectStatus(evaluated, 200);
+      expect(evaluated.body.committed, evaluated.text).toBe(true);
+      await waitForText(page, "#job-title", /completed/);
+      await waitForText(page, ".timeline", /intent\.published/);
+      console.log(`completion -> job page: ${(performance.now() - t0).toFixed(0)} ms`);
+      const timeline = (await page.locator(".timeline").textContent()) ?? "";
+      for (const kind of [
+        "job.registered",
+        "dispatch.recorded",
+        "job.transitioned",
+        "observation.recorded",
+        "report.staged",
+        "report.finalized",
+        "intent.published",
+      ])
+        expect(timeline).toContain(kind);
+      await waitForText(page, "#why-title + *", /Completed by the gate, on evidence/);
+      await waitForText(page, ".attempt", /Verifies/);
+      await page.getByRole("button", { name: "Read the report" }).click();
+      await waitForText(page, ".report-text pre", /Fixed it\./);
+      await screenshot(page, "job");
+
+      // Stale: no activity past MAM_STALE_AFTER_SECONDS; the sweep marks it; the list shows it under "Needs a person", first.
+      await running("stale-1");
+      clock.advance(1_801_000);
+      await page.goto(`${base()}/#/`);
+      await waitForText(page, ".attention li", /stale-1.*stale since/s, 30_000);
+      const firstSection = await page.locator("main section h2").allInnerTexts();
+      expect(firstSection.indexOf("Needs a person")).toBeLessThan(firstSection.indexOf("Jobs"));
+      await screenshot(page, "list");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("a read-only token sees no action; an operator's cancel, re-evaluation and send-now from the page commit and show their answers", async () => {
+    await running("act-1");
+    await running("act-2");
+    const ro = await newPage();
+    try {
+      await signIn(ro.page, base(), reader);
+      await ro.page.goto(`${base()}/#/jobs/act-1`);
+      await waitForText(ro.page, "#why-reason", /Not completing/);
+      expect(await ro.page.locator("#actions-title").count()).toBe(0);
+      expect(await ro.page.getByRole("button", { name: /Cancel|Re-evaluate|Send|Release/ }).count()).toBe(0);
+    } finally {
+      await ro.context.close();
+    }
+
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), op);
+      await page.goto(`${base()}/#/jobs/act-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      // Re-evaluate: the gate holds, and says why; nothing is written.
+      await page.getByRole("button", { name: "Re-evaluate" }).click();
+      await page.getByRole("button", { name: "Yes, re-evaluate" }).click();
+      await waitForText(page, "dialog .answer", /^Held: the policy holds/);
+      await page.getByRole("button", { name: "Close" }).click();
+      expect((await call("GET", "/v1/jobs/act-1", op)).body.status).toBe("running");
+
+      // Cancel: committed; the page shows the answer and the job's new status.
+      await page.getByRole("button", { name: "Cancel job" }).click();
+      await page.getByRole("button", { name: "Yes, cancel job" }).click();
+      await waitForText(page, "dialog .answer", /^Cancelled: the job is now cancelled/);
+      await page.getByRole("button", { name: "Close" }).click();
+      await waitForText(page, "#job-title", /cancelled/);
+      expect((await call("GET", "/v1/jobs/act-1", op)).body.status).toBe("cancelled");
+
+      await screenshot(page, "actions");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+
+    // Send now, on a service whose broker is down: the cancel's intent stays owed, the
+    // page offers to send it, and shows the service's answer (the send failed; still owed).
+    const other = await tempDir("browser-owed");
+    const otherPort = await deadPort();
+    const down = await startService(
+      parseConfig({
+        MAM_DATA_DIR: path.join(other.dir, "data"),
+        MAM_PORT: String(otherPort),
+        MAM_MQTT_URL: `mqtt://127.0.0.1:${await deadPort()}`,
+        MAM_MQTT_USERNAME: "mam",
+        MAM_MQTT_PASSWORD: "not-used",
+      }),
+      () => undefined,
+      { clock },
+    );
+    const second = await newPage();
+    try {
+      const otherCall = serviceCaller(() => `http://127.0.0.1:${otherPort}`);
+      expectStatus(await otherCall("POST", "/v1/jobs", down.operatorToken, { job_id: "owed-1", prompt: "Owed", agent: "codex" }), 201);
+      await signIn(second.page, `http://127.0.0.1:${otherPort}`, down.operatorToken);
+      await second.page.goto(`http://127.0.0.1:${otherPort}/#/jobs/owed-1`);
+      await second.page.getByRole("button", { name: "Cancel job" }).click();
+      await second.page.getByRole("button", { name: "Yes, cancel job" }).click();
+      await waitForText(second.page, "dialog .answer", /^Cancelled/);
+      await second.page.getByRole("button", { name: "Close" }).click();
+      await waitForText(second.page, "#owed", /Owed: "cancelled" intent/);
+      await second.page.getByRole("button", { name: "Send notification now" }).click();
+      await second.page.getByRole("button", { name: "Yes, send notification now" }).click();
+      await waitForText(second.page, "dialog .answer", /^The send failed: .+; the intent stays owed\./);
+      expect((await otherCall("GET", "/v1/jobs/owed-1", down.operatorToken)).body.pending_notification?.event).toBe("cancelled");
+      expect(second.errors).toEqual([]);
+    } finally {
+      await second.context.close();
+      await down.stop();
+      await other.remove();
+    }
+  });
+
+  it("a prompt, report, observation or event holding <script>, an onerror attribute or a javascript: URL is shown as text and runs nothing", async () => {
+    const agent = await running("xss-1", { prompt: HOSTILE });
+    expectStatus(
+      await call("POST", "/v1/jobs/xss-1/transitions", agent, {
+        action: "progress",
+        expected_seq: 1,
+        fields: { progress: { note: HOSTILE } },
+      }),
+      200,
+    );
+    expectStatus(await call("PUT", "/v1/jobs/xss-1/attempts/1/report", agent, `# ${HOSTILE}\n`, "text/markdown"), 201);
+    expectStatus(await call("POST", "/v1/jobs/xss-1/events", agent, { event: "progress", data: { note: HOSTILE } }), 200);
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await page.goto(`${base()}/#/jobs/xss-1`);
+      await waitForText(page, "pre.prompt", /<script>window\.__owned=1<\/script>/);
+      await waitForText(page, ".record", /onerror/);
+      await page.getByRole("button", { name: "Read the report" }).click();
+      await waitForText(page, ".report-text pre", /javascript:window\.__owned=1/);
+      await waitForText(page, ".events", /onerror=/);
+      const owned = await page.evaluate(`({
+        flag: window.__owned,
+        scripts: document.querySelectorAll("main script").length,
+        images: document.querySelectorAll("main img").length,
+        links: Array.from(document.querySelectorAll("main a")).filter((a) => (a.getAttribute("href") ?? "").startsWith("javascript:")).length,
+      })`);
+      expect(owned).toEqual({ flag: undefined, scripts: 0, images: 0, links: 0 });
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("an accessibility check (axe-core, WCAG 2.1 A/AA) of the list and a job page reports no serious or critical violation", async () => {
+    await running("a11y-1");
+    const { context, page } = await newPage();
+    try {
+      await signIn(page, base(), op);
+      const check = async (where: string) => {
+        // Evaluated over the DevTools protocol, so the page's CSP (no inline script) stays as it is.
+        await page.evaluate(AXE_SOURCE);
+        const result = (await page.evaluate(
+          "axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } })",
+        )) as { violations: { id: string; impact: string; nodes: unknown[] }[] };
+        const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+        console.log(
+          `axe ${where}: ${result.violations.length} violations (${result.violations.map((v) => `${v.id}:${v.impact}`).join(", ") || "none"})`,
+        );
+        expect(serious.map((v) => v.id)).toEqual([]);
+      };
+      await waitForText(page, "#job-rows", /a11y-1/);
+      await check("list");
+      await page.goto(`${base()}/#/jobs/a11y-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      await check("job page");
+      // Narrow window: the page still reads, without a horizontal scroll.
+      await page.setViewportSize({ width: 360, height: 800 });
+      await page.goto(`${base()}/#/`);
+      await waitForText(page, "#job-rows", /a11y-1/);
+      expect(await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")).toBe(true);
+      await check("list, narrow");
+    } finally {
+      await context.close();
+    }
+  });
+});

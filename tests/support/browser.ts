@@ -1,0 +1,81 @@
+/**
+ * The browser tier's kit: Debian's Chromium (`/usr/bin/chromium`, or MAM_CHROMIUM)
+ * driven by playwright-core, started headless with the flags a closed network needs
+ * (no background networking, no component updates: without them Chromium's own
+ * connections are refused many at a time). Each test gets a fresh context (its own
+ * sessionStorage). Waits are for the DOM, never for time: `waitFor` polls the page
+ * until a condition holds, within a generous ceiling, and says how long it took.
+ */
+import { existsSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import path from "node:path";
+import { type Browser, chromium, type Page } from "playwright-core";
+
+export const CHROMIUM = process.env.MAM_CHROMIUM ?? "/usr/bin/chromium";
+/** Where the tier leaves its screenshots (a CI artifact; the README's images are copies). */
+export const ARTIFACTS = path.resolve(import.meta.dirname, "..", "..", "test-results", "browser");
+/** The most a DOM change may take to appear; measured latencies are printed. */
+export const DOM_CEILING_MS = 20_000;
+
+export async function launchChromium(): Promise<Browser> {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM}: install Debian's chromium package (apt-get install chromium), or set MAM_CHROMIUM`);
+  await mkdir(ARTIFACTS, { recursive: true });
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+}
+
+/** Everything the page printed to its console or threw, for a test to assert on. */
+export function pageErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(`pageerror: ${e.message}`));
+  page.on("dialog", (d) => {
+    errors.push(`dialog: ${d.type()} ${d.message()}`);
+    void d.dismiss();
+  });
+  return errors;
+}
+
+/** Opens the page and signs in with `token` through its form, as a person would. */
+export async function signIn(page: Page, baseUrl: string, token: string): Promise<void> {
+  await page.goto(`${baseUrl}/`);
+  await page.getByLabel("Token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.locator("#feed-state").waitFor({ timeout: DOM_CEILING_MS });
+}
+
+/** Waits until the locator's text matches; answers the milliseconds it took. */
+export async function waitForText(page: Page, selector: string, pattern: RegExp, ceilingMs = DOM_CEILING_MS): Promise<number> {
+  const started = performance.now();
+  // A string, run in the page: this file is type-checked without the DOM's types.
+  const probe = `(() => {
+    const text = Array.from(document.querySelectorAll(${JSON.stringify(selector)})).map((e) => e.textContent ?? "").join("\\n");
+    return new RegExp(${JSON.stringify(pattern.source)}, ${JSON.stringify(pattern.flags)}).test(text);
+  })()`;
+  await page.waitForFunction(probe, undefined, { timeout: ceilingMs, polling: 50 });
+  return performance.now() - started;
+}
+
+/** The feed indicator's state (`data-state`): connecting, down, live, caught-up. */
+export async function waitForFeedState(page: Page, state: string, ceilingMs = DOM_CEILING_MS): Promise<number> {
+  const started = performance.now();
+  await page.locator(`#feed-state[data-state="${state}"]`).waitFor({ timeout: ceilingMs });
+  return performance.now() - started;
+}
+
+export async function screenshot(page: Page, name: string): Promise<string> {
+  const file = path.join(ARTIFACTS, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  return file;
+}
