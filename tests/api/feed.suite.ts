@@ -326,6 +326,93 @@ export function apiFeedSuite(name: string, factory: PortsFactory): void {
       await stream.cancel();
     });
 
+    it("issue 22: ?from=head answers no rows and the head's cursor; after it, exactly the rows committed since", async () => {
+      const h = await harness();
+      const empty = await feed(h, h.operator, "?from=head");
+      expect(empty.status, empty.text).toBe(200);
+      expect(empty.body.items).toEqual([]);
+      const first = await register(h);
+      const fromEmpty = await feed(h, h.operator, `?after=${encodeURIComponent(empty.body.cursor)}`);
+      expect(fromEmpty.body.items.map((r: { job_id: string }) => r.job_id)).toEqual([first]);
+
+      const old = await register(h);
+      await dispatch(h, old);
+      const head = await feed(h, h.operator, "?from=head");
+      expect(head.body.items).toEqual([]);
+      expect((await feed(h, h.operator, `?after=${encodeURIComponent(head.body.cursor)}`)).body.items).toEqual([]);
+      const later = await register(h);
+      const agentToken = await dispatch(h, later);
+      expect((await claim(h, later, agentToken)).status).toBe(200);
+      const since = await feed(h, h.operator, `?after=${encodeURIComponent(head.body.cursor)}`);
+      expect(since.body.items.map((r: { job_id: string; kind: string }) => [r.job_id, r.kind])).toEqual([
+        [later, "job.registered"],
+        [later, "dispatch.recorded"],
+        [later, "job.transitioned"],
+      ]);
+      // An agent token's head is its own job's: after it, its job's later rows only.
+      const agentHead = await feed(h, agentToken, "?from=head");
+      expect(agentHead.status, agentHead.text).toBe(200);
+      await register(h);
+      const progress = await h.call("POST", `/v1/jobs/${later}/transitions`, {
+        token: agentToken,
+        json: { action: "progress", expected_seq: 1, fields: { progress: { step: 1 } } },
+      });
+      expect(progress.status, progress.text).toBe(200);
+      const agentSince = await feed(h, agentToken, `?after=${encodeURIComponent(agentHead.body.cursor)}`);
+      expect(agentSince.body.items.map((r: { job_id: string; kind: string }) => [r.job_id, r.kind])).toEqual([[later, "job.transitioned"]]);
+    });
+
+    it("issue 22: from=head with after or job_id is a 400 problem naming that field, on both routes; any other from names query.from", async () => {
+      const h = await harness();
+      const jobId = await register(h);
+      const cursor = (await feed(h, h.operator, "?from=head")).body.cursor as string;
+      for (const path of ["/v1/events", "/v1/events/stream"]) {
+        for (const [query, fields] of [
+          [`from=head&after=${encodeURIComponent(cursor)}`, ["query.after"]],
+          [`from=head&job_id=${jobId}`, ["query.job_id"]],
+          [`from=head&after=${encodeURIComponent(cursor)}&job_id=${jobId}`, ["query.after", "query.job_id"]],
+          ["from=tail", ["query.from"]],
+        ] as const) {
+          const res = await h.call("GET", `${path}?${query}`, { token: h.operator });
+          expect(res.status, `${path}?${query}`).toBe(400);
+          expect(res.headers.get("content-type")).toMatch(PROBLEM);
+          expect(res.body.code).toBe("input.invalid");
+          expect(res.body.errors.map((i: { path: string }) => i.path).sort()).toEqual([...fields]);
+        }
+      }
+    });
+
+    it("issue 22: the stream from=head sends `event: head` at once, then only rows committed after it; Last-Event-ID still wins", async () => {
+      const h = await harness();
+      const before = await register(h);
+      await dispatch(h, before);
+      const stream = await openStream(h, "/v1/events/stream?from=head", h.operator);
+      expect(stream.status).toBe(200);
+      const opening = await stream.until((e) => e.event === "head");
+      expect(opening.map((e) => e.event)).toEqual(["open", "head"]);
+      const head = opening[1]!;
+      expect(head.id).toBe(JSON.parse(head.data).cursor);
+      expect((await feed(h, h.operator, "?from=head")).body.cursor).toBe(head.id);
+      const after = await register(h);
+      const arrived = await stream.until((e) => e.event === "job.registered");
+      expect(arrived.map((e) => [e.event, rowOf(e).job_id])).toEqual([["job.registered", after]]);
+      await stream.cancel();
+
+      // A reconnect resumes where it left off: the header wins over from=head.
+      const resumed = await openStream(h, "/v1/events/stream?from=head", h.operator, { "last-event-id": head.id! });
+      const rows = await resumed.until((e) => e.event === "head");
+      expect(rows.filter((e) => e.event === "job.registered").map((e) => rowOf(e).job_id)).toEqual([after]);
+      await resumed.cancel();
+
+      // Where responses cannot stream: the head alone, with its id, for the EventSource to resume from.
+      const now = await makeHarness(factory, { feed: { streaming: false, retryMs: 1500 } }, cleanup);
+      await register(now);
+      const answer = await now.call("GET", "/v1/events/stream?from=head", { token: now.operator });
+      const { events } = parseSse(answer.text);
+      expect(events.map((e) => e.event)).toEqual(["message", "head"]);
+      expect(events[1]!.id).toBe((await feed(now, now.operator, "?from=head")).body.cursor);
+    });
+
     it("closes when its token expires (the test clock past the token's expiry)", async () => {
       const h = await harness();
       const jobId = await register(h);

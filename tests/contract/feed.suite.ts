@@ -248,6 +248,61 @@ export function changeFeedContract(name: string, make: () => Promise<{ store: Jo
       expect(after.items.map((r) => r.job_id)).toEqual(["theirs", "mine", "theirs"]);
     });
 
+    /** Every row after `after` (of one job's listing, with `jobId`), paged `limit` at a time. */
+    const readAfter = async (after: string, limit = 2, jobId?: string): Promise<ChangeRow[]> => {
+      const rows: ChangeRow[] = [];
+      for (let cursor = after; ; ) {
+        const page = await store.listChanges({ limit, after: cursor, ...(jobId ? { jobId } : {}) });
+        rows.push(...page.items);
+        if (page.items.length === 0) return rows;
+        cursor = page.cursor;
+      }
+    };
+
+    it("issue 22: the head of an empty feed is a cursor after which the first rows come", async () => {
+      const head = await store.feedHead();
+      const page = await store.listChanges({ limit: 10, after: head });
+      expect(page.items).toEqual([]);
+      expect(page.cursor).toBe(head);
+      await store.create(job("head-first"));
+      expect((await readAfter(head)).map((r) => [r.job_id, r.kind])).toEqual([["head-first", "job.registered"]]);
+    });
+
+    it("issue 22: the head after N rows is past them all: after it, exactly the M rows committed later, in order", async () => {
+      for (let i = 0; i < 3; i++) await store.create(job(`old-${i}`));
+      await store.transition("old-0", 0, { from: ["pending"], set: { status: "running" } });
+      const head = await store.feedHead();
+      expect(await readAfter(head)).toEqual([]);
+      await store.create(job("new-0"));
+      await store.transition("old-1", 0, { from: ["pending"], set: { status: "running" } });
+      await store.create(job("new-1"));
+      const later = await readAfter(head);
+      expect(later.map((r) => [r.job_id, r.kind])).toEqual([
+        ["new-0", "job.registered"],
+        ["old-1", "job.transitioned"],
+        ["new-1", "job.registered"],
+      ]);
+      expect(later).toEqual((await readAll()).slice(4));
+    });
+
+    it("issue 22: a job's head: after it, that job's listing reads only the job's rows committed later", async () => {
+      await store.create(job("head-mine"));
+      await store.create(job("head-theirs"));
+      const head = await store.feedHead({ jobId: "head-mine" });
+      const unknown = await store.feedHead({ jobId: "head-nobody" });
+      await store.transition("head-theirs", 0, { from: ["pending"], set: { status: "running" } });
+      await store.transition("head-mine", 0, { from: ["pending"], set: { status: "running" } });
+      expect((await readAfter(head, 1, "head-mine")).map((r) => [r.job_id, r.kind])).toEqual([["head-mine", "job.transitioned"]]);
+      expect(await readAfter(unknown, 1, "head-nobody")).toEqual([]);
+      await store.create(job("head-nobody"));
+      expect((await readAfter(unknown, 1, "head-nobody")).map((r) => r.kind)).toEqual(["job.registered"]);
+      const refused = await store.feedHead({ jobId: "not an id" }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect((refused as MamError).code).toBe("input.jobId");
+    });
+
     it("a cursor it did not hand out is input.invalid naming query.after: garbage, another listing's, a forged position", async () => {
       await store.create(job("cur-1"));
       await store.create(job("cur-2"));

@@ -9,6 +9,7 @@ import { type AtomicWrite, JobRecordSchema, type MamError, TransitionConflict } 
 import { D1Driver, SqlJobStore } from "@mam/local";
 import { describe, expect, it } from "vitest";
 import { atomicWriteContract } from "../contract/atomic-write.suite.ts";
+import { changeFeedContract } from "../contract/feed.suite.ts";
 import { jobStoreContract } from "../contract/job-store.suite.ts";
 import { jobRecord } from "../support/records.ts";
 import { sqlLayoutStatements } from "../support/sql-layout.ts";
@@ -25,6 +26,12 @@ async function freshLayout(): Promise<D1Driver> {
 }
 
 jobStoreContract("SQL store on D1 (Miniflare, workerd)", async () => {
+  const driver = await freshLayout();
+  return { store: new SqlJobStore(driver), close: async () => undefined };
+});
+
+// The feed (its head included, issue 22) over the same seam: the head is one SELECT of the driver's.
+changeFeedContract("SQL store on D1 (Miniflare, workerd)", async () => {
   const driver = await freshLayout();
   return { store: new SqlJobStore(driver), close: async () => undefined };
 });

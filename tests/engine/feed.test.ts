@@ -93,6 +93,10 @@ class PumpedStore extends DynamoJobStore {
     await this.pump?.pump();
     return super.listChanges(query);
   }
+  override async feedHead(query?: Pick<ChangeQuery, "jobId">): Promise<string> {
+    await this.pump?.pump();
+    return super.feedHead(query);
+  }
 }
 
 async function freshTable(): Promise<{ dynamo: PumpedStore; tableName: string; pump: StreamPump; drop(): Promise<void> }> {

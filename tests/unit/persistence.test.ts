@@ -408,6 +408,7 @@ describe("JobStoreBase: every write method reaches the commit hooks and the cach
       "listQuarantined",
       "listEvents",
       "listChanges",
+      "feedHead",
       "getDispatch",
       "onCommitted",
       "capabilities",

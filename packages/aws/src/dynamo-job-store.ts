@@ -397,6 +397,60 @@ export class DynamoJobStore extends JobStoreBase {
   }
 
   /**
+   * The position at the feed's read horizon (now minus the feed delay), where a read
+   * from it later picks up exactly the rows past the horizon: every row at or before it
+   * is already written (that is what the delay promises), and every row written later
+   * is filed after it. The whole feed: the last row at or before the horizon in the
+   * horizon's hour (one Query, descending, `Limit` 1), or, when that hour holds none
+   * yet, the start of that hour (no row of an earlier hour can still appear). A
+   * position is a real item's key, never a made-up one: the read from it starts after
+   * that item (`ExclusiveStartKey`), or at the hour's first item. One job's rows: its
+   * last row at or before the horizon, read by `feed-by-job` from the newest back (the
+   * rows past the horizon are the last delay's only); none: the job's start.
+   *
+   *   rows:   …──r1──r2──|──r3 (in flight)──r4──> written_at
+   *                   horizon = now − feedDelayMs
+   *   head = r2's position; after=head later reads r3, r4, …
+   */
+  protected async queryFeedHead(jobId: string | undefined): Promise<string> {
+    const horizon = new Date(this.#clock.now().getTime() - this.#feedDelayMs).toISOString();
+    const positionOf = (row: FeedRowItem): FeedPosition => ({ h: hourOf(row.written_at), s: row.sk, j: row.feed_job_sk });
+    if (jobId !== undefined) {
+      let head = START;
+      await this.#queryEach(
+        {
+          TableName: this.tableName,
+          IndexName: JOB_TABLE_INDEX.feedByJob,
+          KeyConditionExpression: "feed_job = :j",
+          ExpressionAttributeValues: { ":j": jobId },
+          ScanIndexForward: false,
+        },
+        (item) => {
+          const row = item as unknown as FeedRowItem;
+          if (row.written_at > horizon) return true;
+          head = positionOf(row);
+          return false;
+        },
+        "read the head of a job's change feed",
+      );
+      return encodeFeedPosition(head);
+    }
+    const hour = hourOf(horizon);
+    const [last] = await this.#queryUpTo(
+      {
+        TableName: this.tableName,
+        KeyConditionExpression: "pk = :p AND sk <= :upTo",
+        ExpressionAttributeValues: { ":p": feedPk(hour), ":upTo": `${horizon}#~` },
+        ScanIndexForward: false,
+        ConsistentRead: true,
+      },
+      1,
+      "read the change feed's head",
+    );
+    return encodeFeedPosition(last === undefined ? { h: hour, s: "", j: "" } : positionOf(last as unknown as FeedRowItem));
+  }
+
+  /**
    * The stream function's half of the feed: the rows one stream record's write produced
    * (`feedWriteOfStreamRecord`), filed now, written with the record's marker in one
    * transaction that only commits if the marker is absent: a replayed record writes

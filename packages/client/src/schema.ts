@@ -304,7 +304,7 @@ export interface paths {
     };
     /**
      * The change feed: every committed change, oldest first, after a cursor
-     * @description One row per committed change of any job (registered, transitioned, dispatched, report staged or finalized, intent published, failed, superseded, quarantined or released). An operator token with the `read` scope reads every job's rows; an agent token reads only its own job's. The page's `cursor` is always present: pass it as `after` to continue (an empty page means nothing newer yet). A cursor this feed did not hand out is a 400 naming `query.after`.
+     * @description One row per committed change of any job (registered, transitioned, dispatched, report staged or finalized, intent published, failed, superseded, quarantined or released). An operator token with the `read` scope reads every job's rows; an agent token reads only its own job's. The page's `cursor` is always present: pass it as `after` to continue (an empty page means nothing newer yet). `from=head` answers no rows and the feed's head as `cursor`, to follow the feed from now without reading its past. A cursor this feed did not hand out is a 400 naming `query.after`.
      */
     get: operations["listChanges"];
     put?: never;
@@ -324,7 +324,7 @@ export interface paths {
     };
     /**
      * The change feed as Server-Sent Events, resuming after Last-Event-ID
-     * @description The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. Resumes after `Last-Event-ID` (else `after`; else from the beginning); `job_id` narrows it to one job's rows. Once the backlog has been sent, one `event: head` (`data: {cursor}`) says the stream has caught up; later rows follow as they commit. The stream closes when the token expires, when an agent's attempt is retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. Tokens travel in the Authorization header only (EventSource polyfills send it).
+     * @description The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. Resumes after `Last-Event-ID` (else `after`; else, with `from=head`, at the feed's head, with no backlog; else from the beginning); `job_id` narrows it to one job's rows. Once the backlog has been sent, one `event: head` (`id:` and `data: {cursor}` its cursor) says the stream has caught up; later rows follow as they commit. The stream closes when the token expires, when an agent's attempt is retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. HEAD answers the headers only. A stream whose writes do not complete within the service's bound (a reader that stopped reading) is closed. Tokens travel in the Authorization header only (EventSource polyfills send it).
      */
     get: operations["streamChanges"];
     put?: never;
@@ -6042,6 +6042,8 @@ export interface operations {
         after?: string;
         /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. Page them with the cursors this listing hands out: on DynamoDB a cursor of the all-jobs feed is a position in another order (docs/notifications.md, Cursors). */
         job_id?: string;
+        /** @description `head`: start at the feed's head now, not at the beginning: a page answers no rows and the head's cursor, and `after` that cursor later reads exactly the rows committed since (on DynamoDB, those past the feed's delay). Not with `after` or `job_id` (an agent token starts at its own job's head). */
+        from?: "head";
         /** @description At most this many rows (1-1000, 100 by default). */
         limit?: number;
       };
@@ -6241,6 +6243,8 @@ export interface operations {
         after?: string;
         /** @description Only this job's rows (read by the feed's per-job index). An agent token reads its own job's rows whether it names it or not; another job is a 403. Page them with the cursors this listing hands out: on DynamoDB a cursor of the all-jobs feed is a position in another order (docs/notifications.md, Cursors). */
         job_id?: string;
+        /** @description `head`: start at the feed's head now, not at the beginning: a page answers no rows and the head's cursor, and `after` that cursor later reads exactly the rows committed since (on DynamoDB, those past the feed's delay). Not with `after` or `job_id` (an agent token starts at its own job's head). */
+        from?: "head";
       };
       header?: {
         /** @description The last row's cursor the client received (EventSource sends it on reconnecting); wins over `after`. */

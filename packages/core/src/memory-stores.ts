@@ -140,6 +140,11 @@ export class MemoryJobStore extends JobStoreBase {
     return { items, cursor: String(position) };
   }
 
+  /** Every row is readable at once (no delay), and a job's listing counts positions in the whole feed: the head is the row count. */
+  protected async queryFeedHead(_jobId: string | undefined): Promise<string> {
+    return String(this.#changes.length);
+  }
+
   protected async queryJobs(listing: JobListing, after: Position | undefined, limit: number): Promise<JobRecord[]> {
     const keyed: [Position, JobRecord][] = [];
     for (const r of this.#jobs.values()) {

@@ -151,6 +151,12 @@ export abstract class JobStoreBase implements JobStore {
    */
   protected abstract queryFeed(query: FeedQuery): Promise<FeedPage>;
   /**
+   * The adapter's own position at the feed's head now (whole feed, or `jobId`'s rows):
+   * the position `queryFeed` would hand out after reading every row readable now, so
+   * that reading after it later gives exactly the rows that become readable since.
+   */
+  protected abstract queryFeedHead(jobId: string | undefined): Promise<string>;
+  /**
    * Optional: `writes` in one atomic write (`AtomicWrite`, `AtomicOutcome`): every
    * required part and the optional updates whose conditions hold, or nothing at all
    * (a required update's condition did not hold). An adapter that offers it says so in
@@ -622,6 +628,11 @@ export abstract class JobStoreBase implements JobStore {
       );
     }
     return { items: page.items.map((row) => ({ ...row, cursor: wrapFeedPosition(row.cursor) })), cursor: wrapFeedPosition(page.cursor) };
+  }
+
+  async feedHead(query: Pick<ChangeQuery, "jobId"> = {}): Promise<string> {
+    if (query.jobId !== undefined) assertJobId(query.jobId);
+    return wrapFeedPosition(await this.queryFeedHead(query.jobId));
   }
 }
 

@@ -198,6 +198,16 @@ export interface FeedPage extends Page<ChangeRow> {
  */
 export interface ChangeFeed {
   listChanges(query: ChangeQuery): Promise<FeedPage>;
+  /**
+   * The feed's head now, as a cursor: `listChanges({ after: head })` later hands out
+   * exactly the rows that become readable after this call — none from before it, and
+   * none that becomes readable later skipped. It is the position at the feed's read
+   * horizon: SQLite's newest row; on DynamoDB the last row at or before now minus the
+   * feed delay, so a row still in flight is read when it appears. With `jobId`, the
+   * head of that job's rows, for its own listing (`listChanges({ jobId })`). Reads no
+   * row; the cursor is an ordinary one of this feed, as a page's is.
+   */
+  feedHead(query?: Pick<ChangeQuery, "jobId">): Promise<string>;
 }
 
 /**

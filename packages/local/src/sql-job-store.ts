@@ -342,6 +342,16 @@ export class SqlJobStore extends JobStoreBase {
     return storedFeedPage(stored, String(position));
   }
 
+  /**
+   * The newest row's cursor (0 before the first): cursors are assigned in commit order
+   * and never reused, so the rows after it are exactly those committed later. One
+   * position for the whole feed and every job's listing (`cursor > ?` either way).
+   */
+  protected async queryFeedHead(_jobId: string | undefined): Promise<string> {
+    const [row] = await this.#query("SELECT coalesce(max(cursor), 0) AS head FROM changes", []);
+    return String(row?.head ?? 0);
+  }
+
   /** Releases the driver (and its connection). */
   async close(): Promise<void> {
     await this.driver.close();

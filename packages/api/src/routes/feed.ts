@@ -4,6 +4,7 @@ import {
   ChangeActorSchema,
   ChangeDataSchema,
   type ChangeRow,
+  type FeedPage,
   IsoTime,
   JobId,
   type JobStore,
@@ -48,16 +49,43 @@ const JobFilterParam = formValue(JobId.optional()).openapi({
   example: EXAMPLE.jobId,
 });
 
-export const FeedQuerySchema = z.strictObject({
-  after: AfterParam,
-  job_id: JobFilterParam,
-  limit: formValue(z.coerce.number().int().min(1).max(1000).default(100)).openapi({
-    description: "At most this many rows (1-1000, 100 by default).",
-    example: 100,
-  }),
+const FromParam = formValue(z.enum(["head"]).optional()).openapi({
+  description:
+    "`head`: start at the feed's head now, not at the beginning: a page answers no rows and the head's cursor, and `after` that cursor later reads exactly the rows committed since (on DynamoDB, those past the feed's delay). Not with `after` or `job_id` (an agent token starts at its own job's head).",
+  example: "head",
 });
 
-export const FeedStreamQuerySchema = z.strictObject({ after: AfterParam, job_id: JobFilterParam });
+/** `from=head` is a starting point of its own: with `after` or `job_id` beside it, the request names the one it must drop. */
+function headAlone<T extends { from?: "head" | undefined; after?: string | undefined; job_id?: string | undefined }>(
+  q: T,
+  ctx: z.RefinementCtx,
+): void {
+  if (q.from === undefined) return;
+  if (q.after !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["after"], message: "after and from=head cannot be combined: each is where to start; give one" });
+  }
+  if (q.job_id !== undefined) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["job_id"],
+      message: "job_id and from=head cannot be combined: from=head is the whole feed's head",
+    });
+  }
+}
+
+export const FeedQuerySchema = z
+  .strictObject({
+    after: AfterParam,
+    job_id: JobFilterParam,
+    from: FromParam,
+    limit: formValue(z.coerce.number().int().min(1).max(1000).default(100)).openapi({
+      description: "At most this many rows (1-1000, 100 by default).",
+      example: 100,
+    }),
+  })
+  .superRefine(headAlone);
+
+export const FeedStreamQuerySchema = z.strictObject({ after: AfterParam, job_id: JobFilterParam, from: FromParam }).superRefine(headAlone);
 
 export const FeedStreamHeadersSchema = z.object({
   "last-event-id": z.string().min(1).max(1024).optional().openapi({
@@ -121,6 +149,7 @@ export const listChangesRoute = withHandler(
         "One row per committed change of any job (registered, transitioned, dispatched, report staged or finalized, intent published, failed, superseded, quarantined or released). " +
         "An operator token with the `read` scope reads every job's rows; an agent token reads only its own job's. " +
         "The page's `cursor` is always present: pass it as `after` to continue (an empty page means nothing newer yet). " +
+        "`from=head` answers no rows and the feed's head as `cursor`, to follow the feed from now without reading its past. " +
         "A cursor this feed did not hand out is a 400 naming `query.after`.",
       request: { query: FeedQuerySchema },
       responses: { 200: jsonAnswer("One page of the feed.", ChangePageSchema, { items: [ROW_EXAMPLE], cursor: FEED_CURSOR_EXAMPLE }) },
@@ -130,6 +159,7 @@ export const listChangesRoute = withHandler(
   async (c) => {
     const { deps } = c.var.services;
     const q = c.req.valid("query");
+    if (q.from === "head") return c.json({ items: [], cursor: await deps.jobs.feedHead(scopeOf(principalOf(c), undefined)) }, 200);
     const page = await deps.jobs.listChanges({
       limit: q.limit,
       ...(q.after === undefined ? {} : { after: q.after }),
@@ -156,8 +186,8 @@ export const streamChangesRoute = withHandler(
       summary: "The change feed as Server-Sent Events, resuming after Last-Event-ID",
       description:
         "The rows of `GET /v1/events` as they commit: `id:` is the row's cursor, `event:` its kind, `data:` the row's JSON. " +
-        "Resumes after `Last-Event-ID` (else `after`; else from the beginning); `job_id` narrows it to one job's rows. Once the backlog has been sent, one " +
-        "`event: head` (`data: {cursor}`) says the stream has caught up; later rows follow as they commit. The stream closes when the token expires, when an agent's attempt is " +
+        "Resumes after `Last-Event-ID` (else `after`; else, with `from=head`, at the feed's head, with no backlog; else from the beginning); `job_id` narrows it to one job's rows. Once the backlog has been sent, one " +
+        "`event: head` (`id:` and `data: {cursor}` its cursor) says the stream has caught up; later rows follow as they commit. The stream closes when the token expires, when an agent's attempt is " +
         "retired by a newer dispatch, and when the service stops; where responses cannot stream (AWS Lambda behind HTTP API), or past the " +
         "service's bound on open streams, the answer is the rows available now with a `retry:` and the stream ends, so an EventSource reconnects with Last-Event-ID. " +
         "A token past its own bound on open streams (an agent's job and attempt: 4; an operator token: 16) is a 429 `stream.tooMany` naming the bound. " +
@@ -184,18 +214,24 @@ export const streamChangesRoute = withHandler(
     const options = changeStreams.settings;
     const principal = principalOf(c);
     const headerCursor = c.req.valid("header")["last-event-id"];
-    const after = headerCursor ?? c.req.valid("query").after;
-    const scope = scopeOf(principal, c.req.valid("query").job_id);
+    const query = c.req.valid("query");
+    const after = headerCursor ?? query.after;
+    const scope = scopeOf(principal, query.job_id);
+    // From the head (unless a reconnect names where it left off): no backlog, the head at once.
+    const fromHead = query.from === "head" && headerCursor === undefined;
     // The first page is read before the answer starts, so a bad cursor is a 400, not a broken stream.
-    const first = await deps.jobs.listChanges({ limit: STREAM_PAGE, ...(after === undefined ? {} : { after }), ...scope });
+    const first: FeedPage = fromHead
+      ? { items: [], cursor: await deps.jobs.feedHead(scope) }
+      : await deps.jobs.listChanges({ limit: STREAM_PAGE, ...(after === undefined ? {} : { after }), ...scope });
     // HEAD: the GET's headers and nothing else. Hono answers HEAD with the GET's
     // response minus its body, dropped without being cancelled: a stream opened for
     // it would wait in its first write for ever, holding its slot.
     if (c.req.method === "HEAD") return c.body(null, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
-    if (options.streaming === false) return answerNow(c, first.items, options.retryMs);
+    const head = fromHead ? first.cursor : undefined;
+    if (options.streaming === false) return answerNow(c, first.items, options.retryMs, head);
     const slot = changeStreams.slots.take(principal, options);
     const tail = changeStreams.tail();
-    if (slot === undefined) return answerNow(c, first.items, options.retryMs);
+    if (slot === undefined) return answerNow(c, first.items, options.retryMs, head);
     const wake = new Wake();
     const stopWaking: ((() => void) | undefined)[] = [];
     const freed = () => {
@@ -260,7 +296,8 @@ export const streamChangesRoute = withHandler(
               // Once, when the backlog has been sent: a client can show "caught up".
               if (!more && !caughtUp) {
                 caughtUp = true;
-                if (!(await send({ event: "head", data: JSON.stringify({ cursor }) }))) return;
+                // With `id:` its cursor, so a reconnect before the next row resumes here (a stream from the head would otherwise start at a later head).
+                if (!(await send({ id: cursor, event: "head", data: JSON.stringify({ cursor }) }))) return;
               }
               if (stream.aborted || stream.closed || isAborted(options.shutdown) || Date.now() >= ends) return;
               const reason = await closeReason(deps.jobs, deps.clock.now(), principal, askAttempt);
@@ -351,10 +388,15 @@ async function closeReason(jobs: Pick<JobStore, "get">, now: Date, principal: Pr
   return undefined;
 }
 
-/** The rows available now as one SSE body, with `retry:`, ending the stream: an EventSource reconnects after it with Last-Event-ID. */
-function answerNow(c: Context<AppEnv>, rows: readonly ChangeRow[], retryMs: number): Response {
+/**
+ * The rows available now as one SSE body, with `retry:`, ending the stream: an
+ * EventSource reconnects after it with Last-Event-ID. From the head, the head itself
+ * (`id:` its cursor), so the reconnect resumes there rather than at a later head.
+ */
+function answerNow(c: Context<AppEnv>, rows: readonly ChangeRow[], retryMs: number, head?: string): Response {
   let body = `retry: ${retryMs}\n\n`;
   for (const row of rows) body += `id: ${row.cursor}\nevent: ${row.kind}\ndata: ${JSON.stringify(wireRow(row))}\n\n`;
+  if (head !== undefined) body += `id: ${head}\nevent: head\ndata: ${JSON.stringify({ cursor: head })}\n\n`;
   return c.body(body, 200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
 }
 
