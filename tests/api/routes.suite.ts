@@ -811,6 +811,20 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         }
       });
 
+      it("a token is read from the Authorization header only: in a cookie, a query string or a form body it authorizes nothing (the dashboard's CSRF defence)", async () => {
+        const h = await harness();
+        const reader = h.tokens.mintOperator(["read"], { name: "dashboard" });
+        expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
+        expectProblem(await h.call("GET", "/v1/jobs", { headers: { cookie: `token=${reader}; authorization=Bearer%20${reader}` } }), 401, "auth.missing");
+        const query = await h.call("GET", `/v1/jobs?access_token=${reader}`);
+        expect([400, 401], query.text).toContain(query.status);
+        const form = await h.call("POST", "/v1/jobs", {
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: `access_token=${reader}&prompt=x&agent=codex`,
+        });
+        expect([401, 415], form.text).toContain(form.status);
+      });
+
       it("every HTML answer (/ and /docs) is nosniff, framed by nobody, sends no Referer, and runs no inline script", async () => {
         const h = await harness();
         for (const path of ["/", "/docs"]) {

@@ -150,7 +150,9 @@ describe("the dashboard in a real browser", () => {
     const agent = await running("story-1");
     expectStatus(await call("PUT", "/v1/jobs/story-1/attempts/1/report", agent, "# Report\n\nFixed it.\n", "text/markdown"), 201);
     expectStatus(await call("POST", "/v1/jobs/story-1/attempts/1/finalize", agent, { side_effects: [] }), 200);
-    await running("held-1");
+    const heldAgent = await running("held-1");
+    expectStatus(await call("PUT", "/v1/jobs/held-1/attempts/1/report", heldAgent, "# Report\n", "text/markdown"), 201);
+    expectStatus(await call("POST", "/v1/jobs/held-1/attempts/1/finalize", heldAgent, { side_effects: [] }), 200);
 
     const { context, page, errors } = await newPage();
     try {
@@ -230,15 +232,13 @@ describe("the dashboard in a real browser", () => {
       // Re-evaluate: the gate holds, and says why; nothing is written.
       await page.getByRole("button", { name: "Re-evaluate" }).click();
       await page.getByRole("button", { name: "Yes, re-evaluate" }).click();
-      await waitForText(page, "dialog .answer", /^Held: the policy holds/);
-      await page.getByRole("button", { name: "Close" }).click();
+      await waitForText(page, "#action-answer", /^Held: no completion manifest at /);
       expect((await call("GET", "/v1/jobs/act-1", op)).body.status).toBe("running");
 
       // Cancel: committed; the page shows the answer and the job's new status.
       await page.getByRole("button", { name: "Cancel job" }).click();
       await page.getByRole("button", { name: "Yes, cancel job" }).click();
-      await waitForText(page, "dialog .answer", /^Cancelled: the job is now cancelled/);
-      await page.getByRole("button", { name: "Close" }).click();
+      await waitForText(page, "#action-answer", /^Cancelled: the job is now cancelled/);
       await waitForText(page, "#job-title", /cancelled/);
       expect((await call("GET", "/v1/jobs/act-1", op)).body.status).toBe("cancelled");
 
@@ -271,12 +271,11 @@ describe("the dashboard in a real browser", () => {
       await second.page.goto(`http://127.0.0.1:${otherPort}/#/jobs/owed-1`);
       await second.page.getByRole("button", { name: "Cancel job" }).click();
       await second.page.getByRole("button", { name: "Yes, cancel job" }).click();
-      await waitForText(second.page, "dialog .answer", /^Cancelled/);
-      await second.page.getByRole("button", { name: "Close" }).click();
+      await waitForText(second.page, "#action-answer", /^Cancelled/);
       await waitForText(second.page, "#owed", /Owed: "cancelled" intent/);
       await second.page.getByRole("button", { name: "Send notification now" }).click();
       await second.page.getByRole("button", { name: "Yes, send notification now" }).click();
-      await waitForText(second.page, "dialog .answer", /^The send failed: .+; the intent stays owed\./);
+      await waitForText(second.page, "#action-answer", /^The send failed: .+; the intent stays owed\./);
       expect((await otherCall("GET", "/v1/jobs/owed-1", down.operatorToken)).body.pending_notification?.event).toBe("cancelled");
       expect(second.errors).toEqual([]);
     } finally {

@@ -55,15 +55,36 @@ export async function signIn(page: Page, baseUrl: string, token: string): Promis
   await page.locator("#feed-state").waitFor({ timeout: DOM_CEILING_MS });
 }
 
+/** What `waitForText` reads of the page's document. */
+interface PageDocument {
+  querySelectorAll(selector: string): ArrayLike<{ readonly textContent: string | null }>;
+}
+
 /** Waits until the locator's text matches; answers the milliseconds it took. */
 export async function waitForText(page: Page, selector: string, pattern: RegExp, ceilingMs = DOM_CEILING_MS): Promise<number> {
   const started = performance.now();
-  // A string, run in the page: this file is type-checked without the DOM's types.
-  const probe = `(() => {
-    const text = Array.from(document.querySelectorAll(${JSON.stringify(selector)})).map((e) => e.textContent ?? "").join("\\n");
-    return new RegExp(${JSON.stringify(pattern.source)}, ${JSON.stringify(pattern.flags)}).test(text);
-  })()`;
-  await page.waitForFunction(probe, undefined, { timeout: ceilingMs, polling: 50 });
+  // A function with its arguments, not a string: the page's CSP forbids eval, and a
+  // string predicate is evaluated with it. (This file is type-checked without the DOM's types.)
+  const wanted = page.waitForFunction(
+    ({ selector, source, flags }) => {
+      const doc = (globalThis as unknown as { document: PageDocument }).document;
+      const text = Array.from(doc.querySelectorAll(selector))
+        .map((e) => e.textContent ?? "")
+        .join("\n");
+      return new RegExp(source, flags).test(text);
+    },
+    { selector, source: pattern.source, flags: pattern.flags },
+    { timeout: ceilingMs, polling: 50 },
+  );
+  try {
+    await wanted;
+  } catch (e) {
+    const texts = await page
+      .locator(selector)
+      .allTextContents()
+      .catch(() => []);
+    throw new Error(`${selector} never matched ${pattern} within ${ceilingMs} ms; it reads: ${JSON.stringify(texts).slice(0, 2000)}`, { cause: e });
+  }
   return performance.now() - started;
 }
 

@@ -1,9 +1,14 @@
-/** How long ago (or from now) an ISO time is, in the largest whole unit: "12 s ago", "in 3 min". */
-export function relative(iso: string | undefined, now = Date.now()): string {
+/**
+ * How long ago (or from now) an ISO time is, in the largest whole unit: "12 s ago",
+ * "in 3 min". A time that can only be past (an update, a mark) read as future means
+ * the service's clock is ahead of this browser's: "just now".
+ */
+export function relative(iso: string | undefined, now = Date.now(), past = false): string {
   if (iso === undefined) return "";
   const t = Date.parse(iso);
   if (Number.isNaN(t)) return iso;
   const s = Math.round((now - t) / 1000);
+  if (past && s < 0) return "just now";
   const a = Math.abs(s);
   const text =
     a < 60 ? `${a} s` : a < 3600 ? `${Math.floor(a / 60)} min` : a < 86400 ? `${Math.floor(a / 3600)} h` : `${Math.floor(a / 86400)} d`;

@@ -165,7 +165,7 @@ function WhyNot({ job, dryRun, error }: { job: JobRecord; dryRun: GateDryRun | u
     body = (
       <p>
         Completed {job.completed_by === "auto_complete" ? "by the gate, on evidence" : "by an explicit report"}{" "}
-        <Time iso={job.updated_at} />
+        <Time iso={job.updated_at} past />
         {ev !== undefined
           ? `: attempt ${ev.attempt_id}, report ${shortHash(ev.report_sha256)}, manifest ${shortHash(ev.manifest_sha256)}${ev.rule === undefined ? "" : `, rule ${ev.rule}`}${
               ev.quiescence === "agent-attested" ? " (quiescence agent-attested: only the agent's own sources said it stopped)" : ""
@@ -176,7 +176,7 @@ function WhyNot({ job, dryRun, error }: { job: JobRecord; dryRun: GateDryRun | u
   } else if (job.status === "error" || job.status === "cancelled") {
     body = (
       <p>
-        Ended {job.status} <Time iso={job.updated_at} />. A terminal job takes no further change; retrying registers a new job.
+        Ended {job.status} <Time iso={job.updated_at} past />. A terminal job takes no further change; retrying registers a new job.
       </p>
     );
   } else if (error !== undefined) {
@@ -195,7 +195,7 @@ function WhyNot({ job, dryRun, error }: { job: JobRecord; dryRun: GateDryRun | u
           {dryRun.reason}
         </p>
         <p class="muted">
-          The gate's dry run at <Time iso={dryRun.evaluated_at} /> (it writes nothing; a hold is never in the feed, so this is the current
+          The gate's dry run at <Time iso={dryRun.evaluated_at} past /> (it writes nothing; a hold is never in the feed, so this is the current
           one).
         </p>
         {dryRun.scenario !== undefined ? (
@@ -232,10 +232,14 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   const live = job.status === "pending" || job.status === "running";
   const owed = job.pending_notification;
   const path = { params: { path: { job_id: job.job_id } } };
+  const [answer, setAnswer] = useState<string | undefined>(undefined);
+  // An answer belongs to the job it was given for.
+  useEffect(() => setAnswer(undefined), [job.job_id]);
   const actions: preact.ComponentChildren[] = [];
   if (can(info, "write") && live)
     actions.push(
       <ConfirmAction
+        onAnswer={setAnswer}
         key="cancel"
         label="Cancel job"
         danger
@@ -252,6 +256,7 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   if (can(info, "gate") && job.status === "running")
     actions.push(
       <ConfirmAction
+        onAnswer={setAnswer}
         key="evaluate"
         label="Re-evaluate"
         question={`Ask the gate to evaluate ${job.job_id} now on what mam recorded? It completes the job only if every check passes.`}
@@ -265,6 +270,7 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   if (can(info, "ops") && owed !== undefined)
     actions.push(
       <ConfirmAction
+        onAnswer={setAnswer}
         key="send"
         label="Send notification now"
         question={`Send ${job.job_id}'s owed "${owed.event}" notification (intent ${owed.id}) now?`}
@@ -281,6 +287,7 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   if (can(info, "ops") && owed?.quarantined_at !== undefined)
     actions.push(
       <ConfirmAction
+        onAnswer={setAnswer}
         key="release"
         label="Release from quarantine"
         question={`Release intent ${owed.id} from quarantine, so the next sweep tries it again?`}
@@ -291,10 +298,13 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
         }}
       />,
     );
-  if (actions.length === 0) return null;
+  if (actions.length === 0 && answer === undefined) return null;
   return (
     <Section title="Actions" id="actions-title">
       <div class="row actions">{actions}</div>
+      <p class="answer" id="action-answer" role="status">
+        {answer}
+      </p>
     </Section>
   );
 }
@@ -308,10 +318,10 @@ function Record({ job }: { job: JobRecord }) {
     ["Iteration", job.iteration],
     ["Transition seq", job.transition_seq],
     ["Evidence seq", job.evidence_seq],
-    ["Created", <Time iso={job.created_at} />],
-    ["Updated", <Time iso={job.updated_at} />],
+    ["Created", <Time iso={job.created_at} past />],
+    ["Updated", <Time iso={job.updated_at} past />],
   ];
-  if (job.activity_at !== undefined) fields.push(["Last activity", <Time iso={job.activity_at} />]);
+  if (job.activity_at !== undefined) fields.push(["Last activity", <Time iso={job.activity_at} past />]);
   if (job.deadline_at !== undefined) fields.push(["Deadline", <Time iso={job.deadline_at} />]);
   if (job.candidate_at !== undefined) fields.push(["Evaluation due", <Time iso={job.candidate_at} />]);
   if (job.expected_artifacts.length > 0) fields.push(["Expected artifacts", job.expected_artifacts.join(", ")]);
@@ -402,7 +412,7 @@ function Attempt({
       </h3>
       {d !== undefined ? (
         <p>
-          Dispatched <Time iso={d.recorded_at} /> · session <code>{d.agent_session_uuid}</code> · generation {d.pane_process_generation}
+          Dispatched <Time iso={d.recorded_at} past /> · session <code>{d.agent_session_uuid}</code> · generation {d.pane_process_generation}
           {d.pane_id !== undefined ? ` · pane ${d.pane_id}` : ""}
           {d.deadline_at !== undefined ? (
             <>
@@ -417,11 +427,11 @@ function Attempt({
           {observations.map((o) => (
             <li key={o.seq}>
               <span class={`state state-${o.state}`}>{o.state}</span> {o.source} ({o.source_kind}
-              {o.hook !== undefined ? ` ${o.hook.event}` : ""}) <Time iso={o.received_at} />
+              {o.hook !== undefined ? ` ${o.hook.event}` : ""}) <Time iso={o.received_at} past />
               {o.sightings > 1 ? (
                 <>
                   {" "}
-                  · seen {o.sightings} times, last <Time iso={o.last_seen_received_at} />
+                  · seen {o.sightings} times, last <Time iso={o.last_seen_received_at} past />
                 </>
               ) : null}
             </li>
@@ -476,7 +486,7 @@ function Notifications({ job, rows }: { job: JobRecord; rows: readonly ChangeRow
       {owed !== undefined ? (
         <p class={owed.quarantined_at !== undefined ? "error" : undefined} id="owed">
           {owed.quarantined_at !== undefined ? "Quarantined" : "Owed"}: "{owed.event}" intent <code>{owed.id}</code> (seq {owed.seq}), since{" "}
-          <Time iso={owed.created_at} />
+          <Time iso={owed.created_at} past />
           {owed.failures !== undefined ? `, ${owed.failures} failed tries` : ""}
           {owed.retry_at !== undefined ? (
             <>
@@ -491,7 +501,7 @@ function Notifications({ job, rows }: { job: JobRecord; rows: readonly ChangeRow
         <ul class="intents">
           {settled.map((r) => (
             <li key={rowKey(r)}>
-              <code>{r.intent_id}</code> {INTENT_STATE[r.kind]} <Time iso={r.at} />
+              <code>{r.intent_id}</code> {INTENT_STATE[r.kind]} <Time iso={r.at} past />
             </li>
           ))}
         </ul>
@@ -528,7 +538,7 @@ function Timeline({ rows }: { rows: readonly ChangeRow[] }) {
       <ol class="timeline" aria-labelledby="timeline-title">
         {runs.map(({ row, count, last }) => (
           <li key={rowKey(row)} data-kind={row.kind}>
-            <Time iso={row.at} /> <strong>{row.kind}</strong>
+            <Time iso={row.at} past /> <strong>{row.kind}</strong>
             {count > 1 ? ` ×${count} (to ${localTime(last.at)})` : ""} <span class="actor">by {row.actor.type}</span>{" "}
             <span class="data">{dataText(count > 1 ? last.data : row.data)}</span>
             {row.intent_id !== undefined ? (
@@ -566,7 +576,7 @@ function EventLog({ session, job }: { session: Session; job: JobRecord }) {
       <ol class="events">
         {entries.map((e) => (
           <li key={e.id}>
-            <Time iso={e.at} /> <strong>{e.event}</strong>
+            <Time iso={e.at} past /> <strong>{e.event}</strong>
             {e.data !== undefined ? <pre class="json">{JSON.stringify(e.data, null, 2)}</pre> : null}
           </li>
         ))}

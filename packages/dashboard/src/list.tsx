@@ -300,7 +300,7 @@ export function ListView({
                     <Marks job={j} />
                   </td>
                   <td data-label="Updated">
-                    <Time iso={j.updated_at} />
+                    <Time iso={j.updated_at} past />
                   </td>
                   <td data-label="Seq">{j.transition_seq}</td>
                 </tr>

@@ -10,8 +10,8 @@ export function StatusBadge({ status }: { status: Status }) {
 /** What a job carries that a person may need to act on, as short labels. */
 export function marksOf(job: JobRecord, now = Date.now()): { label: string; tone: "warn" | "bad" | "info" }[] {
   const marks: { label: string; tone: "warn" | "bad" | "info" }[] = [];
-  if (job.stale_since !== undefined) marks.push({ label: `stale since ${relative(job.stale_since, now)}`, tone: "warn" });
-  if (job.overdue_since !== undefined) marks.push({ label: `overdue since ${relative(job.overdue_since, now)}`, tone: "bad" });
+  if (job.stale_since !== undefined) marks.push({ label: `stale since ${relative(job.stale_since, now, true)}`, tone: "warn" });
+  if (job.overdue_since !== undefined) marks.push({ label: `overdue since ${relative(job.overdue_since, now, true)}`, tone: "bad" });
   const owed = job.pending_notification;
   if (owed?.quarantined_at !== undefined) marks.push({ label: "notification quarantined", tone: "bad" });
   else if (owed !== undefined) marks.push({ label: `notification owed (${owed.event})`, tone: "info" });
@@ -34,11 +34,12 @@ export function Marks({ job }: { job: JobRecord }) {
   );
 }
 
-export function Time({ iso }: { iso: string | undefined }) {
+/** A time, relative; `past` for one that cannot be in the future (see `relative`). */
+export function Time({ iso, past = false }: { iso: string | undefined; past?: boolean }) {
   if (iso === undefined) return null;
   return (
     <time dateTime={iso} title={`${localTime(iso)} (${iso})`}>
-      {relative(iso)}
+      {relative(iso, Date.now(), past)}
     </time>
   );
 }
@@ -46,55 +47,47 @@ export function Time({ iso }: { iso: string | undefined }) {
 /**
  * An action that asks first: a button opening a modal dialog (the browser's own
  * `<dialog>`, which keeps focus inside and closes on Escape) that names what will
- * happen; "Yes" runs it and the dialog shows the service's answer.
+ * happen; "Yes" runs it, closes the dialog and hands the service's answer (or its
+ * refusal) to `onAnswer`, which shows it where it outlives the button: the action may
+ * no longer apply once it is done (a cancelled job cannot be cancelled).
  */
-export function ConfirmAction(props: { label: string; question: string; run: () => Promise<string>; danger?: boolean }) {
+export function ConfirmAction(props: {
+  label: string;
+  question: string;
+  run: () => Promise<string>;
+  onAnswer: (answer: string) => void;
+  danger?: boolean;
+}) {
   const dialog = useRef<HTMLDialogElement>(null);
-  const [answer, setAnswer] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
-  const open = () => {
-    setAnswer(undefined);
-    dialog.current?.showModal();
-  };
-  const close = () => dialog.current?.close();
   const confirm = async () => {
     setBusy(true);
+    let answer: string;
     try {
-      setAnswer(await props.run());
+      answer = await props.run();
     } catch (e) {
-      setAnswer(`Refused: ${e instanceof Error ? e.message : String(e)}`);
+      answer = `Refused: ${e instanceof Error ? e.message : String(e)}`;
     } finally {
       setBusy(false);
     }
+    dialog.current?.close();
+    props.onAnswer(answer);
   };
   return (
     <>
-      <button type="button" class={props.danger ? "danger" : undefined} onClick={open}>
+      <button type="button" class={props.danger ? "danger" : undefined} onClick={() => dialog.current?.showModal()}>
         {props.label}
       </button>
       <dialog ref={dialog} aria-label={props.label}>
         <p>{props.question}</p>
-        {answer === undefined ? (
-          <div class="row">
-            <button type="button" class={props.danger ? "danger" : undefined} disabled={busy} onClick={confirm}>
-              Yes, {props.label.toLowerCase()}
-            </button>
-            <button type="button" onClick={close} disabled={busy}>
-              No
-            </button>
-          </div>
-        ) : (
-          <>
-            <p class="answer" role="status">
-              {answer}
-            </p>
-            <div class="row">
-              <button type="button" onClick={close}>
-                Close
-              </button>
-            </div>
-          </>
-        )}
+        <div class="row">
+          <button type="button" class={props.danger ? "danger" : undefined} disabled={busy} onClick={confirm}>
+            Yes, {props.label.toLowerCase()}
+          </button>
+          <button type="button" onClick={() => dialog.current?.close()} disabled={busy}>
+            No
+          </button>
+        </div>
       </dialog>
     </>
   );
