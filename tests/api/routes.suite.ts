@@ -815,7 +815,11 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         const h = await harness();
         const reader = h.tokens.mintOperator(["read"], { name: "dashboard" });
         expect((await h.call("GET", "/v1/jobs", { token: reader })).status).toBe(200);
-        expectProblem(await h.call("GET", "/v1/jobs", { headers: { cookie: `token=${reader}; authorization=Bearer%20${reader}` } }), 401, "auth.missing");
+        expectProblem(
+          await h.call("GET", "/v1/jobs", { headers: { cookie: `token=${reader}; authorization=Bearer%20${reader}` } }),
+          401,
+          "auth.missing",
+        );
         const query = await h.call("GET", `/v1/jobs?access_token=${reader}`);
         expect([400, 401], query.text).toContain(query.status);
         const form = await h.call("POST", "/v1/jobs", {

@@ -83,7 +83,9 @@ export async function waitForText(page: Page, selector: string, pattern: RegExp,
       .locator(selector)
       .allTextContents()
       .catch(() => []);
-    throw new Error(`${selector} never matched ${pattern} within ${ceilingMs} ms; it reads: ${JSON.stringify(texts).slice(0, 2000)}`, { cause: e });
+    throw new Error(`${selector} never matched ${pattern} within ${ceilingMs} ms; it reads: ${JSON.stringify(texts).slice(0, 2000)}`, {
+      cause: e,
+    });
   }
   return performance.now() - started;
 }

@@ -195,8 +195,8 @@ function WhyNot({ job, dryRun, error }: { job: JobRecord; dryRun: GateDryRun | u
           {dryRun.reason}
         </p>
         <p class="muted">
-          The gate's dry run at <Time iso={dryRun.evaluated_at} past /> (it writes nothing; a hold is never in the feed, so this is the current
-          one).
+          The gate's dry run at <Time iso={dryRun.evaluated_at} past /> (it writes nothing; a hold is never in the feed, so this is the
+          current one).
         </p>
         {dryRun.scenario !== undefined ? (
           <details>
@@ -412,7 +412,8 @@ function Attempt({
       </h3>
       {d !== undefined ? (
         <p>
-          Dispatched <Time iso={d.recorded_at} past /> · session <code>{d.agent_session_uuid}</code> · generation {d.pane_process_generation}
+          Dispatched <Time iso={d.recorded_at} past /> · session <code>{d.agent_session_uuid}</code> · generation{" "}
+          {d.pane_process_generation}
           {d.pane_id !== undefined ? ` · pane ${d.pane_id}` : ""}
           {d.deadline_at !== undefined ? (
             <>
