@@ -28,12 +28,12 @@ import {
   type CounterField,
   type DerivedKeys,
   type ExpectedSeq,
+  fullCounts,
   keysOf,
   NO_CONCURRENCY_CHECK,
   owedPlaceOf,
   type RecordCondition,
   type RecordWrite,
-  fullCounts,
   sortableTime,
 } from "./record-write.ts";
 import {
