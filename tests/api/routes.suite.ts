@@ -968,6 +968,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           [
             "POST /v1/jobs",
             "GET /v1/jobs",
+            "GET /v1/job-counts",
             "POST /v1/jobs/{job_id}/dispatches",
             "GET /v1/jobs/{job_id}/attempts/{attempt}/verification",
             "GET /v1/jobs/{job_id}/gate",
