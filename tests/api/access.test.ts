@@ -17,6 +17,7 @@ describe("route permissions (DESIGN.md, HTTP API)", () => {
     expect(ROUTE_PERMISSIONS).toEqual({
       "POST /v1/jobs": { kind: "protected", scope: "write" },
       "GET /v1/jobs": { kind: "protected", scope: "read" },
+      "GET /v1/job-counts": { kind: "protected", scope: "read" },
       "GET /v1/jobs/{job_id}": { kind: "protected", scope: "read", agent: "job" },
       "POST /v1/jobs/{job_id}/transitions": { kind: "protected", scope: "write", agent: "job" },
       "POST /v1/jobs/{job_id}/dispatches": { kind: "protected", scope: "write" },

@@ -336,6 +336,28 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
         expect((await h.call("GET", "/v1/token", {})).status).toBe(401);
       });
 
+      it("issue 22: GET /v1/job-counts answers the counts per status with a read token, and how current they are (exact on SQLite; eventual on DynamoDB, counted by the feed writer); an agent token is 403", async () => {
+        const h = await harness();
+        const first = await register(h);
+        await register(h);
+        expect((await transition(h, first.job_id, h.operator, { action: "claim", expected_seq: 0 })).status).toBe(200);
+        const reader = h.tokens.mintOperator(["read"], { ttlSeconds: 3600, name: "dashboard" });
+        const res = await h.call("GET", "/v1/job-counts", { token: reader });
+        expect(res.status, res.text).toBe(200);
+        if (res.body.consistency === "exact") {
+          expect(res.body).toEqual({ counts: { pending: 1, running: 1, completed: 0, error: 0, cancelled: 0 }, consistency: "exact" });
+        } else {
+          // DynamoDB: counted from the stream by the feed writer, which no test peer here runs (dynalite keeps no stream).
+          expect(res.body).toEqual({
+            counts: { pending: expect.any(Number), running: expect.any(Number), completed: 0, error: 0, cancelled: 0 },
+            consistency: "eventual",
+          });
+        }
+        const agent = await dispatch(h, first.job_id);
+        expect((await h.call("GET", "/v1/job-counts", { token: agent })).status).toBe(403);
+        expect((await h.call("GET", "/v1/job-counts", {})).status).toBe(401);
+      });
+
       it("GET /v1/jobs/{id}/dispatches/{n} reads the recorded dispatch, terminal_id included; an unrecorded attempt is a 404", async () => {
         const h = await harness();
         const job = await register(h);
@@ -964,6 +986,7 @@ export function apiRoutesSuite(name: string, factory: PortsFactory): void {
           [
             "POST /v1/jobs",
             "GET /v1/jobs",
+            "GET /v1/job-counts",
             "POST /v1/jobs/{job_id}/dispatches",
             "GET /v1/jobs/{job_id}/attempts/{attempt}/verification",
             "GET /v1/jobs/{job_id}/gate",

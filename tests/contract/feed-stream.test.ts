@@ -1,7 +1,7 @@
 import type { AttributeValue } from "@aws-sdk/client-dynamodb";
 import { marshall } from "@aws-sdk/util-dynamodb";
-import { feedWriteOfStreamRecord, jobItem } from "@mam/aws";
-import type { ChangeNote, JobRecord } from "@mam/core";
+import { countShardOf, feedWriteOfStreamRecord, jobItem } from "@mam/aws";
+import { type ChangeNote, type JobRecord, statusCountMove } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import { describe, expect, it } from "vitest";
 import { jobRecord as job } from "../support/records.ts";
@@ -104,5 +104,58 @@ describe("feedWriteOfStreamRecord (DynamoDB's feed, derived from the stream)", (
     const record = streamRecord(undefined, job("s-5"));
     delete (record.dynamodb as { SequenceNumber?: string }).SequenceNumber;
     expect(() => feedWriteOfStreamRecord(record, WRITTEN_AT)).toThrow(expect.objectContaining({ code: "internal" }));
+  });
+});
+
+describe("the counts' move of a stream record (issue 22: the feed writer counts under the record's marker)", () => {
+  /** A record's image as an item from before the counts (no `counted` mark), or as marked. */
+  const uncounted = (record: JobRecord) => {
+    const { counted: _c, ...item } = jobItem(record) as Record<string, unknown>;
+    return marshall(item, { removeUndefinedValues: true }) as Record<string, AttributeValue>;
+  };
+  const withImages = (old: Record<string, AttributeValue> | undefined, next: Record<string, AttributeValue>): DynamoDBRecord =>
+    ({
+      eventID: "e-2",
+      eventName: old === undefined ? "INSERT" : "MODIFY",
+      dynamodb: {
+        ApproximateCreationDateTime: Date.parse("2026-11-20T10:14:58Z") / 1000,
+        SequenceNumber: "4421584500000000017450439092",
+        ...(old === undefined ? {} : { OldImage: old as never }),
+        NewImage: next as never,
+        StreamViewType: "NEW_AND_OLD_IMAGES",
+      },
+    }) as DynamoDBRecord;
+  const running = job("k-1", { status: "running", transition_seq: 1 });
+  const completed = job("k-1", { status: "completed", transition_seq: 2 });
+
+  it("a create of this code's (marked) counts +1 to its status, on the job's own counter item, beside the marker", () => {
+    const write = feedWriteOfStreamRecord(streamRecord(undefined, job("k-1")), WRITTEN_AT);
+    expect(write?.counts).toEqual({ key: countShardOf("k-1"), move: { enter: "pending" } });
+    expect(write?.counts?.key).toEqual({ pk: "COUNTS", sk: expect.stringMatching(/^SHARD#\d\d$/) });
+  });
+
+  it("a status change of a marked item moves one from the old status to the new; a write that keeps the status moves none", () => {
+    expect(feedWriteOfStreamRecord(streamRecord(running, completed), WRITTEN_AT)?.counts?.move).toEqual({
+      leave: "running",
+      enter: "completed",
+    });
+    const progressed = { ...running, transition_seq: 2, progress: { step: 1 } };
+    expect(feedWriteOfStreamRecord(streamRecord(running, progressed), WRITTEN_AT)?.counts).toBeUndefined();
+  });
+
+  it("an item from before the counts moves nothing until it is marked; the mark (status unchanged) counts it once, under its status then", () => {
+    expect(feedWriteOfStreamRecord(withImages(uncounted(running), uncounted(completed)), WRITTEN_AT)?.counts).toBeUndefined();
+    expect(feedWriteOfStreamRecord(withImages(undefined, uncounted(job("k-1"))), WRITTEN_AT)?.counts).toBeUndefined();
+    // The migration's mark: no feed row (nothing the feed tells changed), one count.
+    const mark = feedWriteOfStreamRecord(withImages(uncounted(completed), image(completed)), WRITTEN_AT);
+    expect(mark?.rows).toEqual([]);
+    expect(mark?.counts?.move).toEqual({ enter: "completed" });
+  });
+
+  it("the rule is core's, once: statusCountMove", () => {
+    expect(statusCountMove(undefined, "pending")).toEqual({ enter: "pending" });
+    expect(statusCountMove("pending", "running")).toEqual({ leave: "pending", enter: "running" });
+    expect(statusCountMove("running", "running")).toEqual({});
+    expect(statusCountMove(undefined, undefined)).toEqual({});
   });
 });

@@ -24,6 +24,7 @@ import { atomicWriteContract } from "./atomic-write.suite.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { publisherContract } from "./publisher.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
+import { statusCountsContract } from "./status-counts.suite.ts";
 
 // ---------------------------------------------------------------- JobStore
 
@@ -32,6 +33,21 @@ jobStoreContract("SQLite (temp file, WAL)", async () => {
   const sqlite = new SqliteJobStore(path.join(tmp.dir, "mam.db"));
   return {
     store: sqlite,
+    async close() {
+      await sqlite.close();
+      await tmp.remove();
+    },
+  };
+});
+
+// Racers are stores of their own on the same file (own connections), as processes sharing a data dir are.
+statusCountsContract("SQLite (temp file, WAL)", "exact", async () => {
+  const tmp = await tempDir("sqlite-counts");
+  const file = path.join(tmp.dir, "mam.db");
+  const sqlite = new SqliteJobStore(file);
+  return {
+    store: sqlite,
+    racers: (n) => Array.from({ length: n }, () => new SqliteJobStore(file)),
     async close() {
       await sqlite.close();
       await tmp.remove();

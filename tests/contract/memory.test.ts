@@ -2,6 +2,7 @@ import { type AtomicWrite, MemoryJobStore, MemoryReportStore } from "@mam/core";
 import { atomicWriteContract } from "./atomic-write.suite.ts";
 import { jobStoreContract } from "./job-store.suite.ts";
 import { reportStoreContract } from "./report-store.suite.ts";
+import { statusCountsContract } from "./status-counts.suite.ts";
 
 // Core's in-memory reference adapters: what tests/unit runs on must behave as the real stores do.
 
@@ -24,5 +25,10 @@ atomicWriteContract("in memory (core's reference adapter)", async () => {
 
 reportStoreContract("in memory (core's reference adapter)", async () => ({
   store: new MemoryReportStore(),
+  close: async () => undefined,
+}));
+
+statusCountsContract("in memory (core's reference adapter)", "exact", async () => ({
+  store: new MemoryJobStore(),
   close: async () => undefined,
 }));

@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { atomicWriteContract } from "../contract/atomic-write.suite.ts";
 import { changeFeedContract } from "../contract/feed.suite.ts";
 import { jobStoreContract } from "../contract/job-store.suite.ts";
+import { statusCountsContract } from "../contract/status-counts.suite.ts";
 import { jobRecord } from "../support/records.ts";
 import { sqlLayoutStatements } from "../support/sql-layout.ts";
 import { d1ForFile } from "./d1-binding.ts";
@@ -34,6 +35,17 @@ jobStoreContract("SQL store on D1 (Miniflare, workerd)", async () => {
 changeFeedContract("SQL store on D1 (Miniflare, workerd)", async () => {
   const driver = await freshLayout();
   return { store: new SqlJobStore(driver), close: async () => undefined };
+});
+
+statusCountsContract("SQL store on D1 (Miniflare, workerd)", "exact", async () => {
+  const driver = await freshLayout();
+  const db = await database();
+  return {
+    store: new SqlJobStore(driver),
+    // Each racer its own driver on the binding: concurrent requests into workerd.
+    racers: (n) => Array.from({ length: n }, () => new SqlJobStore(new D1Driver(db))),
+    close: async () => undefined,
+  };
 });
 
 /** The SQL store with its protected atomic write in reach of the suite. */

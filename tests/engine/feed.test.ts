@@ -5,14 +5,8 @@
  * in Lambda's shape, to the stream function's feed write (`writeStreamChanges`). Needs
  * Java: the engine tier starts DynamoDB Local through the one peer factory.
  */
-import { DeleteTableCommand, DescribeTableCommand } from "@aws-sdk/client-dynamodb";
-import {
-  type _Record,
-  DescribeStreamCommand,
-  type DynamoDBStreamsClient,
-  GetRecordsCommand,
-  GetShardIteratorCommand,
-} from "@aws-sdk/client-dynamodb-streams";
+import { DeleteTableCommand } from "@aws-sdk/client-dynamodb";
+import type { DynamoDBStreamsClient } from "@aws-sdk/client-dynamodb-streams";
 import { createJobTable, DynamoJobStore } from "@mam/aws";
 import {
   type ChangeQuery,
@@ -29,6 +23,7 @@ import type { DynamoDBRecord } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { changeFeedContract } from "../contract/feed.suite.ts";
 import { type DynamoPeer, startDynamoPeer } from "../support/aws-peers.ts";
+import { StreamPump } from "../support/stream-pump.ts";
 
 let peer: DynamoPeer & { readonly streams: DynamoDBStreamsClient };
 let tables = 0;
@@ -42,49 +37,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await peer?.close();
 });
-
-/** Reads a table's stream from its start, shard by shard, remembering where each shard was left. */
-class StreamPump {
-  readonly #iterators = new Map<string, string | undefined>();
-  constructor(
-    readonly tableName: string,
-    readonly write: (record: DynamoDBRecord) => Promise<number>,
-  ) {}
-
-  /** Hand every record not yet pumped to the feed write, in each shard's order; how many rows were written. */
-  async pump(): Promise<number> {
-    const { Table } = await peer.client.send(new DescribeTableCommand({ TableName: this.tableName }));
-    const { StreamDescription } = await peer.streams.send(new DescribeStreamCommand({ StreamArn: Table!.LatestStreamArn! }));
-    let written = 0;
-    for (const shard of StreamDescription?.Shards ?? []) {
-      let iterator = this.#iterators.get(shard.ShardId!);
-      if (!this.#iterators.has(shard.ShardId!)) {
-        iterator = (
-          await peer.streams.send(
-            new GetShardIteratorCommand({ StreamArn: Table!.LatestStreamArn!, ShardId: shard.ShardId!, ShardIteratorType: "TRIM_HORIZON" }),
-          )
-        ).ShardIterator;
-      }
-      while (iterator !== undefined) {
-        const out = await peer.streams.send(new GetRecordsCommand({ ShardIterator: iterator }));
-        for (const r of out.Records ?? []) written += await this.write(lambdaShape(r));
-        iterator = out.NextShardIterator;
-        if ((out.Records ?? []).length === 0) break;
-      }
-      this.#iterators.set(shard.ShardId!, iterator);
-    }
-    return written;
-  }
-}
-
-/** A Streams API record as Lambda hands it over: the creation time in epoch seconds. */
-function lambdaShape(r: _Record): DynamoDBRecord {
-  const created = r.dynamodb?.ApproximateCreationDateTime;
-  return {
-    ...r,
-    dynamodb: { ...r.dynamodb, ...(created === undefined ? {} : { ApproximateCreationDateTime: created.getTime() / 1000 }) },
-  } as unknown as DynamoDBRecord;
-}
 
 /** The store with the stream function behind it: a feed read first pumps what the stream holds. */
 class PumpedStore extends DynamoJobStore {
@@ -104,7 +56,7 @@ async function freshTable(): Promise<{ dynamo: PumpedStore; tableName: string; p
   await createJobTable(peer.client, tableName);
   // No feed delay: every row a test reads was written before it read (the pump ran first).
   const dynamo = new PumpedStore({ client: peer.client, tableName, feedDelayMs: 0 });
-  const pump = new StreamPump(tableName, (record) => dynamo.writeStreamChanges(record));
+  const pump = new StreamPump(peer, tableName, (record) => dynamo.writeStreamChanges(record));
   return { dynamo, tableName, pump, drop: async () => void (await peer.client.send(new DeleteTableCommand({ TableName: tableName }))) };
 }
 
@@ -123,7 +75,7 @@ describe("the DynamoDB feed's stream derivation, on DynamoDB Local", () => {
       await registerJob(deps, { job_id: "replayed", prompt: "p", agent: "codex" }, OPERATOR);
       await transitionJob(deps, "replayed", { action: "claim", expectedSeq: 0 }, OPERATOR);
       const records: DynamoDBRecord[] = [];
-      const recorder = new StreamPump(t.tableName, async (r) => {
+      const recorder = new StreamPump(peer, t.tableName, async (r) => {
         records.push(r);
         return t.dynamo.writeStreamChanges(r);
       });

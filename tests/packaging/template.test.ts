@@ -433,6 +433,17 @@ describe("the CloudFormation template", () => {
     }
   });
 
+  it("the feed writer updates one kind of item: the counter items of the counts per status (pk COUNTS, issue 22), by a condition on the key", () => {
+    const updates = grants(roleOf(FUNCTIONS.feedWriter.id)).filter((g) => g.action === "dynamodb:UpdateItem");
+    expect(updates).toEqual([
+      {
+        action: "dynamodb:UpdateItem",
+        resource: "<JobTable.Arn>",
+        condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["COUNTS"] } },
+      },
+    ]);
+  });
+
   it("the stream publisher role: read the stream, settle and log on the table, publish, send to its failure queue", () => {
     const role = roleOf(FUNCTIONS.streamPublisher.id);
     expect(actionsOn(role, "<JobTable.StreamArn>")).toEqual([

@@ -402,6 +402,7 @@ describe("JobStoreBase: every write method reaches the commit hooks and the cach
       "constructor",
       "get",
       "list",
+      "countByStatus",
       "listOwed",
       "listCandidates",
       "listAttention",

@@ -13,11 +13,14 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
-import { CreateTableCommand, DescribeTableCommand, PutItemCommand } from "@aws-sdk/client-dynamodb";
+import { CreateTableCommand, DescribeTableCommand, PutItemCommand, ScanCommand } from "@aws-sdk/client-dynamodb";
 import { createTokenService, SCOPES } from "@mam/api";
 import {
+  COUNTED,
+  DynamoJobStore,
   JOB_TABLE_DEFINITION,
   JOB_TABLE_INDEX,
+  markJobItemsCounted,
   migrateJobTable,
   readTableVersion,
   TABLE_SCHEMA_VERSION,
@@ -32,6 +35,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { composeHttpApp, createHttpHandler, createRecoverySweepHandler } from "../../functions/compose.ts";
 import { CREDENTIALS, lambdaContext, lambdaFixture, memoryLog, type Peers, startPeers, TRANSACTIONS } from "../functions/support.ts";
 import { captureIo } from "../support/cli-io.ts";
+import { StreamPump } from "../support/stream-pump.ts";
 import { subscribe } from "../support/subscriber.ts";
 import { completedJobs, expectations, FIXTURE_BUCKET, FIXTURE_SIGNING_KEY, fixtureDir, restoreBucket, restoreTable } from "./fixtures.ts";
 
@@ -66,11 +70,11 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
     };
   };
 
-  it("the functions upgrade it where they start, and every job reads as it was: completions re-verify on their pinned evidence, the sweep sends the owed intent to a subscriber and keeps the quarantined one, listings, feed, leases and usage", async () => {
+  it("the functions refuse it until `mam migrate` (step 4, the counts, scans); then every job reads as it was: completions re-verify on their pinned evidence, the sweep sends the owed intent to a subscriber and keeps the quarantined one, listings, feed, leases and usage; every job is counted once", async () => {
     const table = await restored();
     expect(await readTableVersion(table)).toBe(1);
     const app = await composeHttpApp(table.env, { credentials: CREDENTIALS, transactions: TRANSACTIONS, log: () => undefined });
-    // Composing contacts nothing; the first request that uses the table runs the cheap step.
+    // Composing contacts nothing; the first request that uses the table checks its version.
     expect(await readTableVersion(table)).toBe(1);
     const get = async (url: string) => {
       const res = await app.request(url, { headers: { authorization: `Bearer ${operator}` } });
@@ -80,8 +84,49 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
     };
 
     expect(completedJobs(V1).sort()).toEqual(["j-agent-done", "j-gate-done"]);
-    await get("/v1/jobs/j-pending");
+    // Behind step 4 (a Scan), a function runs no step and refuses, naming the command.
+    const refused = await app.request("/v1/jobs/j-pending", { headers: { authorization: `Bearer ${operator}` } });
+    expect(refused.status).toBe(500);
+    expect(await refused.json()).toMatchObject({
+      code: "store.version",
+      detail: expect.stringContaining(`mam migrate --table ${table.tableName}`),
+    });
+    expect(await readTableVersion(table)).toBe(1);
+    vi.stubEnv("AWS_ACCESS_KEY_ID", CREDENTIALS.accessKeyId);
+    vi.stubEnv("AWS_SECRET_ACCESS_KEY", CREDENTIALS.secretAccessKey);
+    const io = captureIo({});
+    const migrated = await runCli(
+      ["migrate", "--table", table.tableName, "--region", "us-east-1", "--endpoint", peers.dynamo.endpoint, "--json"],
+      io,
+    );
+    expect(migrated, io.err.join("")).toBe(0);
     expect(await readTableVersion(table)).toBe(TABLE_SCHEMA_VERSION);
+    await get("/v1/jobs/j-pending");
+    // Step 4 marked every v1 job item counted, once; the feed writer counts each from its mark's stream record.
+    const jobItems =
+      (
+        await peers.dynamo.client.send(
+          new ScanCommand({ TableName: table.tableName, FilterExpression: "sk = :j", ExpressionAttributeValues: { ":j": { S: "JOB" } } }),
+        )
+      ).Items ?? [];
+    expect(jobItems).toHaveLength(Object.keys(V1).length);
+    for (const item of jobItems) expect(item[COUNTED], item.pk?.S).toEqual({ BOOL: true });
+    expect(await markJobItemsCounted({ ...table, run: "all" })).toBe(0);
+    const counts = await get("/v1/job-counts");
+    expect(counts.consistency).toBe("eventual");
+    if (peers.dynamo.streams !== undefined) {
+      // DynamoDB Local: the stream (the restore's writes, the marks) through the feed writer.
+      const store = new DynamoJobStore({ client: peers.dynamo.client, tableName: table.tableName });
+      await new StreamPump({ client: peers.dynamo.client, streams: peers.dynamo.streams }, table.tableName, (r) =>
+        store.writeStreamChanges(r),
+      ).pump();
+      const want = { pending: 0, running: 0, completed: 0, error: 0, cancelled: 0 } as Record<string, number>;
+      for (const e of Object.values(V1)) want[e.status] = (want[e.status] ?? 0) + 1;
+      expect((await get("/v1/job-counts")).counts).toEqual(want);
+    } else {
+      // dynalite keeps no stream: no feed writer runs, nothing is counted.
+      expect(counts.counts).toEqual({ pending: 0, running: 0, completed: 0, error: 0, cancelled: 0 });
+    }
     for (const jobId of completedJobs(V1)) {
       const v = await get(`/v1/jobs/${jobId}/attempts/1/verification`);
       expect(v, jobId).toMatchObject({ ok: true, matches_completion: true, pinned: { ok: true } });
@@ -132,7 +177,7 @@ describe(`upgrading a v1 job table (fixtures/storage/v1/dynamodb) on ${process.e
     expect(await migrateJobTable(table, { run: "all" })).toMatchObject({
       from: 1,
       to: TABLE_SCHEMA_VERSION,
-      applied: [{ version: 2 }, { version: 3 }],
+      applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
     });
     const ms = performance.now() - started;
     expect(await migrateJobTable(table, { run: "all" })).toEqual({ from: TABLE_SCHEMA_VERSION, to: TABLE_SCHEMA_VERSION, applied: [] });

@@ -93,7 +93,12 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
         msg: "job database upgraded",
         from: 1,
         to: SQLITE_SCHEMA_VERSION,
-        steps: [expect.objectContaining({ version: 2 }), expect.objectContaining({ version: 3 }), expect.objectContaining({ version: 4 })],
+        steps: [
+          expect.objectContaining({ version: 2 }),
+          expect.objectContaining({ version: 3 }),
+          expect.objectContaining({ version: 4 }),
+          expect.objectContaining({ version: 5 }),
+        ],
       }),
     );
     expect(layoutOf(db).version).toBe(SQLITE_SCHEMA_VERSION);
@@ -165,7 +170,7 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
     expect(migrateDataDir(dir)).toMatchObject({
       from: 1,
       to: SQLITE_SCHEMA_VERSION,
-      applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
+      applied: [{ version: 2 }, { version: 3 }, { version: 4 }, { version: 5 }],
     });
     const ms = performance.now() - started;
     // Step 4 put every running job in the attention index, due now (its first look sets its key); no other job.
@@ -215,6 +220,29 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
       expect(cancelled.status).toBe("cancelled");
       const rows = await store.listChanges({ limit: 10, jobId: "j-pending" });
       expect(rows.items.map((r) => r.kind)).toEqual(["job.transitioned"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("the jobs of a database made before the counts are counted once by step 5 (issue 22): a second run, a step's up run again, and the writes after it keep the counts exact", async () => {
+    const { dir, db } = await copy();
+    const want = { pending: 0, running: 0, completed: 0, error: 0, cancelled: 0 } as Record<string, number>;
+    for (const e of Object.values(V1)) want[e.status] = (want[e.status] ?? 0) + 1;
+    expect(Object.values(want).reduce((a, b) => a + b, 0)).toBe(Object.keys(V1).length);
+    migrateDataDir(dir);
+    const store = new SqliteJobStore(db);
+    try {
+      expect(await store.countByStatus()).toEqual({ counts: want, consistency: "exact" });
+      // The step's up again (a crash before its version was recorded): a recount, never an increment.
+      const conn = new Database(db);
+      conn.transaction(() => SQLITE_STEPS[4]?.up(conn))();
+      conn.close();
+      expect(migrateDataDir(dir).applied).toEqual([]);
+      expect((await store.countByStatus()).counts).toEqual(want);
+      // A job from before the upgrade moves its count like any other.
+      await store.transition("j-pending", 0, { from: ["pending"], set: { status: "cancelled", updated_at: "2026-12-01T00:00:00.000Z" } });
+      expect((await store.countByStatus()).counts).toEqual({ ...want, pending: want.pending! - 1, cancelled: want.cancelled! + 1 });
     } finally {
       await store.close();
     }
@@ -287,7 +315,7 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
       expect(migrateSqlite(conn)).toMatchObject({
         from: 1,
         to: SQLITE_SCHEMA_VERSION,
-        applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
+        applied: [{ version: 2 }, { version: 3 }, { version: 4 }, { version: 5 }],
       });
     } finally {
       conn.close();
@@ -311,10 +339,10 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
     } catch (e) {
       expect(e).toMatchObject({ code: "store.version", details: { found_version: 99, known_version: SQLITE_SCHEMA_VERSION } });
     }
-    expect(() => new SqliteJobStore(db)).toThrow(/schema version 99, newer than this mam knows \(version 4\)/);
+    expect(() => new SqliteJobStore(db)).toThrow(/schema version 99, newer than this mam knows \(version 5\)/);
     const served = await refusedServe(dir);
     expect(served.code).toBe(1);
-    expect(served.stderr).toMatch(/mam serve: the job database .*mam\.db is at schema version 99, newer than this mam knows \(version 4\)/);
+    expect(served.stderr).toMatch(/mam serve: the job database .*mam\.db is at schema version 99, newer than this mam knows \(version 5\)/);
     expect(served.stderr).not.toMatch(/\n\s+at /);
     const io = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir, "--json"], io)).toBe(1);
@@ -329,10 +357,10 @@ describe("upgrading a v1 data dir (fixtures/storage/v1/data-dir)", () => {
     expect(JSON.parse(io.out.join(""))).toMatchObject({
       from: 1,
       to: SQLITE_SCHEMA_VERSION,
-      applied: [{ version: 2 }, { version: 3 }, { version: 4 }],
+      applied: [{ version: 2 }, { version: 3 }, { version: 4 }, { version: 5 }],
     });
     const again = captureIo({});
     expect(await runCli(["migrate", "--data-dir", dir], again)).toBe(0);
-    expect(again.out.join("")).toMatch(/at schema version 4, nothing to do/);
+    expect(again.out.join("")).toMatch(/at schema version 5, nothing to do/);
   });
 });

@@ -30,6 +30,7 @@ import {
   type Position,
   type RecordCondition,
   type RecordWrite,
+  type Status,
   type StoreCapabilities,
   type UpdateOutcome,
 } from "@mam/core";
@@ -38,6 +39,8 @@ import {
   ALL_JOBS,
   ATTENTION,
   CANDIDATES,
+  COUNTS_PK,
+  countsOfItem,
   dispatchSk,
   dueBound,
   EVENT_PREFIX,
@@ -144,7 +147,7 @@ export class DynamoJobStore extends JobStoreBase {
   }
 
   override get capabilities(): StoreCapabilities {
-    return { atomicMultiWrite: this.#transactions };
+    return { atomicMultiWrite: this.#transactions, countConsistency: "eventual" };
   }
 
   // ---- records
@@ -460,12 +463,14 @@ export class DynamoJobStore extends JobStoreBase {
     const write = feedWriteOfStreamRecord(record, this.#clock.now().toISOString());
     if (write === undefined) return 0;
     try {
-      await this.#doc.send(new PutCommand({ TableName: this.tableName, Item: write.hour }));
+      if (write.rows.length > 0) await this.#doc.send(new PutCommand({ TableName: this.tableName, Item: write.hour }));
       await this.#doc.send(
         new TransactWriteCommand({
           TransactItems: [
             { Put: { TableName: this.tableName, Item: write.marker, ConditionExpression: "attribute_not_exists(pk)" } },
             ...write.rows.map((row) => ({ Put: { TableName: this.tableName, Item: row } })),
+            // The counts move under the same marker: a replayed record moves nothing.
+            ...(write.counts === undefined ? [] : [{ Update: this.#countUpdate(write.counts.key, write.counts.move) }]),
           ],
         }),
       );
@@ -478,6 +483,49 @@ export class DynamoJobStore extends JobStoreBase {
       if (readSdkFailure(err).name === "UnknownOperationException") return 0;
       throw storeFailure(err, `write the change feed rows of stream record ${record.dynamodb?.SequenceNumber ?? "?"}`);
     }
+  }
+
+  /** One counter item's move: `ADD` −1 to the status left, +1 to the one entered (an absent number counts from 0). */
+  #countUpdate(key: { pk: string; sk: string }, move: { leave?: Status; enter?: Status }) {
+    const parts: string[] = [];
+    const names: Record<string, string> = {};
+    const values: Record<string, number> = {};
+    if (move.leave !== undefined) {
+      parts.push("#l :l");
+      names["#l"] = move.leave;
+      values[":l"] = -1;
+    }
+    if (move.enter !== undefined) {
+      parts.push("#e :e");
+      names["#e"] = move.enter;
+      values[":e"] = 1;
+    }
+    return {
+      TableName: this.tableName,
+      Key: key,
+      UpdateExpression: `ADD ${parts.join(", ")}`,
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: values,
+    };
+  }
+
+  /** The counter items (one Query on their partition, at most `COUNT_SHARDS` small items), summed. */
+  protected async queryCounts(): Promise<Partial<Record<Status, number>>> {
+    const counts: Partial<Record<Status, number>> = {};
+    await this.#queryEach(
+      {
+        TableName: this.tableName,
+        KeyConditionExpression: "pk = :p",
+        ExpressionAttributeValues: { ":p": COUNTS_PK },
+        ConsistentRead: true,
+      },
+      (item) => {
+        countsOfItem(item, counts);
+        return true;
+      },
+      "read the counts per status",
+    );
+    return counts;
   }
 
   // ---- the atomic multi-write

@@ -1,6 +1,10 @@
 export { DEFAULT_FEED_DELAY_MS, DynamoJobStore, type DynamoJobStoreOptions, recordFromConditionFailure } from "./dynamo-job-store.ts";
 export { IOT_MAX_PAYLOAD_BYTES, IotPublisher, type IotPublisherOptions } from "./iot-publisher.ts";
 export {
+  COUNT_SHARDS,
+  COUNTED,
+  COUNTS_PK,
+  countShardOf,
   type FeedWrite,
   feedWriteOfStreamRecord,
   isJobImage,
@@ -17,6 +21,7 @@ export { createS3Client, RETIRED_TAG, S3ReportStore, type S3ReportStoreOptions, 
 export { isNetworkFailure, isTransient, readSdkFailure, type SdkFailure, storeFailure } from "./sdk-errors.ts";
 export {
   afterTableReady,
+  markJobItemsCounted,
   migrateCommand,
   migrateJobTable,
   prepareJobTable,

@@ -12,7 +12,10 @@ import {
   keysOf,
   MamError,
   type Status,
+  type StatusCountMove,
+  StatusSchema,
   sortableTime,
+  statusCountMove,
   zodIssues,
 } from "@mam/core";
 import type * as Lambda from "aws-lambda";
@@ -43,6 +46,41 @@ export const FEED_NOTE = "feed_note";
  * DynamoDB Local to the minute). Never part of a record.
  */
 export const FEED_AT = "feed_at";
+
+/**
+ * Present (`true`) on a job item the counts per status count (issue 22): every item
+ * this code creates, and every item from before the counts once storage step 4 has
+ * marked it. The feed writer counts a job under its status only while its item carries
+ * the mark (`countMoveOfStreamRecord`), so an item is counted once: by its create's
+ * stream record, or by the record of the step's marking write, never by both. Never
+ * part of a record.
+ */
+export const COUNTED = "counted";
+
+/** The partition of the counter items: one item per shard, each holding a number per status. */
+export const COUNTS_PK = "COUNTS";
+/**
+ * How many counter items the counts are spread over: a job's moves always land on its
+ * own shard (by its id), so concurrent feed writers on different stream shards rarely
+ * contend for one item (a transaction on an item another transaction holds is
+ * cancelled, and the stream record retried). A read sums them (one Query).
+ */
+export const COUNT_SHARDS = 16;
+
+/** The counter item a job's moves are counted on. */
+export function countShardOf(jobId: string): { readonly pk: string; readonly sk: string } {
+  let h = 0;
+  for (let i = 0; i < jobId.length; i++) h = (h * 31 + jobId.charCodeAt(i)) >>> 0;
+  return { pk: COUNTS_PK, sk: `SHARD#${String(h % COUNT_SHARDS).padStart(2, "0")}` };
+}
+
+/** A counter item's numbers, by status (an attribute per status; absent: 0). */
+export function countsOfItem(item: Record<string, unknown>, into: Partial<Record<Status, number>>): void {
+  for (const status of StatusSchema.options) {
+    const n = item[status];
+    if (typeof n === "number") into[status] = (into[status] ?? 0) + n;
+  }
+}
 
 export const JOB_ITEM_SK = "JOB";
 export const ALL_JOBS = "JOBS";
@@ -104,7 +142,14 @@ export function indexAttributes(jobId: string, keys: DerivedKeys): { set: Record
 
 /** The job record as an item: the record's own attributes, its keys and its index attributes. */
 export function jobItem(record: JobRecord, keys: Required<DerivedKeys> = keysOf(record)): Record<string, unknown> {
-  return { ...record, pk: jobPk(record.job_id), sk: JOB_ITEM_SK, gsi2pk: ALL_JOBS, ...indexAttributes(record.job_id, keys).set };
+  return {
+    ...record,
+    pk: jobPk(record.job_id),
+    sk: JOB_ITEM_SK,
+    gsi2pk: ALL_JOBS,
+    ...indexAttributes(record.job_id, keys).set,
+    [COUNTED]: true,
+  };
 }
 
 /** An item without its key and index attributes. */
@@ -113,6 +158,7 @@ export function stripKeys<T>(item: Record<string, unknown>): T {
   for (const k of KEY_ATTRIBUTES) delete out[k];
   delete out[FEED_NOTE];
   delete out[FEED_AT];
+  delete out[COUNTED];
   return out as T;
 }
 
@@ -181,6 +227,8 @@ export interface FeedWrite {
   /** Written only if absent, in the rows' transaction: a replayed record writes nothing new. */
   readonly marker: { readonly pk: string; readonly sk: string };
   readonly rows: readonly FeedRowItem[];
+  /** The counts' move of the record's write, on the job's counter item; absent: none. */
+  readonly counts?: { readonly key: { readonly pk: string; readonly sk: string }; readonly move: StatusCountMove };
 }
 
 export interface FeedRowItem {
@@ -213,7 +261,9 @@ export function feedWriteOfStreamRecord(record: Lambda.DynamoDBRecord, writtenAt
   const old = record.dynamodb?.OldImage;
   const before = old !== undefined && isJobImage(old) ? jobRecordOfNewImage(old, `${where} (old image)`) : undefined;
   const drafts = changeRowsOf(before, after, noteOfImage(image));
-  if (drafts.length === 0) return undefined;
+  const move = statusCountMove(countedStatusOf(old, before), countedStatusOf(image, after));
+  const moves = move.leave !== undefined || move.enter !== undefined;
+  if (drafts.length === 0 && !moves) return undefined;
   const at = feedAtOf(image, old, record.dynamodb?.ApproximateCreationDateTime, writtenAt);
   const seq = paddedSeq(sequence);
   const hour = hourOf(writtenAt);
@@ -228,7 +278,14 @@ export function feedWriteOfStreamRecord(record: Lambda.DynamoDBRecord, writtenAt
       written_at: writtenAt,
       row: { ...draft, at },
     })),
+    ...(moves ? { counts: { key: countShardOf(after.job_id), move } } : {}),
   };
+}
+
+/** The status a job item's image is counted under: its status while it carries the mark (`COUNTED`), else none. */
+function countedStatusOf(image: StreamImage | undefined, record: JobRecord | undefined): Status | undefined {
+  if (image === undefined || record === undefined || image[COUNTED]?.BOOL !== true) return undefined;
+  return record.status;
 }
 
 /**

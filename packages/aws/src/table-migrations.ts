@@ -4,9 +4,13 @@ import {
   type DynamoDBClient,
   GetItemCommand,
   PutItemCommand,
+  ScanCommand,
+  type ScanCommandOutput,
+  UpdateItemCommand,
   UpdateTableCommand,
 } from "@aws-sdk/client-dynamodb";
 import { MamError, type MigrationResult, type MigrationStep, pendingSteps, storeBehindCode } from "@mam/core";
+import { COUNTED, JOB_ITEM_SK } from "./job-item.ts";
 import { storeFailure } from "./sdk-errors.ts";
 import { JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./table-definition.ts";
 
@@ -28,6 +32,7 @@ import { JOB_TABLE_DEFINITION, JOB_TABLE_INDEX } from "./table-definition.ts";
  *   version 1 ... the layout of every table before versions (no SCHEMA item)
  *   version 2 ... the SCHEMA/VERSION item itself (no job item changes)
  *   version 3 ... the attention index (issue 20), which a table made before it lacks
+ *   version 4 ... the counts per status (issue 22): every job item from before them marked counted
  *
  * Who runs the steps: `mam migrate --table NAME` runs all of them; a function, where
  * it starts (`prepareJobTable`), runs the steps marked `cheap` (a few requests, no
@@ -64,6 +69,15 @@ export const TABLE_STEPS: readonly MigrationStep<TableTarget>[] = [
     // is not, a function refuses, naming `mam migrate`, which adds it.
     cheap: true,
     up: (target) => ensureJobTableIndex(target, JOB_TABLE_INDEX.attention),
+  },
+  {
+    version: 4,
+    describe:
+      "the counts per status (issue 22): every job item from before them is marked counted (one conditional UpdateItem each, after a Scan), and the feed writer counts it once, from the stream record of that mark; items this code creates are counted from their create",
+    // A Scan of the table: `mam migrate` runs it, a function refuses behind it.
+    up: async (target) => {
+      await markJobItemsCounted(target);
+    },
   },
 ];
 
@@ -241,4 +255,66 @@ export async function ensureJobTableIndex(target: TableTarget, indexName: string
     if (Date.now() > deadline) throw storeFailure(new Error(`index ${indexName} did not become ACTIVE in time`), `add index ${indexName}`);
     await new Promise((r) => setTimeout(r, 1000));
   }
+}
+
+/**
+ * Storage step 4: mark every job item that is not yet counted (`COUNTED`), each with one
+ * UpdateItem conditional on the mark being absent; returns how many it marked. It
+ * counts nothing itself: the feed writer counts each marked job under the status its
+ * stream record's new image holds, under that record's marker, as it counts a create.
+ *
+ *   the step ........ Scan: J unmarked (pending) ....... UpdateItem J: SET counted
+ *   an agent ................. claim J (no mark: the feed writer counts nothing)
+ *   the stream ...... J: pending -> running (uncounted) | J: running, now counted (+1 running)
+ *
+ * So a write racing the step is never lost nor counted twice: before the mark, no move
+ * of J is counted (neither image carries it); the mark's own record counts J once under
+ * the status it then had; every later move is counted from there. Running it again
+ * (or after a crash) marks only what is still unmarked: nothing is counted twice.
+ * Items created by an older mam while it runs are unmarked: deploy first, then migrate.
+ */
+export async function markJobItemsCounted(target: TableTarget): Promise<number> {
+  const { client, tableName } = target;
+  let marked = 0;
+  let start: Record<string, AttributeValue> | undefined;
+  do {
+    let page: ScanCommandOutput;
+    try {
+      page = await client.send(
+        new ScanCommand({
+          TableName: tableName,
+          ProjectionExpression: "pk, sk",
+          FilterExpression: "sk = :job AND attribute_not_exists(#c)",
+          ExpressionAttributeNames: { "#c": COUNTED },
+          ExpressionAttributeValues: { ":job": { S: JOB_ITEM_SK } },
+          ...(start === undefined ? {} : { ExclusiveStartKey: start }),
+        }),
+      );
+    } catch (err) {
+      throw storeFailure(err, `scan table ${tableName} for job items to count`);
+    }
+    for (const item of page.Items ?? []) {
+      const pk = item.pk?.S;
+      if (pk === undefined) continue;
+      try {
+        await client.send(
+          new UpdateItemCommand({
+            TableName: tableName,
+            Key: { pk: { S: pk }, sk: { S: JOB_ITEM_SK } },
+            UpdateExpression: "SET #c = :t",
+            ConditionExpression: "attribute_exists(pk) AND attribute_not_exists(#c)",
+            ExpressionAttributeNames: { "#c": COUNTED },
+            ExpressionAttributeValues: { ":t": { BOOL: true } },
+          }),
+        );
+        marked++;
+      } catch (err) {
+        // Marked meanwhile (another run of the step): counted once, by that mark.
+        if ((err as { name?: string }).name === "ConditionalCheckFailedException") continue;
+        throw storeFailure(err, `mark job item ${pk} counted`);
+      }
+    }
+    start = page.LastEvaluatedKey;
+  } while (start !== undefined);
+  return marked;
 }

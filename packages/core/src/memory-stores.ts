@@ -16,15 +16,17 @@ import {
 } from "./persistence.ts";
 import type { Clock, FeedPage, ReportStore } from "./ports.ts";
 import {
+  applyCountMove,
   applyRecordWrite,
   carriesMark,
   type DerivedKeys,
   owedPlaceOf,
   type RecordWrite,
   sortableTime,
+  statusCountMove,
   writeHolds,
 } from "./record-write.ts";
-import type { DispatchRecord, EventLogEntry, JobRecord } from "./schemas.ts";
+import type { DispatchRecord, EventLogEntry, JobRecord, Status } from "./schemas.ts";
 
 /**
  * Reference adapters: the ports kept in memory, with no I/O, for pure unit tests
@@ -43,6 +45,8 @@ export class MemoryJobStore extends JobStoreBase {
   readonly #jobs = new Map<string, JobRecord>();
   readonly #dispatches = new Map<string, DispatchRecord>();
   readonly #events = new Map<string, EventLogEntry[]>();
+  /** The counts per status, moved in the same synchronous step as each write (`statusCountMove`). */
+  readonly #counts: Partial<Record<Status, number>> = {};
   /** The change feed: a row's position is its index + 1. */
   readonly #changes: ChangeRow[] = [];
   readonly #clock: Clock;
@@ -54,7 +58,7 @@ export class MemoryJobStore extends JobStoreBase {
   }
 
   override get capabilities(): StoreCapabilities {
-    return { atomicMultiWrite: true };
+    return { atomicMultiWrite: true, countConsistency: "exact" };
   }
 
   /** Append the rows a committed write produces, in the same synchronous step as the write. */
@@ -68,6 +72,7 @@ export class MemoryJobStore extends JobStoreBase {
   protected async insertRecord(record: JobRecord, _keys: Required<DerivedKeys>, note: ChangeNote): Promise<boolean> {
     if (this.#jobs.has(record.job_id)) return false;
     this.#jobs.set(record.job_id, structuredClone(record));
+    applyCountMove(this.#counts, statusCountMove(undefined, record.status));
     this.#record(undefined, record, note);
     return true;
   }
@@ -88,6 +93,7 @@ export class MemoryJobStore extends JobStoreBase {
     }
     const next = applyRecordWrite(current, write);
     this.#jobs.set(write.jobId, next);
+    applyCountMove(this.#counts, statusCountMove(current.status, next.status));
     if (write.feed !== undefined) this.#record(current, next, write.feed);
     return { written: true, record: structuredClone(next) };
   }
@@ -121,6 +127,10 @@ export class MemoryJobStore extends JobStoreBase {
       if (w.optional === true) held.push(holds);
     }
     return { committed: true, held };
+  }
+
+  protected async queryCounts(): Promise<Partial<Record<Status, number>>> {
+    return { ...this.#counts };
   }
 
   protected async queryFeed(query: FeedQuery): Promise<FeedPage> {

@@ -21,12 +21,14 @@ import {
   type ObservationWriteOptions,
   type OwedQuery,
   type Page,
+  type StatusCounts,
   UNSETTABLE_JOB_FIELDS,
 } from "./ports.ts";
 import {
   type CounterField,
   type DerivedKeys,
   type ExpectedSeq,
+  fullCounts,
   keysOf,
   NO_CONCURRENCY_CHECK,
   owedPlaceOf,
@@ -157,6 +159,11 @@ export abstract class JobStoreBase implements JobStore {
    */
   protected abstract queryFeedHead(jobId: string | undefined): Promise<string>;
   /**
+   * The counts per status as the store keeps them (a status it holds none of may be
+   * absent): one read. How current they are is `capabilities.countConsistency`.
+   */
+  protected abstract queryCounts(): Promise<Partial<Record<Status, number>>>;
+  /**
    * Optional: `writes` in one atomic write (`AtomicWrite`, `AtomicOutcome`): every
    * required part and the optional updates whose conditions hold, or nothing at all
    * (a required update's condition did not hold). An adapter that offers it says so in
@@ -172,7 +179,7 @@ export abstract class JobStoreBase implements JobStore {
 
   /** What the adapter offers beyond the primitives every adapter has. */
   get capabilities(): StoreCapabilities {
-    return { atomicMultiWrite: false };
+    return { atomicMultiWrite: false, countConsistency: "exact" };
   }
 
   // ---- commit hooks
@@ -291,6 +298,10 @@ export abstract class JobStoreBase implements JobStore {
       limit + 1,
     );
     return jobPage(listing, records, limit, (r) => sortableTime(r.updated_at));
+  }
+
+  async countByStatus(): Promise<StatusCounts> {
+    return { counts: fullCounts(await this.queryCounts()), consistency: this.capabilities.countConsistency };
   }
 
   async chargeUsage(jobId: string, prior: AgentUsage | undefined, next: AgentUsage): Promise<boolean> {
@@ -690,6 +701,12 @@ export type AtomicOutcome = { readonly committed: false } | { readonly committed
 export interface StoreCapabilities {
   /** `writeAtomically` is there and commits several items as one (SQLite, memory, DynamoDB's TransactWriteItems). */
   readonly atomicMultiWrite: boolean;
+  /**
+   * How current `countByStatus` is: `exact` where the counts are written in each
+   * write's own transaction, `eventual` where they are derived after it (DynamoDB's
+   * feed writer).
+   */
+  readonly countConsistency: "exact" | "eventual";
 }
 
 /** The base's write methods, each of which tells the hooks and empties the cache (`#write`). */

@@ -1,5 +1,5 @@
 import type { ChangeNote, ChangeQuery, ChangeRow } from "./feed.ts";
-import type { ExpectedSeq } from "./record-write.ts";
+import type { ExpectedSeq, StatusCountsOf } from "./record-write.ts";
 import {
   type AgentUsage,
   type DispatchRecord,
@@ -176,6 +176,12 @@ export interface Page<T> {
  */
 export interface JobStore extends JobRecords, DispatchRecords, JobEventLog, OwedNotifications, ChangeFeed {}
 
+/** The counts per status and how current they are (`JobRecords.countByStatus`). */
+export interface StatusCounts {
+  readonly counts: StatusCountsOf;
+  readonly consistency: "exact" | "eventual";
+}
+
 /** A feed page: `cursor` is always there, to continue from (even after an empty page). */
 export interface FeedPage extends Page<ChangeRow> {
   readonly cursor: string;
@@ -229,6 +235,17 @@ export interface JobRecords {
    * cost is the number of running jobs read, not of those listed (docs/adapters.md).
    */
   list(query: JobListQuery): Promise<Page<JobRecord>>;
+  /**
+   * How many jobs each status holds (issue 22), kept through the store's writes by
+   * the rule of `statusCountMove` (record-write.ts): a create counts its status, a
+   * status-changing write moves one from the status it left to the one it entered, a
+   * lost write counts nothing. `consistency` says how current it is: `exact` where
+   * the counts are written in the write's own transaction (SQLite, D1, memory);
+   * `eventual` where they are derived after it (DynamoDB: the feed writer, from the
+   * stream, under each record's marker — late by the stream's delay, never counted
+   * twice). One read, whatever the number of jobs.
+   */
+  countByStatus(): Promise<StatusCounts>;
   /**
    * Quota bookkeeping (issue 17): write `next` as the job's `agent_usage` iff the
    * stored one still counts exactly `prior`'s events and bytes (absent: 0 and 0).

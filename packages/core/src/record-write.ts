@@ -1,5 +1,5 @@
 import type { ChangeNote } from "./feed.ts";
-import type { JobRecord, LEASE_FIELDS, NotificationIntent, Status } from "./schemas.ts";
+import { type JobRecord, type LEASE_FIELDS, type NotificationIntent, STATUS, type Status } from "./schemas.ts";
 
 /**
  * Every conditional write of a job record, as data core builds (`JobStoreBase`,
@@ -103,6 +103,49 @@ export interface RecordWrite {
   readonly bump: readonly CounterField[];
   readonly keys: DerivedKeys;
   readonly feed?: ChangeNote;
+}
+
+/**
+ * The counts per status (issue 22): how many jobs each status holds, kept by the
+ * store with the writes (exactly, on SQLite and in memory) or after them from the
+ * stream (eventually, on DynamoDB: the feed writer). The rule, once, for every store:
+ *
+ *   a create ........................ +1 to its status
+ *   a write that moves `keys.status` ... -1 to the status it leaves, +1 to the one it
+ *                                      enters, nothing when they are the same
+ *   anything else (and a lost write) .. nothing
+ *
+ * Here in terms of the status a job is counted under before and after one committed
+ * write (`undefined`: not counted — no record yet, or, on DynamoDB, an item from
+ * before the counts that the migration has not marked yet).
+ */
+export interface StatusCountMove {
+  readonly leave?: Status;
+  readonly enter?: Status;
+}
+
+export function statusCountMove(before: Status | undefined, after: Status | undefined): StatusCountMove {
+  if (before === after) return {};
+  return { ...(before === undefined ? {} : { leave: before }), ...(after === undefined ? {} : { enter: after }) };
+}
+
+/** Whether a write may move the counts: only a write that moves the status key (the store compares old and new). */
+export const movesStatusCount = (write: RecordWrite): boolean => write.keys.status !== undefined;
+
+/** How many jobs each status holds. */
+export type StatusCountsOf = Readonly<Record<Status, number>>;
+
+/** Counts with every status present (0 where a store holds none). */
+export function fullCounts(partial: Partial<Record<Status, number>>): StatusCountsOf {
+  const out = {} as Record<Status, number>;
+  for (const status of Object.values(STATUS)) out[status] = partial[status] ?? 0;
+  return out;
+}
+
+/** `counts` after `move`. */
+export function applyCountMove(counts: Partial<Record<Status, number>>, move: StatusCountMove): void {
+  if (move.leave !== undefined) counts[move.leave] = (counts[move.leave] ?? 0) - 1;
+  if (move.enter !== undefined) counts[move.enter] = (counts[move.enter] ?? 0) + 1;
 }
 
 /** A time as it compares as a string: UTC, fixed width (`toISOString`), so string order is time order. */

@@ -18,10 +18,12 @@ import {
   type JobStoreOptions,
   KeptByKey,
   MamError,
+  movesStatusCount,
   type NotificationIntent,
   type Position,
   type RecordCondition,
   type RecordWrite,
+  type Status,
   StatusSchema,
   type StoreCapabilities,
   type StoredChangeRow,
@@ -76,7 +78,7 @@ export class SqlJobStore extends JobStoreBase {
   }
 
   override get capabilities(): StoreCapabilities {
-    return { atomicMultiWrite: true };
+    return { atomicMultiWrite: true, countConsistency: "exact" };
   }
 
   protected async readRecord(jobId: string): Promise<JobRecord | undefined> {
@@ -90,8 +92,8 @@ export class SqlJobStore extends JobStoreBase {
     const [insert] = await this.#batch([
       sql(
         `INSERT INTO jobs (job_id, status, transition_seq, created_at, updated_at, owed_intent_id, owed_at, owed_quarantined_id,
-           candidate_at, attention_at, feed_before, write_token, doc)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+           candidate_at, attention_at, feed_before, status_before, write_token, doc)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
         record.job_id,
         keys.status,
         record.transition_seq,
@@ -106,6 +108,7 @@ export class SqlJobStore extends JobStoreBase {
         JSON.stringify(record),
       ),
       ...feedRowStatements(record.job_id, token, note, CREATE_SHAPE),
+      ...countStatements(record.job_id, token),
     ]);
     return (insert?.changes ?? 0) === 1;
   }
@@ -123,9 +126,10 @@ export class SqlJobStore extends JobStoreBase {
   /** The write's UPDATE and its feed rows' statements, in batch order. */
   #updateStatements(write: RecordWrite, token: string): SqlStatement[] {
     const plan = planOf(write);
-    const update = { sql: plan.text, params: updateParams(write, plan.setFields, plan.shape === undefined ? undefined : token) };
-    if (plan.shape === undefined || write.feed === undefined) return [update];
-    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape)];
+    const update = { sql: plan.text, params: updateParams(write, plan.setFields, stampsToken(write, plan.shape) ? token : undefined) };
+    const counts = movesStatusCount(write) ? countStatements(write.jobId, token) : [];
+    if (plan.shape === undefined || write.feed === undefined) return [update, ...counts];
+    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape), ...counts];
   }
 
   /**
@@ -197,7 +201,7 @@ export class SqlJobStore extends JobStoreBase {
       if (w.optional !== true) required.push(w);
     }
     const [only] = required;
-    // Only a write the feed tells stamps its token (`#updateStatements`): the lines ask for it.
+    // Only a write the feed tells is sure to stamp its token (`#updateStatements`): the lines ask for it.
     if (required.length === 1 && updates === 1 && only?.kind === "update" && only.write.feed !== undefined) {
       const token = this.#token();
       const [update, ...feed] = this.#updateStatements(only.write, token);
@@ -322,6 +326,13 @@ export class SqlJobStore extends JobStoreBase {
    * cursor order; a job's rows by `changes_by_job`. A row's JSON is handed on as
    * written (parsed only if a caller reads `items`).
    */
+  protected async queryCounts(): Promise<Partial<Record<Status, number>>> {
+    const rows = await this.#query("SELECT status, n FROM job_counts", []);
+    const counts: Partial<Record<Status, number>> = {};
+    for (const r of rows) counts[String(r.status) as Status] = Number(r.n);
+    return counts;
+  }
+
   protected async queryFeed(query: FeedQuery): Promise<FeedPage> {
     const after = query.after === undefined ? 0 : decodeFeedPosition(query.after);
     const rows =
@@ -559,14 +570,46 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   if (shape !== undefined) {
     const capture = feedBeforeCapture(shape);
     if (capture !== undefined) assignments.push(`feed_before = ${capture}`);
-    assignments.push("write_token = ?");
   }
+  // The right side reads the old row: the status this write leaves, for its count statements.
+  if (movesStatusCount(write)) assignments.push("status_before = status");
+  if (stampsToken(write, shape)) assignments.push("write_token = ?");
   let where = "job_id = ?";
   for (const condition of write.conditions) where += ` AND ${conditionSql(condition).sql}`;
   // A revise also runs where the doc can be rewritten only: one past SQLite's JSON
   // depth takes its revision beside it (`#reviseBeside`).
   if (isOwedRevision(write)) where += " AND json_valid(doc)";
   return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`;
+}
+
+/** Whether a write stamps its token: one the feed tells (its rows select on it), or one that moves a count (so do its count statements). */
+function stampsToken(write: RecordWrite, shape: FeedWriteShape | undefined): boolean {
+  return shape !== undefined || movesStatusCount(write);
+}
+
+/**
+ * The counts per status (`statusCountMove`, core), moved in the write's own batch: −1
+ * to the status the row left and +1 to the one it holds, only where the row carries
+ * the write's token (the write committed) and the two differ. A create leaves none
+ * (`status_before` NULL). A lost race stamps nothing, so counts nothing.
+ */
+function countStatements(jobId: string, token: string): SqlStatement[] {
+  return [
+    sql(
+      `INSERT INTO job_counts (status, n) SELECT j.status_before, -1 FROM jobs j
+       WHERE j.job_id = ? AND j.write_token = ? AND j.status_before IS NOT NULL AND j.status_before IS NOT j.status
+       ON CONFLICT (status) DO UPDATE SET n = n + excluded.n`,
+      jobId,
+      token,
+    ),
+    sql(
+      `INSERT INTO job_counts (status, n) SELECT j.status, 1 FROM jobs j
+       WHERE j.job_id = ? AND j.write_token = ? AND j.status_before IS NOT j.status
+       ON CONFLICT (status) DO UPDATE SET n = n + excluded.n`,
+      jobId,
+      token,
+    ),
+  ];
 }
 
 /** A revise: the one write that may land beside a doc SQLite cannot rewrite. */

@@ -21,6 +21,7 @@ import Database from "better-sqlite3";
  *   version 2 ... what v1 databases gained ad hoc: the owed columns and indexes, feed_before, the changes table
  *   version 3 ... the driver seam's writes (issue 18): write_token on jobs, the atomic_guard table
  *   version 4 ... the marks (issue 20): candidate_at and attention_at on jobs, their partial indexes
+ *   version 5 ... the counts per status (issue 22): job_counts, status_before on jobs; existing jobs counted once
  */
 
 /** The two parts of the owed index. A query is served by a partial index only when its WHERE names the index's own condition, so both are spelled once, here. */
@@ -118,6 +119,20 @@ CREATE INDEX IF NOT EXISTS changes_by_job ON changes (job_id, cursor);`);
       // its key from the whole record. Only the unkeyed are written: idempotent.
       db.exec(`UPDATE jobs SET attention_at = updated_at, doc = json_set(doc, '$.attention_at', updated_at)
         WHERE status = 'running' AND attention_at IS NULL`);
+    },
+  },
+  {
+    version: 5,
+    describe:
+      "the counts per status: job_counts (status, n), which every create and status-changing write moves in its own batch, and status_before on jobs (the status the row left at the last write that moved it, which that batch's count statements read); the jobs already there counted once",
+    up(db) {
+      const columns = new Set((db.prepare("PRAGMA table_info(jobs)").all() as { name: string }[]).map((c) => c.name));
+      if (!columns.has("status_before")) db.exec("ALTER TABLE jobs ADD COLUMN status_before TEXT NULL");
+      db.exec("CREATE TABLE IF NOT EXISTS job_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID");
+      // A recount, not an increment: the step runs under the write lock (no write moves
+      // a count meanwhile), so running it again, or after a crash, leaves the same counts.
+      db.exec("DELETE FROM job_counts");
+      db.exec("INSERT INTO job_counts (status, n) SELECT status, count(*) FROM jobs GROUP BY status");
     },
   },
 ];

@@ -2,7 +2,15 @@ import type { Access } from "../access.ts";
 import { dryRunGateRoute, evaluateJobRoute, listEventsRoute, publishEventRoute } from "./events.ts";
 import { listChangesRoute, streamChangesRoute } from "./feed.ts";
 import { postHookEventRoute } from "./hooks.ts";
-import { getDispatchRoute, getJobRoute, listJobsRoute, recordDispatchRoute, registerJobRoute, transitionJobRoute } from "./jobs.ts";
+import {
+  countJobsRoute,
+  getDispatchRoute,
+  getJobRoute,
+  listJobsRoute,
+  recordDispatchRoute,
+  registerJobRoute,
+  transitionJobRoute,
+} from "./jobs.ts";
 import { getAssetRoute, getDashboardRoute, getDocsAssetRoute, getDocsRoute, getHealthRoute, getOpenApiRoute } from "./meta.ts";
 import { recordObservationRoute } from "./observations.ts";
 import { releaseNotificationRoute, runRecoverySweepRoute, sendNotificationRoute } from "./operations.ts";
@@ -17,6 +25,7 @@ import { getTokenRoute } from "./token.ts";
 export const ROUTES = [
   registerJobRoute,
   listJobsRoute,
+  countJobsRoute,
   getJobRoute,
   transitionJobRoute,
   recordDispatchRoute,

@@ -76,6 +76,47 @@ export const listJobsRoute = withHandler(
   },
 );
 
+const StatusCountSchema = z.number().int().openapi({ description: "How many jobs hold this status." });
+
+export const JobCountsSchema = z
+  .strictObject({
+    counts: z.strictObject({
+      pending: StatusCountSchema,
+      running: StatusCountSchema,
+      completed: StatusCountSchema,
+      error: StatusCountSchema,
+      cancelled: StatusCountSchema,
+    }),
+    consistency: z.enum(["exact", "eventual"]).openapi({
+      description:
+        "`exact`: counted in each write's own transaction (SQLite, `mam serve`). `eventual`: counted after the write, from the table's stream, by the feed writer (AWS): a change shows here once the feed writer has seen it, seconds later as a rule.",
+    }),
+  })
+  .openapi("JobCounts");
+
+export const countJobsRoute = withHandler(
+  defineRoute(operator("read"), {
+    operationId: "countJobs",
+    method: "get",
+    path: "/v1/job-counts",
+    tags: ["jobs"],
+    summary: "How many jobs each status holds",
+    description:
+      "The counts per status the store keeps through its writes (issue 22): one read, whatever the number of jobs. On `mam serve` (SQLite) they are exact, written in each write's own transaction. On AWS they are eventually consistent: the feed writer counts each change from the DynamoDB stream, so a change is counted after the stream's delay (seconds as a rule; longer while the feed writer retries), and never twice. `consistency` says which.",
+    responses: {
+      200: jsonAnswer("The counts per status.", JobCountsSchema, {
+        counts: { pending: 3, running: 12, completed: 140, error: 2, cancelled: 1 },
+        consistency: "exact",
+      }),
+    },
+  }),
+  async (c) => {
+    const { deps } = c.var.services;
+    const answer = await deps.jobs.countByStatus();
+    return c.json({ counts: { ...answer.counts }, consistency: answer.consistency }, 200);
+  },
+);
+
 export const getJobRoute = withHandler(
   defineRoute(
     operatorOrAgent("read", "job"),
