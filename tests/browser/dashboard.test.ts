@@ -24,6 +24,8 @@ const require = createRequire(import.meta.url);
 const AXE_SOURCE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 
 const SESSION = "6b1f0c1e-8a55-4d0e-9d3f-2a7c9e51b0aa";
+/** A pane id as a watcher may name it (at most 128 characters). */
+const PANE = `<img src=x onerror="window.__owned=1">`;
 const HOSTILE = `<script>window.__owned=1</script><img src=x onerror="window.__owned=1"><a href="javascript:window.__owned=1">x</a>`;
 
 describe("the dashboard in a real browser", () => {
@@ -61,7 +63,7 @@ describe("the dashboard in a real browser", () => {
   const expectStatus = (answer: ServiceAnswer, status: number) => expect(answer.status, answer.text).toBe(status);
 
   /** Registers, dispatches and claims a job; answers the agent's token. */
-  const running = async (jobId: string, extra: Record<string, unknown> = {}): Promise<string> => {
+  const running = async (jobId: string, extra: Record<string, unknown> = {}, dispatch: Record<string, unknown> = {}): Promise<string> => {
     expectStatus(
       await call("POST", "/v1/jobs", op, { job_id: jobId, prompt: `Fix ${jobId}`, agent: "claude-code", auto_complete: true, ...extra }),
       201,
@@ -71,6 +73,7 @@ describe("the dashboard in a real browser", () => {
       agent_session_uuid: SESSION,
       pane_process_generation: 3,
       anchor: { started_at: clock.now().toISOString() },
+      ...dispatch,
     });
     expectStatus(dispatched, 201);
     const agent = dispatched.body.agent_token as string;
@@ -78,7 +81,7 @@ describe("the dashboard in a real browser", () => {
     return agent;
   };
 
-  const observe = (jobId: string, state: string) =>
+  const observe = (jobId: string, state: string, extra: Record<string, unknown> = {}) =>
     call("POST", `/v1/jobs/${jobId}/observations`, watcher, {
       state,
       source_kind: "pane_status",
@@ -86,6 +89,7 @@ describe("the dashboard in a real browser", () => {
       agent_session_uuid: SESSION,
       pane_process_generation: 3,
       observed_at: clock.now().toISOString(),
+      ...extra,
     });
 
   const newPage = async (): Promise<{ context: BrowserContext; page: Page; errors: string[] }> => {
@@ -285,8 +289,58 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
+  it("paging shows no job twice; a job that moves is shown first by the live update; a page that follows a busy job asks the gate far less often than the job moves", async () => {
+    for (let i = 1; i <= 55; i += 1) {
+      const id = `page-${String(i).padStart(2, "0")}`;
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: id, prompt: id, agent: "codex" }), 201);
+    }
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForText(page, "#job-rows", /page-55/);
+      // page-03 is not on the first page; it moves (cancelled now): the live update shows it first.
+      expect(await page.locator('#job-rows tr[data-job="page-03"]').count()).toBe(0);
+      expectStatus(await call("POST", "/v1/jobs/page-03/transitions", op, { action: "cancel", expected_seq: 0 }), 200);
+      await waitForText(page, "#job-rows tr:first-child", /page-03.*cancelled/s);
+      await page.getByRole("button", { name: "Load older jobs" }).click();
+      await waitForText(page, "#job-rows", /page-01/);
+      const ids = await page.locator("#job-rows tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-job")));
+      expect(ids.filter((id) => id === "page-03")).toHaveLength(1);
+      expect(new Set(ids).size).toBe(ids.length);
+
+      // A busy job on screen: ten observations, each seen by the page (its record's
+      // evidence_seq shown) before the next; then the dry run answering for the last.
+      const busyAgent = await running("busy-1");
+      expectStatus(await call("PUT", "/v1/jobs/busy-1/attempts/1/report", busyAgent, "# Busy\n", "text/markdown"), 201);
+      expectStatus(await call("POST", "/v1/jobs/busy-1/attempts/1/finalize", busyAgent, { side_effects: [] }), 200);
+      await page.goto(`${base()}/#/jobs/busy-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      const asked = async () => Number(await page.evaluate("window.mamDashboard.dryRuns.asked"));
+      const before = await asked();
+      const started = performance.now();
+      let seq = 0;
+      for (let i = 0; i < 10; i += 1) {
+        const seen = await observe("busy-1", i % 2 === 0 ? "working" : "idle");
+        expect(seen.status, seen.text).toBeLessThan(300);
+        seq = seen.body.evidence_seq as number;
+        await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seq}(?!\\d)`));
+      }
+      await waitForText(page, "#why-title ~ details pre.json", new RegExp(`"evidence_seq": ${seq},`));
+      const seconds = (performance.now() - started) / 1000;
+      const more = (await asked()) - before;
+      console.log(`dry runs while the job moved 10 times in ${seconds.toFixed(1)} s, each seen by the page: ${more}`);
+      expect(more).toBeGreaterThanOrEqual(1);
+      expect(more).toBeLessThanOrEqual(Math.ceil(seconds / 2) + 1);
+      expect(more).toBeLessThan(10);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
   it("a prompt, report, observation or event holding <script>, an onerror attribute or a javascript: URL is shown as text and runs nothing", async () => {
-    const agent = await running("xss-1", { prompt: HOSTILE });
+    const agent = await running("xss-1", { prompt: HOSTILE }, { pane_id: PANE });
+    expectStatus(await observe("xss-1", "working", { pane_id: PANE }), 201);
     expectStatus(
       await call("POST", "/v1/jobs/xss-1/transitions", agent, {
         action: "progress",
@@ -306,6 +360,7 @@ describe("the dashboard in a real browser", () => {
       await page.getByRole("button", { name: "Read the report" }).click();
       await waitForText(page, ".report-text pre", /javascript:window\.__owned=1/);
       await waitForText(page, ".events", /onerror=/);
+      await waitForText(page, ".attempt", /pane <img src=x onerror=/);
       const owned = await page.evaluate(`({
         flag: window.__owned,
         scripts: document.querySelectorAll("main script").length,

@@ -15,6 +15,10 @@ type AttentionKey = (typeof ATTENTION)[number]["key"];
 const PAGE = 50;
 /** Records to read again after feed rows: gathered for this long, then read once each. */
 const REFRESH_GATHER_MS = 250;
+/** A job's record is read again for evidence rows at most this often. */
+const EVIDENCE_READ_GAP_MS = 5_000;
+/** The counts are read again at most this often. */
+const COUNTS_GAP_MS = 2_000;
 
 interface Counts {
   readonly counts: Record<Status, number>;
@@ -112,57 +116,81 @@ export function ListView({
     };
   }, [api, query, loadCounts, loadAttention]);
 
-  // Live: a feed row names a job; its record is read again (gathered, once per job)
-  // and put where it now belongs. Counts follow status changes, at most every 2 s.
+  // Live: a feed row names a job; its record is read again and put where it now
+  // belongs (a job whose update time moved goes first, as the listing orders it; one
+  // that no longer matches the filter leaves). Reads are gathered (250 ms) and each job
+  // is read at most once every 5 s for evidence rows (observations, reports,
+  // notifications), at once for a registration or a transition: twenty busy agents
+  // cost a read token a few requests a second, well under its rate. Counts follow
+  // status changes, at most every 2 s.
   const latest = useRef({ statusFilter, markFilter });
   latest.current = { statusFilter, markFilter };
+  const jobsNow = useRef(jobs);
+  jobsNow.current = jobs;
   useEffect(() => {
-    const waiting = new Set<string>();
+    const waiting = new Map<string, number>();
+    const lastRead = new Map<string, number>();
     let timer: ReturnType<typeof setTimeout> | undefined;
     let countsDue = false;
     let lastCounts = 0;
+    const schedule = () => {
+      if (timer !== undefined) return;
+      const next = Math.min(...waiting.values(), countsDue ? lastCounts + COUNTS_GAP_MS : Number.POSITIVE_INFINITY);
+      if (next === Number.POSITIVE_INFINITY) return;
+      timer = setTimeout(flush, Math.max(REFRESH_GATHER_MS, next - Date.now()));
+    };
     const flush = async () => {
       timer = undefined;
-      const ids = [...waiting];
-      waiting.clear();
-      if (countsDue && Date.now() - lastCounts > 2000) {
-        countsDue = false;
-        lastCounts = Date.now();
-        void loadCounts();
-      } else if (countsDue) {
-        timer = setTimeout(flush, 2000);
-      }
-      const records = await Promise.all(
-        ids.map((id) => ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch(() => undefined)),
-      );
       const now = Date.now();
+      const ids = [...waiting].filter(([, due]) => due <= now).map(([id]) => id);
+      for (const id of ids) {
+        waiting.delete(id);
+        lastRead.set(id, now);
+      }
+      if (countsDue && now - lastCounts >= COUNTS_GAP_MS) {
+        countsDue = false;
+        lastCounts = now;
+        void loadCounts();
+      }
+      schedule();
+      if (ids.length === 0) return;
+      const fresh = (
+        await Promise.all(ids.map((id) => ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch(() => undefined)))
+      ).filter((r): r is JobRecord => r !== undefined);
+      const at = Date.now();
       const { statusFilter: s, markFilter: m } = latest.current;
+      const before = jobsNow.current;
+      const moved = fresh
+        .filter((r) => matches(r, s, m, at) && before.get(r.job_id)?.updated_at !== r.updated_at)
+        .sort((a, b) => b.updated_at.localeCompare(a.updated_at))
+        .map((r) => r.job_id);
+      const leaving = new Set(fresh.filter((r) => !matches(r, s, m, at)).map((r) => r.job_id));
       setJobs((old) => {
         const copy = new Map(old);
-        for (const r of records) if (r !== undefined && (copy.has(r.job_id) || matches(r, s, m, now))) copy.set(r.job_id, r);
+        for (const r of fresh) if (copy.has(r.job_id) || matches(r, s, m, at)) copy.set(r.job_id, r);
         return copy;
       });
-      setOrder((old) => {
-        const fresh = records.filter((r): r is JobRecord => r !== undefined);
-        const leaving = new Set(fresh.filter((r) => !matches(r, s, m, now)).map((r) => r.job_id));
-        const arriving = fresh.filter((r) => matches(r, s, m, now) && !old.includes(r.job_id)).map((r) => r.job_id);
-        // A job that moved into the listing is the most recently updated: it goes first.
-        return [...arriving, ...old.filter((id) => !leaving.has(id))];
-      });
+      setOrder((old) => [...moved, ...old.filter((id) => !leaving.has(id) && !moved.includes(id))]);
       setAttention((old) => {
         const copy = new Map(old);
-        for (const r of records) {
-          if (r === undefined) continue;
-          if (needsAPerson(r, now)) copy.set(r.job_id, r);
+        for (const r of fresh) {
+          if (needsAPerson(r, at)) copy.set(r.job_id, r);
           else copy.delete(r.job_id);
         }
         return copy;
       });
     };
     const off = session.feed.onRow((row: ChangeRow) => {
-      waiting.add(row.job_id);
-      if (row.kind === "job.registered" || row.kind === "job.transitioned") countsDue = true;
-      timer ??= setTimeout(flush, REFRESH_GATHER_MS);
+      const now = Date.now();
+      const changesStatus = row.kind === "job.registered" || row.kind === "job.transitioned";
+      if (changesStatus) countsDue = true;
+      const due = changesStatus ? now : Math.max(now, (lastRead.get(row.job_id) ?? 0) + EVIDENCE_READ_GAP_MS);
+      waiting.set(row.job_id, Math.min(waiting.get(row.job_id) ?? Number.POSITIVE_INFINITY, due));
+      if (timer !== undefined && changesStatus) {
+        clearTimeout(timer);
+        timer = undefined;
+      }
+      schedule();
     });
     return () => {
       off();
