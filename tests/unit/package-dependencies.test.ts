@@ -15,7 +15,7 @@ const PACKAGES = path.join(import.meta.dirname, "..", "..", "packages");
 
 function sourcesOf(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sourcesOf(path.join(dir, e.name)) : e.name.endsWith(".ts") ? [path.join(dir, e.name)] : [],
+    e.isDirectory() ? sourcesOf(path.join(dir, e.name)) : /\.tsx?$/.test(e.name) ? [path.join(dir, e.name)] : [],
   );
 }
 

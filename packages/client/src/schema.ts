@@ -484,7 +484,7 @@ export interface paths {
     };
     /**
      * The dashboard's script and stylesheet
-     * @description One of: `dashboard.js`, `dashboard.css`; anything else is a 404.
+     * @description One of: `app.js`, `app.css` (built by @mam/dashboard, read on first request); anything else is a 404.
      */
     get: operations["getAsset"];
     put?: never;
@@ -543,8 +543,8 @@ export interface paths {
       cookie?: never;
     };
     /**
-     * The dashboard shell (its data needs a token)
-     * @description A page that asks for an operator token and reads `GET /v1/jobs` with it.
+     * The dashboard (its data needs a token)
+     * @description The page an operator keeps open: it asks for a token (a read token from `mam token create --scope read --ttl 8h`), keeps it in sessionStorage and reads the JSON API with it, live from the change feed (streamed on `mam serve`, polled every 10 s where responses cannot stream).
      */
     get: operations["getDashboard"];
     put?: never;
@@ -7607,7 +7607,7 @@ export interface operations {
            *       "type": "https://mam.dev/problems/route.notFound",
            *       "title": "No such route",
            *       "status": 404,
-           *       "detail": "no asset \"dashboard.js.map\"",
+           *       "detail": "no asset \"app.js.map\"",
            *       "code": "route.notFound",
            *       "instance": "/v1/jobs/job-4f2a",
            *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
@@ -7866,6 +7866,28 @@ export interface operations {
            *     …
            */
           "text/html": string;
+        };
+      };
+      /** @description `job.notFound`: No such job; `dispatch.notFound`: No such dispatch; `report.notFound`: No report to finalize; `route.notFound`: No such route */
+      404: {
+        headers: {
+          /** @description The request id: the caller's own when it sent a sane one, otherwise a UUID. Quote it when reporting a problem. */
+          "X-Request-Id"?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          /**
+           * @example {
+           *       "type": "https://mam.dev/problems/route.notFound",
+           *       "title": "No such route",
+           *       "status": 404,
+           *       "detail": "the dashboard is not built here: run `npm run build:dashboard` (npm ci runs it), or `npm run package` for the AWS bundle",
+           *       "code": "route.notFound",
+           *       "instance": "/v1/jobs/job-4f2a",
+           *       "request_id": "3c6e1f0a-5b2d-4e8f-9a1c-7d4b2e6f8a0c"
+           *     }
+           */
+          "application/problem+json": components["schemas"]["Problem"];
         };
       };
       /** @description `publish.tooLarge`: The notification payload is too large for the broker; `store.unsupported`: The store's engine cannot run this write or read as built; `config.invalid`: The configuration is not valid; `store.version`: The store's schema version is not the one this code runs on; `internal`: Internal error */
