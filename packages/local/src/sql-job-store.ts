@@ -321,11 +321,7 @@ export class SqlJobStore extends JobStoreBase {
     return rows.map((r) => parseDoc(r.doc));
   }
 
-  /**
-   * The feed after a position (the decimal cursor of a row, `0` before the first), in
-   * cursor order; a job's rows by `changes_by_job`. A row's JSON is handed on as
-   * written (parsed only if a caller reads `items`).
-   */
+  /** The counts per status: `job_counts`, a row per status any write has counted (a handful of rows). */
   protected async queryCounts(): Promise<Partial<Record<Status, number>>> {
     const rows = await this.#query("SELECT status, n FROM job_counts", []);
     const counts: Partial<Record<Status, number>> = {};
@@ -333,6 +329,11 @@ export class SqlJobStore extends JobStoreBase {
     return counts;
   }
 
+  /**
+   * The feed after a position (the decimal cursor of a row, `0` before the first), in
+   * cursor order; a job's rows by `changes_by_job`. A row's JSON is handed on as
+   * written (parsed only if a caller reads `items`).
+   */
   protected async queryFeed(query: FeedQuery): Promise<FeedPage> {
     const after = query.after === undefined ? 0 : decodeFeedPosition(query.after);
     const rows =
