@@ -1,3 +1,5 @@
+import { packageDir, readFileIn } from "./package-files.ts";
+
 /**
  * The dashboard's files: built by @mam/dashboard (esbuild, `packages/dashboard/dist/`)
  * and served by the app to anyone — the page holds no data of its own; it asks for a
@@ -21,28 +23,10 @@ const FEED_MODE_META = '<meta name="mam-feed" content="stream">';
 let distDir: Promise<string | undefined> | undefined;
 const read = new Map<string, Promise<Uint8Array<ArrayBuffer> | undefined>>();
 
-async function findDistDir(): Promise<string | undefined> {
-  try {
-    const { createRequire } = await import("node:module");
-    const { dirname, join } = await import("node:path");
-    const require = createRequire(import.meta.url);
-    return join(dirname(require.resolve("@mam/dashboard/package.json")), "dist");
-  } catch {
-    return undefined;
-  }
-}
-
 async function readFileOnce(name: string): Promise<Uint8Array<ArrayBuffer> | undefined> {
-  distDir ??= findDistDir();
+  distDir ??= packageDir("@mam/dashboard").then((dir) => (dir === undefined ? undefined : `${dir}/dist`));
   const dir = await distDir;
-  if (dir === undefined) return undefined;
-  try {
-    const { readFile } = await import("node:fs/promises");
-    const { join } = await import("node:path");
-    return new Uint8Array(await readFile(join(dir, name)));
-  } catch {
-    return undefined;
-  }
+  return dir === undefined ? undefined : readFileIn(dir, name);
 }
 
 /**

@@ -1,3 +1,5 @@
+import { packageDir, readFileIn } from "./package-files.ts";
+
 /**
  * The docs page: Swagger UI over /openapi.json, its assets served by the app itself
  * from the `swagger-ui-dist` package (a closed network reaches no CDN). The package
@@ -17,17 +19,6 @@ export const DOCS_ASSETS: Readonly<Record<string, string>> = {
 };
 
 let assetDir: Promise<string | undefined> | undefined;
-
-async function findAssetDir(): Promise<string | undefined> {
-  try {
-    const { createRequire } = await import("node:module");
-    const { dirname } = await import("node:path");
-    const require = createRequire(import.meta.url);
-    return dirname(require.resolve("swagger-ui-dist/package.json"));
-  } catch {
-    return undefined;
-  }
-}
 
 /**
  * The page's own script, served from here rather than inline: the page's CSP allows
@@ -50,16 +41,11 @@ export async function readDocsAsset(name: string): Promise<{ body: Uint8Array<Ar
   if (name === DOCS_INIT_NAME) return { body: DOCS_INIT, contentType: "text/javascript; charset=utf-8" };
   const contentType = Object.hasOwn(DOCS_ASSETS, name) ? DOCS_ASSETS[name] : undefined;
   if (contentType === undefined) return undefined;
-  assetDir ??= findAssetDir();
+  assetDir ??= packageDir("swagger-ui-dist");
   const dir = await assetDir;
   if (dir === undefined) return undefined;
-  try {
-    const { readFile } = await import("node:fs/promises");
-    const { join } = await import("node:path");
-    return { body: new Uint8Array(await readFile(join(dir, name))), contentType };
-  } catch {
-    return undefined;
-  }
+  const body = await readFileIn(dir, name);
+  return body === undefined ? undefined : { body, contentType };
 }
 
 // Relative URLs, so the page works under a path prefix (an API Gateway stage).
