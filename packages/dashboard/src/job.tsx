@@ -215,7 +215,7 @@ function WhyNot({ job, dryRun, error }: { job: JobRecord; dryRun: GateDryRun | u
   if (job.observations?.ended !== undefined)
     problems.push(`The agent's session ended (${job.observations.ended.cause}): record a new dispatch to go on`);
   return (
-    <Section title="Why it is not completing" id="why-title">
+    <Section title={job.status === "pending" || job.status === "running" ? "Why it is not completing" : "How it ended"} id="why-title">
       {body}
       {problems.map((p) => (
         <p key={p} class="error">
@@ -398,7 +398,8 @@ function Attempt({
     try {
       const r = await fetchWithToken(session.token, `v1/jobs/${encodeURIComponent(job.job_id)}/attempts/${attempt}/report`);
       setText(await r.text());
-      setTextNote(r.headers.get("x-mam-report") ?? undefined);
+      const which = r.headers.get("x-mam-report");
+      setTextNote(which === null ? undefined : `The ${which} report, as text:`);
     } catch (e) {
       setText(undefined);
       setTextNote(`The report could not be read: ${e instanceof Error ? e.message : String(e)}`);
