@@ -1,6 +1,7 @@
 import {
   beforeFieldsOf,
   type ChangeNote,
+  type FeedPins,
   type FeedPredicate,
   type FeedRef,
   type FeedRule,
@@ -67,7 +68,8 @@ type ParamSource =
   | { readonly from: "job" }
   | { readonly from: "token" }
   | { readonly from: "actor" }
-  | { readonly from: "note"; readonly path: readonly string[] };
+  | { readonly from: "note"; readonly path: readonly string[] }
+  | { readonly from: "pinned"; readonly fact: keyof FeedPins };
 
 /** One rule compiled: the row it inserts and when, each an SQL expression over `jobs` with the parameters it binds. */
 interface CompiledRule {
@@ -116,6 +118,10 @@ class RuleCompiler {
         return `json_extract(jobs.feed_before, ${jsonPath(ref.path)})`;
       case "note":
         this.params.push({ from: "note", path: ref.path });
+        return "?";
+      case "pinned":
+        // What the write's condition pins of the old row, bound from the write itself.
+        this.params.push({ from: "pinned", fact: ref.path[0] });
         return "?";
       default:
         return ref satisfies never;
@@ -211,6 +217,8 @@ function mayBeAbsent(value: FeedValue): boolean {
     case "nothing":
       return true;
     case "ref":
+      // A pinned value is there whenever the write commits (its condition named it).
+      if (value.side === "pinned") return false;
       return !(value.side === "after" && value.path.length === 1 && MIRRORED[value.path[0]] !== undefined);
     case "coalesce":
       return mayBeAbsent(value.values[0]) && mayBeAbsent(value.values[1]);
@@ -303,13 +311,21 @@ function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
  * `writeToken` on job `jobId`'s row, a write of `shape` that captured
  * `feedBeforeCapture(shape)`: `INSERT INTO changes … SELECT … FROM jobs WHERE
  * jobs.job_id = ? AND jobs.write_token = ? AND <the rule>` for the shape's rules (a
- * few merged into one statement), to run in the write's own batch after its UPDATE. A statement whose
+ * few merged into one statement), to run in the write's own batch after its UPDATE;
+ * `pinned`, what the write's conditions pin of the old row (core's `feedPinsOf`), which
+ * the shape's rules may read instead of a capture. A statement whose
  * token does not match (the write did not commit, or another write stamped the row
  * since) inserts nothing. The note's facts and actor are bound parameters; the
  * driver holds each statement to the seam's limits (`checkStatement`) when it runs
  * the batch (tests/contract/sql-feed-rules.suite.ts holds every class's statement to them). Pure: no statement is run here.
  */
-export function feedRowStatements(jobId: string, writeToken: string, note: ChangeNote | undefined, shape: FeedWriteShape): SqlStatement[] {
+export function feedRowStatements(
+  jobId: string,
+  writeToken: string,
+  note: ChangeNote | undefined,
+  shape: FeedWriteShape,
+  pinned: FeedPins = {},
+): SqlStatement[] {
   const actor = JSON.stringify(feedActorOf(note));
   const facts = note ?? {};
   const rules = compiledFor(shape).statements;
@@ -324,6 +340,12 @@ export function feedRowStatements(jobId: string, writeToken: string, note: Chang
           return actor;
         case "note":
           return noteParam(facts, source.path);
+        case "pinned": {
+          const value = pinned[source.fact];
+          // A shape that pins a value is a write that names it (feedPinsOf): core's bug otherwise.
+          if (value === undefined) throw new Error(`feed rules: a write of this shape pins ${source.fact}, and none was given`);
+          return value;
+        }
         default:
           return source satisfies never;
       }

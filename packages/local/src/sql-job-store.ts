@@ -10,6 +10,7 @@ import {
   type FeedPage,
   type FeedQuery,
   type FeedWriteShape,
+  feedPinsOf,
   feedShapeOf,
   invalidCursor,
   type JobListing,
@@ -125,7 +126,7 @@ export class SqlJobStore extends JobStoreBase {
     const plan = planOf(write);
     const update = { sql: plan.text, params: updateParams(write, plan.setFields, plan.shape === undefined ? undefined : token) };
     if (plan.shape === undefined || write.feed === undefined) return [update];
-    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape)];
+    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape, feedPinsOf(write))];
   }
 
   /**
