@@ -11,6 +11,7 @@ import {
   feedRulesOf,
   feedShapeKey,
   KeptByKey,
+  SERVICE_ACTOR,
 } from "@mam/core";
 import { SQL_LIMITS, type SqlStatement, type SqlValue } from "./sql-driver.ts";
 
@@ -294,6 +295,9 @@ function compiledFor(shape: FeedWriteShape): CompiledShape {
   });
 }
 
+/** The service's actor as JSON, the actor of most writes (the relay's settle among them). */
+const SERVICE_ACTOR_JSON = JSON.stringify(SERVICE_ACTOR);
+
 function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
   let at: unknown = note;
   for (const key of path) {
@@ -326,7 +330,8 @@ export function feedRowStatements(
   shape: FeedWriteShape,
   pinned: FeedPins = {},
 ): SqlStatement[] {
-  const actor = JSON.stringify(feedActorOf(note));
+  const actorOf = feedActorOf(note);
+  const actor = actorOf === SERVICE_ACTOR ? SERVICE_ACTOR_JSON : JSON.stringify(actorOf);
   const facts = note ?? {};
   const rules = compiledFor(shape).statements;
   return rules.map((rule) => {
