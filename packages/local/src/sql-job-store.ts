@@ -126,7 +126,10 @@ export class SqlJobStore extends JobStoreBase {
     const plan = planOf(write);
     const update = { sql: plan.text, params: updateParams(write, plan.setFields, plan.shape === undefined ? undefined : token) };
     if (plan.shape === undefined || write.feed === undefined) return [update];
-    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape, feedPinsOf(write))];
+    const statements = feedRowStatements(write.jobId, token, write.feed, plan.shape, feedPinsOf(write));
+    // In front, without a spread: this runs on the relay's settle, on bench/notify's critical path.
+    statements.unshift(update);
+    return statements;
   }
 
   /**
@@ -201,11 +204,15 @@ export class SqlJobStore extends JobStoreBase {
     // Only a write the feed tells stamps its token (`#updateStatements`): the lines ask for it.
     if (required.length === 1 && updates === 1 && only?.kind === "update" && only.write.feed !== undefined) {
       const token = this.#token();
-      const [update, ...feed] = this.#updateStatements(only.write, token);
-      const lines = writes.flatMap((w) => (w.kind === "insertEvent" ? [insertEventAfter(w.entry, only.write.jobId, token)] : []));
-      const [result] = await this.#batch([update as SqlStatement, ...lines, ...feed]);
+      const own = this.#updateStatements(only.write, token);
+      const statements: SqlStatement[] = [own[0] as SqlStatement];
+      for (const w of writes) if (w.kind === "insertEvent") statements.push(insertEventAfter(w.entry, only.write.jobId, token));
+      for (let i = 1; i < own.length; i++) statements.push(own[i] as SqlStatement);
+      const [result] = await this.#batch(statements);
       return result?.rows.length === 1 ? { committed: true, held: [] } : { committed: false };
     }
+    // Loops, not spreads and rest destructuring: the relay's settle (an optional update
+    // beside its line) comes this way, on bench/notify's critical path.
     const statements: SqlStatement[] = [];
     const optional: number[] = [];
     for (const w of writes) {
@@ -213,9 +220,11 @@ export class SqlJobStore extends JobStoreBase {
         statements.push(insertEventStatement(w.entry));
         continue;
       }
-      const [update, ...feed] = this.#updateStatements(w.write, this.#token());
+      const own = this.#updateStatements(w.write, this.#token());
       if (w.optional === true) optional.push(statements.length);
-      statements.push(update as SqlStatement, ...(w.optional === true ? [] : [GUARD]), ...feed);
+      statements.push(own[0] as SqlStatement);
+      if (w.optional !== true) statements.push(GUARD);
+      for (let i = 1; i < own.length; i++) statements.push(own[i] as SqlStatement);
     }
     if (required.length > 0) statements.push(sql("DELETE FROM atomic_guard"));
     try {
@@ -474,8 +483,10 @@ function leasePath(field: string): string {
 }
 
 /** A top-level field name as it is spelled into a JSON path: only what the base let through (a schema field, letters and `_`). */
+const FIELD_NAME = /^[a-z_]+$/;
+
 function fieldPath(field: string): string {
-  if (!/^[a-z_]+$/.test(field)) throw new MamError("internal", `no record field ${field}`);
+  if (!FIELD_NAME.test(field)) throw new MamError("internal", `no record field ${field}`);
   return `$.${field}`;
 }
 
@@ -524,7 +535,7 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
   if (keys.attention !== undefined) params.push(keys.attention);
   if (token !== undefined) params.push(token);
   params.push(write.jobId);
-  for (const condition of write.conditions) params.push(...conditionSql(condition).params);
+  for (const condition of write.conditions) for (const value of conditionSql(condition).params) params.push(value);
   return params;
 }
 
