@@ -482,7 +482,11 @@ function leasePath(field: string): string {
   return field;
 }
 
-/** A top-level field name as it is spelled into a JSON path: only what the base let through (a schema field, letters and `_`). */
+/**
+ * A top-level field name as it is spelled into a JSON path, written into the UPDATE's
+ * text (a plan is per form, and the form names its fields): only what the base let
+ * through (a schema field, letters and `_`), so the path is a safe SQL literal.
+ */
 const FIELD_NAME = /^[a-z_]+$/;
 
 function fieldPath(field: string): string {
@@ -522,8 +526,8 @@ function planOf(write: RecordWrite): WritePlan {
 /** The UPDATE's parameters, in the order `updateText` places them. */
 function updateParams(write: RecordWrite, setFields: readonly string[], token: string | undefined): SqlValue[] {
   const params: SqlValue[] = [];
-  for (const field of write.unset) params.push(fieldPath(field));
-  for (const field of setFields) params.push(fieldPath(field), JSON.stringify(write.set[field]));
+  // The fields' paths are in the text (its form names the fields): only their values are bound.
+  for (const field of setFields) params.push(JSON.stringify(write.set[field]));
   const keys = write.keys;
   if (keys.status !== undefined) params.push(keys.status);
   if (keys.recency !== undefined) params.push(keys.recency);
@@ -541,14 +545,14 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
 
 function updateText(write: RecordWrite, setFields: readonly string[], shape: FeedWriteShape | undefined): string {
   let doc = "doc";
-  if (write.unset.length > 0) doc = `json_remove(doc${", ?".repeat(write.unset.length)})`;
+  if (write.unset.length > 0) doc = `json_remove(doc${write.unset.map((field) => `, '${fieldPath(field)}'`).join("")})`;
   const counters = write.bump.map((counter) =>
     counter === "transition_seq"
       ? "'$.transition_seq', transition_seq + 1"
       : "'$.evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0) + 1",
   );
   if (setFields.length > 0 || counters.length > 0) {
-    doc = `json_set(${doc}${", ?, json(?)".repeat(setFields.length)}${counters.map((c) => `, ${c}`).join("")})`;
+    doc = `json_set(${doc}${setFields.map((field) => `, '${fieldPath(field)}', json(?)`).join("")}${counters.map((c) => `, ${c}`).join("")})`;
   }
   const assignments = [`doc = ${doc}`];
   if (write.bump.includes("transition_seq")) assignments.push("transition_seq = transition_seq + 1");
