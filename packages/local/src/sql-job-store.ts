@@ -121,10 +121,17 @@ export class SqlJobStore extends JobStoreBase {
     return { written: false, current: await this.readRecord(write.jobId) };
   }
 
-  /** The write's UPDATE and its feed rows' statements, in batch order. */
-  #updateStatements(write: RecordWrite, token: string): SqlStatement[] {
+  /**
+   * The write's UPDATE and its feed rows' statements, in batch order. `returning`: the
+   * UPDATE returns the record it wrote; a part of an atomic write asks only whether it
+   * wrote (its `changes`), so its UPDATE returns nothing.
+   */
+  #updateStatements(write: RecordWrite, token: string, returning = true): SqlStatement[] {
     const plan = planOf(write);
-    const update = { sql: plan.text, params: updateParams(write, plan.setFields, plan.shape === undefined ? undefined : token) };
+    const update = {
+      sql: returning ? plan.text : plan.countedText,
+      params: updateParams(write, plan.setFields, plan.shape === undefined ? undefined : token),
+    };
     if (plan.shape === undefined || write.feed === undefined) return [update];
     const statements = feedRowStatements(write.jobId, token, write.feed, plan.shape, feedPinsOf(write));
     // In front, without a spread: this runs on the relay's settle, on bench/notify's critical path.
@@ -204,12 +211,12 @@ export class SqlJobStore extends JobStoreBase {
     // Only a write the feed tells stamps its token (`#updateStatements`): the lines ask for it.
     if (required.length === 1 && updates === 1 && only?.kind === "update" && only.write.feed !== undefined) {
       const token = this.#token();
-      const own = this.#updateStatements(only.write, token);
+      const own = this.#updateStatements(only.write, token, false);
       const statements: SqlStatement[] = [own[0] as SqlStatement];
       for (const w of writes) if (w.kind === "insertEvent") statements.push(insertEventAfter(w.entry, only.write.jobId, token));
       for (let i = 1; i < own.length; i++) statements.push(own[i] as SqlStatement);
       const [result] = await this.#batch(statements);
-      return result?.rows.length === 1 ? { committed: true, held: [] } : { committed: false };
+      return result?.changes === 1 ? { committed: true, held: [] } : { committed: false };
     }
     // Loops, not spreads and rest destructuring: the relay's settle (an optional update
     // beside its line) comes this way, on bench/notify's critical path.
@@ -220,7 +227,7 @@ export class SqlJobStore extends JobStoreBase {
         statements.push(insertEventStatement(w.entry));
         continue;
       }
-      const own = this.#updateStatements(w.write, this.#token());
+      const own = this.#updateStatements(w.write, this.#token(), false);
       if (w.optional === true) optional.push(statements.length);
       statements.push(own[0] as SqlStatement);
       if (w.optional !== true) statements.push(GUARD);
@@ -229,7 +236,7 @@ export class SqlJobStore extends JobStoreBase {
     if (required.length > 0) statements.push(sql("DELETE FROM atomic_guard"));
     try {
       const results = await this.#batch(statements);
-      return { committed: true, held: optional.map((at) => results[at]?.rows.length === 1) };
+      return { committed: true, held: optional.map((at) => results[at]?.changes === 1) };
     } catch (e) {
       if (e instanceof SqlBatchError && e.constraint && /atomic_guard|held = 1/.test(e.message)) return { committed: false };
       throw e;
@@ -503,6 +510,8 @@ function fieldPath(field: string): string {
  */
 interface WritePlan {
   readonly text: string;
+  /** The same UPDATE without `RETURNING`, for a part of an atomic write (which reads only its `changes`). */
+  readonly countedText: string;
   readonly setFields: readonly string[];
   readonly shape: FeedWriteShape | undefined;
 }
@@ -519,7 +528,8 @@ function planOf(write: RecordWrite): WritePlan {
   }
   return PLANS.get(form, () => {
     const shape = write.feed === undefined ? undefined : feedShapeOf(write);
-    return { text: updateText(write, setFields, shape), setFields, shape };
+    const counted = updateText(write, setFields, shape);
+    return { text: `${counted} RETURNING doc`, countedText: counted, setFields, shape };
   });
 }
 
@@ -572,7 +582,7 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   // A revise also runs where the doc can be rewritten only: one past SQLite's JSON
   // depth takes its revision beside it (`#reviseBeside`).
   if (isOwedRevision(write)) where += " AND json_valid(doc)";
-  return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`;
+  return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where}`;
 }
 
 /** A revise: the one write that may land beside a doc SQLite cannot rewrite. */
