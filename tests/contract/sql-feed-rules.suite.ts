@@ -13,7 +13,7 @@
 import { CHANGE_KINDS, type ChangeDraft, CREATE_SHAPE } from "@mam/core";
 import { feedBeforeCapture, feedRowStatements, SQL_LIMITS, type SqlDriver, type SqlStatement, sql } from "@mam/local";
 import { describe, expect, it } from "vitest";
-import { declaredShape, type FeedWrite, feedWrites, kindCounts } from "../support/feed-cases.ts";
+import { declaredPins, declaredShape, type FeedWrite, feedWrites, kindCounts } from "../support/feed-cases.ts";
 import { oracleChangeRowsOf } from "../support/feed-oracle.ts";
 
 export interface SqlFeedRulesSubject {
@@ -51,6 +51,7 @@ function writeOf(
   const before = w.before === undefined ? undefined : { ...w.before, job_id: jobId };
   const token = `write-${i}`;
   const shape = declaredShape(w, i);
+  const pins = declaredPins(w);
   const insert = (record: typeof after, stamp: string) =>
     sql(
       "INSERT INTO jobs (job_id, status, transition_seq, doc, feed_before, write_token) VALUES (?, ?, ?, ?, NULL, ?)",
@@ -78,9 +79,12 @@ function writeOf(
     jobId,
     write: { before, after, note: w.note },
     setup,
-    feed: feedRowStatements(jobId, token, w.note, shape),
+    feed: feedRowStatements(jobId, token, w.note, shape, pins),
     // The token of the row as it stood before this write, and one no write stamped.
-    stray: [...feedRowStatements(jobId, `earlier-${i}`, w.note, shape), ...feedRowStatements(jobId, "never-stamped", w.note, shape)],
+    stray: [
+      ...feedRowStatements(jobId, `earlier-${i}`, w.note, shape, pins),
+      ...feedRowStatements(jobId, "never-stamped", w.note, shape, pins),
+    ],
   };
 }
 

@@ -13,6 +13,7 @@ import {
   type ChangeNote,
   CREATE_SHAPE,
   FEED_BEFORE_FIELDS,
+  type FeedPins,
   type FeedWriteShape,
   type FinalizedReport,
   type JobRecord,
@@ -181,8 +182,9 @@ export function kindCounts(rows: readonly { kind: ChangeKind }[], kinds: readonl
  * A shape (core's `FeedWriteShape`) the write could have been declared with, as a
  * store declares it: its class from which counter moved, and of the fields a store
  * could truthfully call left alone (equal before and after) or removed (absent after),
- * and the statuses before and after it could name, a subset chosen by `i`, so that the folded rules are tried with each field both
- * declared and not; and whether it is a mark, which a store always knows.
+ * and the statuses before and after it could name, and the owed intent before it its conditions could pin (`intentIs` the one
+ * owed, `noIntent` when none was), a subset chosen by `i`, so that the folded rules are tried with each field both
+ * declared and not; and whether it is a mark, which a store always knows. The values a pin names: `declaredPins`.
  */
 export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
   if (w.before === undefined) return CREATE_SHAPE;
@@ -205,5 +207,12 @@ export function declaredShape(w: FeedWrite, i: number): FeedWriteShape {
     ...(chosen(8) ? { statusAfter: String(after.status) } : {}),
     // Whether the write is the sweep's mark is always known to the store (its note says): never left open.
     ...(w.note?.marked === undefined ? {} : { marked: true as const }),
+    ...(chosen(9) ? { intentBefore: before.pending_notification === undefined ? ("none" as const) : ("owed" as const) } : {}),
   };
+}
+
+/** What a write of `declaredShape` pins (core's `feedPinsOf` of its conditions): the owed intent's id, when one was owed. */
+export function declaredPins(w: FeedWrite): FeedPins {
+  const id = w.before?.pending_notification?.id;
+  return id === undefined ? {} : { intent_id: id };
 }

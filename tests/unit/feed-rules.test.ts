@@ -22,7 +22,7 @@ import {
 } from "@mam/core";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { declaredShape, FEED_CASES_SEED, feedWrite, kindCounts } from "../support/feed-cases.ts";
+import { declaredPins, declaredShape, FEED_CASES_SEED, feedWrite, kindCounts } from "../support/feed-cases.ts";
 import { oracleChangeRowsOf } from "../support/feed-oracle.ts";
 
 const RUNS = 5000;
@@ -75,13 +75,17 @@ describe("FEED_RULES evaluated in JavaScript", () => {
   it("a write's shape folds the rules (feedRulesOf): the same rows as all of FEED_RULES, reading of before nothing the write left alone", () => {
     let i = 0;
     const shapes = new Set<string>();
+    const pinned = new Set<string>();
     fc.assert(
       fc.property(feedWrite, (w) => {
         const shape = declaredShape(w, i++);
         shapes.add(feedShapeKey(shape));
         const folded = feedRulesOf(shape);
         const { before, after, note } = w;
-        expect(rowsOfRules(before, after, note, folded), JSON.stringify(shape)).toStrictEqual(rowsOfRules(before, after, note));
+        expect(rowsOfRules(before, after, note, folded, declaredPins(w)), JSON.stringify(shape)).toStrictEqual(
+          rowsOfRules(before, after, note),
+        );
+        if (shape.intentBefore !== undefined) pinned.add(shape.intentBefore);
         const read = beforeFieldsOf(folded);
         expect(read.filter((f) => shape.untouched.includes(f))).toEqual([]);
         if (shape.writeClass === "create") expect(read).toEqual([]);
@@ -89,6 +93,7 @@ describe("FEED_RULES evaluated in JavaScript", () => {
       { numRuns: RUNS, seed: FEED_CASES_SEED },
     );
     expect(shapes.size).toBeGreaterThan(50);
+    expect([...pinned].sort()).toEqual(["none", "owed"]);
   });
 
   it("folding keeps what a shape leaves open: a progress transition is one rule reading nothing before; a settle is intent.published", () => {
@@ -113,6 +118,18 @@ describe("FEED_RULES evaluated in JavaScript", () => {
       removed: ["pending_notification"],
     });
     expect(settle.map((r) => r.kind)).toEqual(["intent.published"]);
+    expect(beforeFieldsOf(settle)).toEqual(["pending_notification"]);
+    // Its condition (intentIs) pins the intent before: nothing of it is read, its id is the write's own.
+    const pinnedSettle = feedRulesOf({
+      writeClass: "intent",
+      untouched: ["status", "transition_seq", "evidence_seq", "latest_attempt", "finalized_report"],
+      removed: ["pending_notification"],
+      intentBefore: "owed",
+    });
+    expect(pinnedSettle).toEqual([
+      { kind: "intent.published", when: { op: "all", of: [] }, intent_id: { op: "ref", side: "pinned", path: ["intent_id"] } },
+    ]);
+    expect(beforeFieldsOf(pinnedSettle)).toEqual([]);
     expect(feedRulesOf(CREATE_SHAPE).map((r) => r.kind)).toEqual(["job.registered"]);
     // Nothing declared but the class: every rule the class can set off, unfolded beyond it.
     expect(feedRulesOf({ writeClass: "transition", untouched: [], removed: [] }).map((r) => r.kind)).toEqual([

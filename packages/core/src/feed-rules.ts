@@ -52,12 +52,25 @@ export type FeedBeforeField = (typeof FEED_BEFORE_FIELDS)[number];
  * A field read by a rule. `before`: the record before the write, only its
  * `FEED_BEFORE_FIELDS` (absent altogether when the write created it); `after`: the
  * record the write committed; `note`: the write's note (`staged`, `declared`; the
- * actor is every row's and no rule's). A path through a missing object reads absent.
+ * actor is every row's and no rule's); `pinned`: a value of the record before that
+ * the write's own conditions pin (`FeedPins`), which only folding puts in a rule (no
+ * rule of `FEED_RULES` reads it). A path through a missing object reads absent.
  */
 export type FeedRef =
   | { readonly op: "ref"; readonly side: "before"; readonly path: readonly [FeedBeforeField, ...string[]] }
   | { readonly op: "ref"; readonly side: "after"; readonly path: readonly [string, ...string[]] }
-  | { readonly op: "ref"; readonly side: "note"; readonly path: readonly [NoteFact, ...string[]] };
+  | { readonly op: "ref"; readonly side: "note"; readonly path: readonly [NoteFact, ...string[]] }
+  | { readonly op: "ref"; readonly side: "pinned"; readonly path: readonly [keyof FeedPins] };
+
+/**
+ * What a write's conditions pin of the record before it, taken from the write itself
+ * (`feedPinsOf`): `intent_id`, the owed intent's id an `intentIs` condition names (the
+ * write commits only if that intent is owed). A store binds these where the folded
+ * rules read them, so it need not capture or read them of the old row.
+ */
+export interface FeedPins {
+  readonly intent_id?: string;
+}
 
 /** The facts of a `ChangeNote` a rule may read (the actor is every row's). */
 type NoteFact = "staged" | "declared" | "observed" | "overflowed" | "marked";
@@ -330,6 +343,12 @@ export interface FeedWriteShape {
   readonly statusAfter?: string;
   /** The write is the sweep's mark (its note's `marked`); absent: it is not. */
   readonly marked?: true;
+  /**
+   * What the write's conditions pin of the owed intent before it: `owed`, the intent
+   * whose id the write's `FeedPins` name (an `intentIs` condition); `none`, no intent
+   * (`noIntent`); absent, nothing.
+   */
+  readonly intentBefore?: "owed" | "none";
 }
 
 /** Each class's facts: the kind-of-write predicates it decides (by identity: the rules share these objects). */
@@ -369,17 +388,24 @@ export function feedShapeOf(write: RecordWrite): FeedWriteShape {
   }
   let statusBefore: string | undefined;
   let pinned = 0;
+  let intentBefore: "owed" | "none" | undefined;
+  let intentPins = 0;
   for (const c of write.conditions) {
     if (c.kind === "statusIn" && c.statuses.length === 1) {
       statusBefore = c.statuses[0];
       pinned++;
+    } else if (c.kind === "intentIs" || c.kind === "noIntent") {
+      intentBefore = c.kind === "intentIs" ? "owed" : "none";
+      intentPins++;
     }
   }
   if (pinned !== 1) statusBefore = undefined;
+  // Two intent conditions (never both hold, or the same twice): nothing is pinned.
+  if (intentPins !== 1) intentBefore = undefined;
   const setStatus = write.set.status;
   const statusAfter = typeof setStatus === "string" ? setStatus : undefined;
   const marked = write.feed?.marked !== undefined;
-  const key = shapeKey(writeClass, fields, statusBefore, statusAfter, marked);
+  const key = shapeKey(writeClass, fields, statusBefore, statusAfter, marked, intentBefore);
   return SHAPES.get(key, () => {
     const shape: FeedWriteShape = {
       writeClass,
@@ -388,6 +414,7 @@ export function feedShapeOf(write: RecordWrite): FeedWriteShape {
       ...(statusBefore === undefined ? {} : { statusBefore }),
       ...(statusAfter === undefined ? {} : { statusAfter }),
       ...(marked ? { marked: true as const } : {}),
+      ...(intentBefore === undefined ? {} : { intentBefore }),
     };
     KEYS.set(shape, key);
     return shape;
@@ -399,22 +426,35 @@ const SHAPES = new KeptByKey<string, FeedWriteShape>();
 /** Keys of shapes already keyed (every shape `feedShapeOf` hands out). */
 const KEYS = new WeakMap<FeedWriteShape, string>();
 
-/** A shape's key: its class, a letter per feed field (`u` left alone, `r` removed, `t` touched), the statuses it knows. */
+/**
+ * A shape's key: its class, a letter per feed field (`u` left alone, `r` removed, `t`
+ * touched), the statuses it knows, whether it marks, the intent it pins.
+ */
 function shapeKey(
   writeClass: FeedWriteClass,
   fields: string,
   statusBefore: string | undefined,
   statusAfter: string | undefined,
   marked: boolean,
+  intentBefore: "owed" | "none" | undefined,
 ): string {
-  return `${writeClass}:${fields}:${statusBefore ?? ""}:${statusAfter ?? ""}${marked ? ":m" : ""}`;
+  return `${writeClass}:${fields}:${statusBefore ?? ""}:${statusAfter ?? ""}${marked ? ":m" : ""}${intentBefore === undefined ? "" : `:${intentBefore}`}`;
 }
+
+/** The values `write`'s conditions pin of the record before it (`FeedPins`), for the folded rules of its shape. */
+export function feedPinsOf(write: RecordWrite): FeedPins {
+  for (const c of write.conditions) if (c.kind === "intentIs") return { intent_id: c.id };
+  return NO_PINS;
+}
+
+const NO_PINS: FeedPins = {};
 
 interface Folding {
   readonly facts: ReadonlyMap<FeedPredicate, boolean>;
   readonly untouched: ReadonlySet<string>;
   readonly removed: ReadonlySet<string>;
   readonly status: { readonly before?: string; readonly after?: string };
+  readonly intentBefore: "owed" | "none" | undefined;
 }
 
 /** Whether two values are the same reading of the same write (a field read on the same side, equal literals, or both absent). */
@@ -451,6 +491,15 @@ function foldPredicate(predicate: FeedPredicate, folding: Folding): FeedPredicat
     case "present":
     case "absent": {
       const value = foldValue(predicate.value, folding);
+      // The owed intent the write's condition names is there before it (only its id is known).
+      if (
+        folding.intentBefore === "owed" &&
+        value.op === "ref" &&
+        value.side === "before" &&
+        value.path.length === 1 &&
+        value.path[0] === "pending_notification"
+      )
+        return predicate.op === "present";
       if (value.op === "nothing") return predicate.op === "absent";
       if (value.op === "literal") return predicate.op === "present";
       return { op: predicate.op, value };
@@ -481,8 +530,15 @@ function foldValue(value: FeedValue, folding: Folding): FeedValue {
       const ref: FeedRef =
         value.side === "before" && folding.untouched.has(value.path[0]) ? { op: "ref", side: "after", path: value.path } : value;
       if (ref.side === "after" && folding.removed.has(ref.path[0])) return NOTHING;
+      // The owed intent before, where the write's condition pins it: none at all, or the
+      // one whose id the write names (its id is a pinned value; nothing need capture it).
+      if (ref.side === "before" && ref.path[0] === "pending_notification") {
+        if (folding.intentBefore === "none") return NOTHING;
+        if (folding.intentBefore === "owed" && ref.path.length === 2 && ref.path[1] === "id")
+          return { op: "ref", side: "pinned", path: ["intent_id"] };
+      }
       // A status the shape knows is that status (read before or after the write).
-      if (ref.side !== "note" && ref.path.length === 1 && ref.path[0] === "status") {
+      if ((ref.side === "before" || ref.side === "after") && ref.path.length === 1 && ref.path[0] === "status") {
         const known = folding.status[ref.side];
         if (known !== undefined) return literal(known);
       }
@@ -539,7 +595,7 @@ export function feedShapeKey(shape: FeedWriteShape): string {
   if (key === undefined) {
     let fields = "";
     for (const field of FEED_BEFORE_FIELDS) fields += shape.removed.includes(field) ? "r" : shape.untouched.includes(field) ? "u" : "t";
-    key = shapeKey(shape.writeClass, fields, shape.statusBefore, shape.statusAfter, shape.marked === true);
+    key = shapeKey(shape.writeClass, fields, shape.statusBefore, shape.statusAfter, shape.marked === true, shape.intentBefore);
     KEYS.set(shape, key);
   }
   return key;
@@ -550,8 +606,10 @@ const FOLDED = new KeptByKey<string, readonly FeedRule[]>();
 /**
  * The rules a write of `shape` can set off, in `FEED_RULES`' order, each folded by what
  * the shape decides (a rule it rules out is left out; a field left alone is read after
- * the write, so nothing need capture it). For a write of that shape they make the same
- * rows as `FEED_RULES` (tests/unit/feed-rules.test.ts). An SQL store compiles these, so
+ * the write, so nothing need capture it; the owed intent's id that the write's
+ * `intentIs` names is read from the write, `pinned`). For a write of that shape, given
+ * the values it pins (`feedPinsOf`), they make the same rows as `FEED_RULES`
+ * (tests/unit/feed-rules.test.ts). An SQL store compiles these, so
  * its statements compute only what the write leaves open. Kept per shape (a store's
  * writes have a few dozen shapes).
  */
@@ -565,6 +623,7 @@ export function feedRulesOf(shape: FeedWriteShape): readonly FeedRule[] {
         ...(shape.writeClass === "create" || shape.statusBefore === undefined ? {} : { before: shape.statusBefore }),
         ...(shape.statusAfter === undefined ? {} : { after: shape.statusAfter }),
       },
+      intentBefore: shape.writeClass === "create" ? undefined : shape.intentBefore,
     };
     return FEED_RULES.flatMap((rule) => foldRule(rule, folding) ?? []);
   });
@@ -631,11 +690,16 @@ export function beforeFieldsOf(rules: readonly FeedRule[]): FeedBeforeField[] {
 /** A value as the JS evaluator reads it: absent is `undefined` (an object only where a rule asks whether it is present). */
 export type FeedReading = string | number | boolean | object | undefined;
 
-/** What the rules read: the record before the write (`undefined`: created), the record after it, and its note. */
+/**
+ * What the rules read: the record before the write (`undefined`: created), the record
+ * after it, its note, and what its conditions pin of the record before (`FeedPins`;
+ * only folded rules read them).
+ */
 export interface FeedInput {
   readonly before: JobRecord | undefined;
   readonly after: JobRecord;
   readonly note: ChangeNote;
+  readonly pinned?: FeedPins;
 }
 
 function readPath(from: unknown, path: readonly string[]): FeedReading {
@@ -705,7 +769,8 @@ export function feedActorOf(note: ChangeNote | undefined): ChangeActor {
  * The rows one committed write of a job record produces (`FEED_RULES`, evaluated in
  * JavaScript), from the record before it (`undefined`: the write created it), the
  * record after it, and the write's note: of all of `FEED_RULES`, or of the rules
- * given (`feedRulesOf` a write's shape, for a write of that shape). Pure. Of `before`
+ * given (`feedRulesOf` a write's shape, for a write of that shape, with the values its
+ * conditions pin: `feedPinsOf`). Pure. Of `before`
  * it reads only `FEED_BEFORE_FIELDS`. Throws only on a rule that builds a `data` value that is not
  * a scalar (a fault in the rules, never in the records).
  */
@@ -714,8 +779,9 @@ export function rowsOfRules(
   after: JobRecord,
   note: ChangeNote = {},
   rules: readonly FeedRule[] = FEED_RULES,
+  pinned: FeedPins = NO_PINS,
 ): ChangeDraft[] {
-  const input: FeedInput = { before, after, note };
+  const input: FeedInput = { before, after, note, pinned };
   const actor = feedActorOf(note);
   const rows: ChangeDraft[] = [];
   for (const rule of rules) {

@@ -572,13 +572,13 @@ export abstract class JobStoreBase implements JobStore {
   async settlePublished(entry: EventLogEntry, intentId: string, note?: ChangeNote): Promise<boolean> {
     assertJobId(entry.job_id);
     const settle = settleWriteOf(entry.job_id, intentId, checkNote(note));
-    if (this.capabilities.atomicMultiWrite && this.writeAtomically !== undefined) {
-      const atomic = this.writeAtomically.bind(this);
+    const atomic = this.writeAtomically;
+    if (this.capabilities.atomicMultiWrite && atomic !== undefined) {
       const outcome = await this.#write(
         "settlePublished",
         entry.job_id,
         () =>
-          atomic([
+          atomic.call(this, [
             { kind: "insertEvent", entry },
             { kind: "update", write: settle, optional: true },
           ]),

@@ -1,6 +1,7 @@
 import {
   beforeFieldsOf,
   type ChangeNote,
+  type FeedPins,
   type FeedPredicate,
   type FeedRef,
   type FeedRule,
@@ -10,6 +11,7 @@ import {
   feedRulesOf,
   feedShapeKey,
   KeptByKey,
+  SERVICE_ACTOR,
 } from "@mam/core";
 import { SQL_LIMITS, type SqlStatement, type SqlValue } from "./sql-driver.ts";
 
@@ -67,7 +69,8 @@ type ParamSource =
   | { readonly from: "job" }
   | { readonly from: "token" }
   | { readonly from: "actor" }
-  | { readonly from: "note"; readonly path: readonly string[] };
+  | { readonly from: "note"; readonly path: readonly string[] }
+  | { readonly from: "pinned"; readonly fact: keyof FeedPins };
 
 /** One rule compiled: the row it inserts and when, each an SQL expression over `jobs` with the parameters it binds. */
 interface CompiledRule {
@@ -116,6 +119,10 @@ class RuleCompiler {
         return `json_extract(jobs.feed_before, ${jsonPath(ref.path)})`;
       case "note":
         this.params.push({ from: "note", path: ref.path });
+        return "?";
+      case "pinned":
+        // What the write's condition pins of the old row, bound from the write itself.
+        this.params.push({ from: "pinned", fact: ref.path[0] });
         return "?";
       default:
         return ref satisfies never;
@@ -211,6 +218,8 @@ function mayBeAbsent(value: FeedValue): boolean {
     case "nothing":
       return true;
     case "ref":
+      // A pinned value is there whenever the write commits (its condition named it).
+      if (value.side === "pinned") return false;
       return !(value.side === "after" && value.path.length === 1 && MIRRORED[value.path[0]] !== undefined);
     case "coalesce":
       return mayBeAbsent(value.values[0]) && mayBeAbsent(value.values[1]);
@@ -286,6 +295,9 @@ function compiledFor(shape: FeedWriteShape): CompiledShape {
   });
 }
 
+/** The service's actor as JSON, the actor of most writes (the relay's settle among them). */
+const SERVICE_ACTOR_JSON = JSON.stringify(SERVICE_ACTOR);
+
 function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
   let at: unknown = note;
   for (const key of path) {
@@ -303,14 +315,23 @@ function noteParam(note: ChangeNote, path: readonly string[]): SqlValue {
  * `writeToken` on job `jobId`'s row, a write of `shape` that captured
  * `feedBeforeCapture(shape)`: `INSERT INTO changes … SELECT … FROM jobs WHERE
  * jobs.job_id = ? AND jobs.write_token = ? AND <the rule>` for the shape's rules (a
- * few merged into one statement), to run in the write's own batch after its UPDATE. A statement whose
+ * few merged into one statement), to run in the write's own batch after its UPDATE;
+ * `pinned`, what the write's conditions pin of the old row (core's `feedPinsOf`), which
+ * the shape's rules may read instead of a capture. A statement whose
  * token does not match (the write did not commit, or another write stamped the row
  * since) inserts nothing. The note's facts and actor are bound parameters; the
  * driver holds each statement to the seam's limits (`checkStatement`) when it runs
  * the batch (tests/contract/sql-feed-rules.suite.ts holds every class's statement to them). Pure: no statement is run here.
  */
-export function feedRowStatements(jobId: string, writeToken: string, note: ChangeNote | undefined, shape: FeedWriteShape): SqlStatement[] {
-  const actor = JSON.stringify(feedActorOf(note));
+export function feedRowStatements(
+  jobId: string,
+  writeToken: string,
+  note: ChangeNote | undefined,
+  shape: FeedWriteShape,
+  pinned: FeedPins = {},
+): SqlStatement[] {
+  const actorOf = feedActorOf(note);
+  const actor = actorOf === SERVICE_ACTOR ? SERVICE_ACTOR_JSON : JSON.stringify(actorOf);
   const facts = note ?? {};
   const rules = compiledFor(shape).statements;
   return rules.map((rule) => {
@@ -324,6 +345,12 @@ export function feedRowStatements(jobId: string, writeToken: string, note: Chang
           return actor;
         case "note":
           return noteParam(facts, source.path);
+        case "pinned": {
+          const value = pinned[source.fact];
+          // A shape that pins a value is a write that names it (feedPinsOf): core's bug otherwise.
+          if (value === undefined) throw new Error(`feed rules: a write of this shape pins ${source.fact}, and none was given`);
+          return value;
+        }
         default:
           return source satisfies never;
       }

@@ -10,6 +10,7 @@ import {
   type FeedPage,
   type FeedQuery,
   type FeedWriteShape,
+  feedPinsOf,
   feedShapeOf,
   invalidCursor,
   type JobListing,
@@ -123,13 +124,24 @@ export class SqlJobStore extends JobStoreBase {
     return { written: false, current: await this.readRecord(write.jobId) };
   }
 
-  /** The write's UPDATE and its feed rows' statements, in batch order. */
-  #updateStatements(write: RecordWrite, token: string): SqlStatement[] {
+  /**
+   * The write's UPDATE and its feed rows' statements, in batch order. `returning`: the
+   * UPDATE returns the record it wrote; a part of an atomic write asks only whether it
+   * wrote (its `changes`), so its UPDATE returns nothing.
+   */
+  #updateStatements(write: RecordWrite, token: string, returning = true): SqlStatement[] {
     const plan = planOf(write);
-    const update = { sql: plan.text, params: updateParams(write, plan.setFields, stampsToken(write, plan.shape) ? token : undefined) };
-    const counts = movesStatusCount(write) ? countStatements(write.jobId, token) : [];
-    if (plan.shape === undefined || write.feed === undefined) return [update, ...counts];
-    return [update, ...feedRowStatements(write.jobId, token, write.feed, plan.shape), ...counts];
+    const update = {
+      sql: returning ? plan.text : plan.countedText,
+      params: updateParams(write, plan.setFields, stampsToken(write, plan.shape) ? token : undefined),
+    };
+    const counts = movesStatusCount(write) ? countStatements(write.jobId, token) : undefined;
+    if (plan.shape === undefined || write.feed === undefined) return counts === undefined ? [update] : [update, ...counts];
+    const statements = feedRowStatements(write.jobId, token, write.feed, plan.shape, feedPinsOf(write));
+    // In front, without a spread: this runs on the relay's settle, on bench/notify's critical path.
+    statements.unshift(update);
+    if (counts !== undefined) for (const c of counts) statements.push(c);
+    return statements;
   }
 
   /**
@@ -204,11 +216,15 @@ export class SqlJobStore extends JobStoreBase {
     // Only a write the feed tells is sure to stamp its token (`#updateStatements`): the lines ask for it.
     if (required.length === 1 && updates === 1 && only?.kind === "update" && only.write.feed !== undefined) {
       const token = this.#token();
-      const [update, ...feed] = this.#updateStatements(only.write, token);
-      const lines = writes.flatMap((w) => (w.kind === "insertEvent" ? [insertEventAfter(w.entry, only.write.jobId, token)] : []));
-      const [result] = await this.#batch([update as SqlStatement, ...lines, ...feed]);
-      return result?.rows.length === 1 ? { committed: true, held: [] } : { committed: false };
+      const own = this.#updateStatements(only.write, token, false);
+      const statements: SqlStatement[] = [own[0] as SqlStatement];
+      for (const w of writes) if (w.kind === "insertEvent") statements.push(insertEventAfter(w.entry, only.write.jobId, token));
+      for (let i = 1; i < own.length; i++) statements.push(own[i] as SqlStatement);
+      const [result] = await this.#batch(statements);
+      return result?.changes === 1 ? { committed: true, held: [] } : { committed: false };
     }
+    // Loops, not spreads and rest destructuring: the relay's settle (an optional update
+    // beside its line) comes this way, on bench/notify's critical path.
     const statements: SqlStatement[] = [];
     const optional: number[] = [];
     for (const w of writes) {
@@ -216,14 +232,16 @@ export class SqlJobStore extends JobStoreBase {
         statements.push(insertEventStatement(w.entry));
         continue;
       }
-      const [update, ...feed] = this.#updateStatements(w.write, this.#token());
+      const own = this.#updateStatements(w.write, this.#token(), false);
       if (w.optional === true) optional.push(statements.length);
-      statements.push(update as SqlStatement, ...(w.optional === true ? [] : [GUARD]), ...feed);
+      statements.push(own[0] as SqlStatement);
+      if (w.optional !== true) statements.push(GUARD);
+      for (let i = 1; i < own.length; i++) statements.push(own[i] as SqlStatement);
     }
     if (required.length > 0) statements.push(sql("DELETE FROM atomic_guard"));
     try {
       const results = await this.#batch(statements);
-      return { committed: true, held: optional.map((at) => results[at]?.rows.length === 1) };
+      return { committed: true, held: optional.map((at) => results[at]?.changes === 1) };
     } catch (e) {
       if (e instanceof SqlBatchError && e.constraint && /atomic_guard|held = 1/.test(e.message)) return { committed: false };
       throw e;
@@ -494,9 +512,15 @@ function leasePath(field: string): string {
   return field;
 }
 
-/** A top-level field name as it is spelled into a JSON path: only what the base let through (a schema field, letters and `_`). */
+/**
+ * A top-level field name as it is spelled into a JSON path, written into the UPDATE's
+ * text (a plan is per form, and the form names its fields): only what the base let
+ * through (a schema field, letters and `_`), so the path is a safe SQL literal.
+ */
+const FIELD_NAME = /^[a-z_]+$/;
+
 function fieldPath(field: string): string {
-  if (!/^[a-z_]+$/.test(field)) throw new MamError("internal", `no record field ${field}`);
+  if (!FIELD_NAME.test(field)) throw new MamError("internal", `no record field ${field}`);
   return `$.${field}`;
 }
 
@@ -509,6 +533,8 @@ function fieldPath(field: string): string {
  */
 interface WritePlan {
   readonly text: string;
+  /** The same UPDATE without `RETURNING`, for a part of an atomic write (which reads only its `changes`). */
+  readonly countedText: string;
   readonly setFields: readonly string[];
   readonly shape: FeedWriteShape | undefined;
 }
@@ -525,15 +551,16 @@ function planOf(write: RecordWrite): WritePlan {
   }
   return PLANS.get(form, () => {
     const shape = write.feed === undefined ? undefined : feedShapeOf(write);
-    return { text: updateText(write, setFields, shape), setFields, shape };
+    const counted = updateText(write, setFields, shape);
+    return { text: `${counted} RETURNING doc`, countedText: counted, setFields, shape };
   });
 }
 
 /** The UPDATE's parameters, in the order `updateText` places them. */
 function updateParams(write: RecordWrite, setFields: readonly string[], token: string | undefined): SqlValue[] {
   const params: SqlValue[] = [];
-  for (const field of write.unset) params.push(fieldPath(field));
-  for (const field of setFields) params.push(fieldPath(field), JSON.stringify(write.set[field]));
+  // The fields' paths are in the text (its form names the fields): only their values are bound.
+  for (const field of setFields) params.push(JSON.stringify(write.set[field]));
   const keys = write.keys;
   if (keys.status !== undefined) params.push(keys.status);
   if (keys.recency !== undefined) params.push(keys.recency);
@@ -545,20 +572,20 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
   if (keys.attention !== undefined) params.push(keys.attention);
   if (token !== undefined) params.push(token);
   params.push(write.jobId);
-  for (const condition of write.conditions) params.push(...conditionSql(condition).params);
+  for (const condition of write.conditions) for (const value of conditionSql(condition).params) params.push(value);
   return params;
 }
 
 function updateText(write: RecordWrite, setFields: readonly string[], shape: FeedWriteShape | undefined): string {
   let doc = "doc";
-  if (write.unset.length > 0) doc = `json_remove(doc${", ?".repeat(write.unset.length)})`;
+  if (write.unset.length > 0) doc = `json_remove(doc${write.unset.map((field) => `, '${fieldPath(field)}'`).join("")})`;
   const counters = write.bump.map((counter) =>
     counter === "transition_seq"
       ? "'$.transition_seq', transition_seq + 1"
       : "'$.evidence_seq', coalesce(json_extract(doc, '$.evidence_seq'), 0) + 1",
   );
   if (setFields.length > 0 || counters.length > 0) {
-    doc = `json_set(${doc}${", ?, json(?)".repeat(setFields.length)}${counters.map((c) => `, ${c}`).join("")})`;
+    doc = `json_set(${doc}${setFields.map((field) => `, '${fieldPath(field)}', json(?)`).join("")}${counters.map((c) => `, ${c}`).join("")})`;
   }
   const assignments = [`doc = ${doc}`];
   if (write.bump.includes("transition_seq")) assignments.push("transition_seq = transition_seq + 1");
@@ -580,7 +607,7 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   // A revise also runs where the doc can be rewritten only: one past SQLite's JSON
   // depth takes its revision beside it (`#reviseBeside`).
   if (isOwedRevision(write)) where += " AND json_valid(doc)";
-  return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where} RETURNING doc`;
+  return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where}`;
 }
 
 /** Whether a write stamps its token: one the feed tells (its rows select on it), or one that moves a count (so do its count statements). */
