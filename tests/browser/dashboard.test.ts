@@ -406,4 +406,22 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      await page.goto(`${base()}/#/jobs/%E0%A4%A`);
+      await waitForText(page, "main h2", /%E0%A4%A/);
+      await waitForText(page, "main [role=alert]", /./);
+      await page.goto(`${base()}/#/jobs/%3Cimg%20src%3Dx%20onerror%3D%22window.__owned%3D1%22%3E`);
+      await waitForText(page, "main h2", /<img src=x onerror=/);
+      expect(await page.evaluate("window.__owned")).toBeUndefined();
+      expect(await page.locator("header .who").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -24,7 +24,7 @@ type Route = { view: "list"; status: Status | ""; mark: Mark | "" } | { view: "j
 
 function routeOf(hash: string): Route {
   const job = /^#\/jobs\/([^?]+)/.exec(hash);
-  if (job?.[1] !== undefined) return { view: "job", jobId: decodeURIComponent(job[1]) };
+  if (job?.[1] !== undefined) return { view: "job", jobId: decoded(job[1]) };
   const params = new URLSearchParams(hash.split("?")[1] ?? "");
   const status = params.get("status") ?? "";
   const mark = params.get("mark") ?? "";
@@ -33,6 +33,15 @@ function routeOf(hash: string): Route {
     status: (STATUSES as readonly string[]).includes(status) ? (status as Status) : "",
     mark: (MARKS as readonly string[]).includes(mark) ? (mark as Mark) : "",
   };
+}
+
+/** A hash's part decoded; one whose percent-encoding is malformed stays as typed (the page shows it, the API refuses it). */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
 }
 
 function useRoute(): Route {
