@@ -424,4 +424,29 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: the skip link moves focus to the content and leaves the route (filters, job) as it was", async () => {
+    await running("skip-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await page.goto(`${base()}/#/?status=running`);
+      await waitForText(page, "#job-rows", /skip-1/);
+      await page.locator(".skip").focus();
+      expect(await page.evaluate("document.activeElement.textContent")).toBe("Skip to the content");
+      await page.keyboard.press("Enter");
+      await waitForText(page, "#job-rows", /skip-1/);
+      expect(await page.evaluate("location.hash")).toBe("#/?status=running");
+      expect(await page.evaluate("document.activeElement.id")).toBe("main");
+      await page.goto(`${base()}/#/jobs/skip-1`);
+      await waitForText(page, "#job-title", /skip-1/);
+      await page.locator(".skip").focus();
+      await page.keyboard.press("Enter");
+      expect(await page.evaluate("location.hash")).toBe("#/jobs/skip-1");
+      expect(await page.locator("#job-title").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -105,9 +105,10 @@ function App() {
 
   return (
     <>
-      <a class="skip" href="#main">
+      {/* A button, not a link to "#main": the hash is the route, and following it would leave a job's page or drop the filters. */}
+      <button type="button" class="skip" onClick={() => document.getElementById("main")?.focus()}>
         Skip to the content
-      </a>
+      </button>
       <header>
         <h1>
           <a href="#/">mam</a> <span class="muted">jobs</span>
@@ -128,7 +129,7 @@ function App() {
           </p>
         ) : null}
       </header>
-      <main id="main">
+      <main id="main" tabIndex={-1}>
         {token === null ? (
           <SignIn
             notice={notice}
