@@ -449,4 +449,26 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: going from one job's page straight to another's shows the second job's dispatch and report, never the first's", async () => {
+    const a = await running("nav-a", {}, { pane_id: "pane-of-a" });
+    expectStatus(await call("PUT", "/v1/jobs/nav-a/attempts/1/report", a, "# Report of A\n", "text/markdown"), 201);
+    const b = await running("nav-b", {}, { pane_id: "pane-of-b" });
+    expectStatus(await call("PUT", "/v1/jobs/nav-b/attempts/1/report", b, "# Report of B\n", "text/markdown"), 201);
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await page.goto(`${base()}/#/jobs/nav-a`);
+      await waitForText(page, ".attempt", /pane pane-of-a/);
+      await page.getByRole("button", { name: "Read the report" }).click();
+      await waitForText(page, ".report-text pre", /Report of A/);
+      await page.goto(`${base()}/#/jobs/nav-b`);
+      await waitForText(page, "#job-title", /nav-b/);
+      await waitForText(page, ".attempt", /pane pane-of-b/);
+      expect(await page.locator(".attempt").textContent()).not.toMatch(/Report of A|pane-of-a/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

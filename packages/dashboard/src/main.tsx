@@ -155,7 +155,8 @@ function App() {
 function Routed({ session }: { session: Session }) {
   const route = useRoute();
   return route.view === "job" ? (
-    <JobView session={session} jobId={route.jobId} />
+    // Keyed by the job: nothing one job's page read (dispatches, a report's text, a verification) is shown for another.
+    <JobView key={route.jobId} session={session} jobId={route.jobId} />
   ) : (
     <ListView session={session} statusFilter={route.status} markFilter={route.mark} />
   );
