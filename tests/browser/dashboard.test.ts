@@ -471,4 +471,33 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a re-read of the job that fails once (429) leaves the job's page up, and it follows the next move", async () => {
+    await running("flaky-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await page.goto(`${base()}/#/jobs/flaky-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      let refused = 0;
+      await page.route(/\/v1\/jobs\/flaky-1$/, async (route) => {
+        if (refused > 0) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      expectStatus(await observe("flaky-1", "working"), 201);
+      await expect.poll(() => refused, { timeout: 20_000 }).toBe(1);
+      const seen = await observe("flaky-1", "idle");
+      expect(seen.status, seen.text).toBeLessThan(300);
+      await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
+      expect(await page.locator("#job-title").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

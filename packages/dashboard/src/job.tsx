@@ -33,11 +33,17 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
   const heading = useRef<HTMLHeadingElement>(null);
   useTick(15_000);
 
+  const shown = useRef(false);
   const readJob = async () => {
     try {
       setJob(await ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: jobId } } })));
+      shown.current = true;
     } catch (e) {
-      setMissing(e instanceof Error ? e.message : String(e));
+      const why = e instanceof Error ? e.message : String(e);
+      // Once the job is on screen, a read that fails (a 429, a restart) is said, and the page
+      // stays: the next feed row reads it again. Only a job never read is replaced by the error.
+      if (shown.current) session.say(`${jobId} could not be read again: ${why}`);
+      else setMissing(why);
     }
   };
 
