@@ -406,7 +406,6 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
-
   it("review: a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
     const { context, page, errors } = await newPage();
     try {
@@ -495,6 +494,34 @@ describe("the dashboard in a real browser", () => {
       expect(seen.status, seen.text).toBeLessThan(300);
       await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
       expect(await page.locator("#job-title").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a sign-in the service could not check (503) offers to try again or sign out, not a dead end", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      let failed = 0;
+      await page.route(/\/v1\/token$/, async (route) => {
+        if (failed > 0) return route.continue();
+        failed += 1;
+        await route.fulfill({
+          status: 503,
+          headers: { "content-type": "application/problem+json" },
+          body: JSON.stringify({ title: "Service Unavailable" }),
+        });
+      });
+      await page.goto(`${base()}/`);
+      await page.getByLabel("Token").fill(reader);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await waitForText(page, "main", /could not say who this token is/);
+      await page.getByRole("button", { name: "Try again" }).click();
+      await waitForFeedState(page, "caught-up");
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.getByLabel("Token").waitFor();
+      expect(await page.evaluate("sessionStorage.length")).toBe(0);
       expect(errors).toEqual([]);
     } finally {
       await context.close();

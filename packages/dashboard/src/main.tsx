@@ -59,6 +59,8 @@ function App() {
   const [info, setInfo] = useState<TokenInfo | undefined>(undefined);
   const [notice, setNotice] = useState<string>("");
   const [said, setSaid] = useState("");
+  /** Bumped by "Try again": asks the service again who the token is. */
+  const [asked, setAsked] = useState(0);
 
   const signOut = (why: string) => {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -88,7 +90,7 @@ function App() {
     return () => {
       gone = true;
     };
-  }, [api]);
+  }, [api, asked]);
 
   const session = useMemo<Session | undefined>(() => {
     if (api === undefined || token === null || info === undefined) return undefined;
@@ -140,7 +142,29 @@ function App() {
             }}
           />
         ) : session === undefined ? (
-          <p aria-busy="true">{notice === "" ? "Signing in…" : notice}</p>
+          notice === "" ? (
+            <p aria-busy="true">Signing in…</p>
+          ) : (
+            <div class="signin">
+              <p class="error" role="alert">
+                {notice}
+              </p>
+              <div class="row">
+                <button
+                  type="button"
+                  onClick={() => {
+                    setNotice("");
+                    setAsked((n) => n + 1);
+                  }}
+                >
+                  Try again
+                </button>
+                <button type="button" onClick={() => signOut("")}>
+                  Sign out
+                </button>
+              </div>
+            </div>
+          )
         ) : (
           <Routed session={session} />
         )}
