@@ -527,4 +527,28 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a token refused mid-session (401: expired, or the service's key rotated) returns the page to sign-in at the first refused read, not a 'Live' page whose reads all fail", async () => {
+    // The stream opened before the refusal goes on (it is not ended when a token expires): the
+    // read the next row causes is the first to be refused, here answered 401 by the browser.
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      await page.route(/\/v1\/jobs\/after-expiry$/, (route) =>
+        route.fulfill({
+          status: 401,
+          headers: { "content-type": "application/problem+json" },
+          body: JSON.stringify({ code: "auth.invalid", title: "Unauthorized", detail: "the token expired at 2026-01-01T00:00:00.000Z" }),
+        }),
+      );
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "after-expiry", prompt: "x", agent: "codex" }), 201);
+      await page.getByLabel("Token").waitFor({ timeout: 20_000 });
+      await waitForText(page, "main [role=alert]", /expired or was refused/);
+      expect(await page.evaluate("sessionStorage.length")).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -69,7 +69,10 @@ function App() {
     setNotice(why);
   };
 
-  const api = useMemo<Api | undefined>(() => (token === null ? undefined : apiOf(token)), [token]);
+  const api = useMemo<Api | undefined>(
+    () => (token === null ? undefined : apiOf(token, () => signOut("The token expired or was refused: sign in again."))),
+    [token],
+  );
 
   // Who the token is: its scopes decide which actions the page offers.
   useEffect(() => {
