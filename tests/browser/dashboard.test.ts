@@ -551,4 +551,32 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a job page following a busy job reads its event log again only when a notification is published or fails (what writes it), not once per observation", async () => {
+    await running("chatty-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      const logReads: string[] = [];
+      page.on("request", (r) => {
+        if (new URL(r.url()).pathname === "/v1/jobs/chatty-1/events") logReads.push(r.url());
+      });
+      await page.goto(`${base()}/#/jobs/chatty-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      for (let i = 0; i < 8; i += 1) {
+        const seen = await observe("chatty-1", i % 2 === 0 ? "working" : "idle");
+        expect(seen.status, seen.text).toBeLessThan(300);
+        await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
+      }
+      console.log(`event log reads while the job was observed 8 times: ${logReads.length}`);
+      expect(logReads.length).toBeLessThanOrEqual(2);
+      // A publish is what the log records: the page shows it.
+      expectStatus(await call("POST", "/v1/jobs/chatty-1/transitions", op, { action: "cancel", expected_seq: 1 }), 200);
+      await waitForText(page, ".timeline", /intent\.published/);
+      await waitForText(page, ".events", /published/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

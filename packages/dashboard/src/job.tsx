@@ -158,7 +158,7 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
       <Attempts session={session} job={job} dispatches={dispatches} rows={rows} />
       <Notifications job={job} rows={rows} />
       <Timeline rows={rows} />
-      <EventLog session={session} job={job} />
+      <EventLog session={session} job={job} rows={rows} />
     </article>
   );
 }
@@ -564,10 +564,17 @@ function Timeline({ rows }: { rows: readonly ChangeRow[] }) {
 
 type EventLogEntry = Schemas["EventLogEntry"];
 
-/** The job's event log (what agents published, with their data), newest page first; read again when the record moves. */
-function EventLog({ session, job }: { session: Session; job: JobRecord }) {
+/** What writes the event log: a notification's publish, delivered or failed (core's notifier); nothing else does. */
+const LOGGED = new Set<ChangeRow["kind"]>(["intent.published", "intent.failed"]);
+
+/**
+ * The job's event log (what was published for it, with its data), newest page first;
+ * read again when the feed shows a publish or a failed one, never once per observation
+ * (a busy job's page read it again on every evidence row).
+ */
+function EventLog({ session, job, rows }: { session: Session; job: JobRecord; rows: readonly ChangeRow[] }) {
   const [entries, setEntries] = useState<readonly EventLogEntry[] | undefined>(undefined);
-  const moved = `${job.job_id}|${job.transition_seq}|${job.evidence_seq}`;
+  const moved = `${job.job_id}|${rows.filter((r) => LOGGED.has(r.kind)).length}`;
   useEffect(() => {
     let gone = false;
     ok(session.api.GET("/v1/jobs/{job_id}/events", { params: { path: { job_id: job.job_id } } }))
