@@ -579,4 +579,39 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a row the feed brings while the job's history is still being read goes after that history in the timeline (oldest first)", async () => {
+    await running("late-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      let release: () => void = () => undefined;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let asked = false;
+      await page.route(
+        (url) => url.pathname === "/v1/events" && url.searchParams.get("job_id") === "late-1",
+        async (route) => {
+          asked = true;
+          await held;
+          await route.continue();
+        },
+      );
+      await page.goto(`${base()}/#/jobs/late-1`);
+      await expect.poll(() => asked, { timeout: 20_000 }).toBe(true);
+      const seen = await observe("late-1", "working");
+      expect(seen.status, seen.text).toBeLessThan(300);
+      await waitForText(page, ".timeline", /observation\.recorded/);
+      release();
+      await waitForText(page, ".timeline", /job\.registered/);
+      const kinds = await page.locator(".timeline li").evaluateAll((li) => li.map((l) => l.getAttribute("data-kind")));
+      expect(kinds[0]).toBe("job.registered");
+      expect(kinds.at(-1)).toBe("observation.recorded");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

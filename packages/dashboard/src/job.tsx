@@ -58,7 +58,9 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
     const add = (more: readonly ChangeRow[]) => {
       const fresh = more.filter((r) => !seen.has(rowKey(r)));
       for (const r of fresh) seen.add(rowKey(r));
-      if (fresh.length > 0 && !gone) setRows((old) => [...old, ...fresh]);
+      // Oldest first: a live row that came while the history was being read goes after it
+      // (a stable sort by time keeps the feed's order among rows of one instant).
+      if (fresh.length > 0 && !gone) setRows((old) => [...old, ...fresh].sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0)));
     };
     let timer: ReturnType<typeof setTimeout> | undefined;
     const off = session.feed.onRow((row) => {
