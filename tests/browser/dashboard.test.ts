@@ -614,4 +614,45 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a job registered while the list's first page is being read is shown when the page arrives, not dropped by it", async () => {
+    expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-0", prompt: "x", agent: "codex" }), 201);
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      let release: () => void = () => undefined;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let asked = false;
+      // The listing for the filter about to be chosen: read now (before the registration), answered later.
+      await page.route(
+        (url) => url.pathname === "/v1/jobs" && url.searchParams.get("status") === "pending",
+        async (route) => {
+          const answer = await route.fetch();
+          asked = true;
+          await held;
+          await route.fulfill({ response: answer });
+        },
+      );
+      const reread = page.waitForResponse((r) => new URL(r.url()).pathname === "/v1/jobs/race-1");
+      await page.goto(`${base()}/#/?status=pending`);
+      await expect.poll(() => asked, { timeout: 20_000 }).toBe(true);
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-1", prompt: "x", agent: "codex" }), 201);
+      await reread;
+      await waitForText(page, "#job-rows", /race-1/);
+      release();
+      await page.waitForFunction(() => {
+        const doc = (globalThis as unknown as { document: { querySelector(s: string): { getAttribute(n: string): string | null } | null } })
+          .document;
+        return doc.querySelector('table[aria-labelledby="jobs-title"]')?.getAttribute("aria-busy") === "false";
+      });
+      await waitForText(page, "#job-rows", /race-0/);
+      await waitForText(page, "#job-rows", /race-1/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

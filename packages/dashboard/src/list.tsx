@@ -91,21 +91,43 @@ export function ListView({
     setAttention(found);
   }, [api]);
 
+  /** Records the live updates read while the first page was being read (see below). */
+  const readDuringLoad = useRef<Map<string, JobRecord> | undefined>(undefined);
+
   // The first page of the listing, the counts and the attention listings, whenever the filter changes.
   useEffect(() => {
     let gone = false;
     setLoading(true);
     setError(undefined);
+    const during = new Map<string, JobRecord>();
+    readDuringLoad.current = during;
     (async () => {
       try {
         const page = await ok(api.GET("/v1/jobs", { params: { query: { ...query, limit: PAGE } } }));
         if (gone) return;
-        setOrder(page.items.map((j) => j.job_id));
-        setJobs(new Map(page.items.map((j) => [j.job_id, j])));
+        // A job that moved (or registered) while the page was being read may be missing from
+        // it, or older there: the record the live update read wins, placed as it belongs.
+        const at = Date.now();
+        const listed = new Map(page.items.map((j) => [j.job_id, j]));
+        const newer = [...during.values()].filter((r) => {
+          const l = listed.get(r.job_id);
+          return l === undefined || l.updated_at < r.updated_at;
+        });
+        for (const r of newer) {
+          if (matches(r, statusFilter, markFilter, at)) listed.set(r.job_id, r);
+          else listed.delete(r.job_id);
+        }
+        const first = newer
+          .filter((r) => listed.get(r.job_id) === r)
+          .sort((a, b) => b.updated_at.localeCompare(a.updated_at))
+          .map((r) => r.job_id);
+        setOrder([...first, ...page.items.map((j) => j.job_id).filter((id) => listed.has(id) && !first.includes(id))]);
+        setJobs(listed);
         setNext(page.next_cursor ?? undefined);
       } catch (e) {
         if (!gone) setError(e instanceof Error ? e.message : String(e));
       } finally {
+        if (readDuringLoad.current === during) readDuringLoad.current = undefined;
         if (!gone) setLoading(false);
       }
     })();
@@ -157,6 +179,7 @@ export function ListView({
       const fresh = (
         await Promise.all(ids.map((id) => ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch(() => undefined)))
       ).filter((r): r is JobRecord => r !== undefined);
+      for (const r of fresh) readDuringLoad.current?.set(r.job_id, r);
       const at = Date.now();
       const { statusFilter: s, markFilter: m } = latest.current;
       const before = jobsNow.current;
