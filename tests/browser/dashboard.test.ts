@@ -655,4 +655,28 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a job whose read is refused once (429 with Retry-After) still shows in the list: the read is tried again after the wait, not dropped", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      let refused = 0;
+      await page.route(/\/v1\/jobs\/limited-1$/, async (route) => {
+        if (refused > 0) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "limited-1", prompt: "x", agent: "codex" }), 201);
+      await expect.poll(() => refused, { timeout: 20_000 }).toBe(1);
+      await waitForText(page, '#job-rows tr[data-job="limited-1"]', /pending/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

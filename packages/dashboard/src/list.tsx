@@ -155,8 +155,9 @@ export function ListView({
     let timer: ReturnType<typeof setTimeout> | undefined;
     let countsDue = false;
     let lastCounts = 0;
+    let stopped = false;
     const schedule = () => {
-      if (timer !== undefined) return;
+      if (timer !== undefined || stopped) return;
       const next = Math.min(...waiting.values(), countsDue ? lastCounts + COUNTS_GAP_MS : Number.POSITIVE_INFINITY);
       if (next === Number.POSITIVE_INFINITY) return;
       timer = setTimeout(flush, Math.max(REFRESH_GATHER_MS, next - Date.now()));
@@ -176,9 +177,25 @@ export function ListView({
       }
       schedule();
       if (ids.length === 0) return;
+      // A read refused for now (429, a restart, a 5xx) is tried again after the service's
+      // Retry-After (else 2 s), never dropped: the row that moved the job may be its last.
+      const again = (id: string, e: unknown) => {
+        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+        const wait = e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
+        waiting.set(id, Math.min(waiting.get(id) ?? Number.POSITIVE_INFINITY, Date.now() + wait));
+        schedule();
+      };
       const fresh = (
-        await Promise.all(ids.map((id) => ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch(() => undefined)))
+        await Promise.all(
+          ids.map((id) =>
+            ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch((e: unknown) => {
+              again(id, e);
+              return undefined;
+            }),
+          ),
+        )
       ).filter((r): r is JobRecord => r !== undefined);
+      if (stopped) return;
       for (const r of fresh) readDuringLoad.current?.set(r.job_id, r);
       const at = Date.now();
       const { statusFilter: s, markFilter: m } = latest.current;
@@ -216,6 +233,7 @@ export function ListView({
       schedule();
     });
     return () => {
+      stopped = true;
       off();
       if (timer !== undefined) clearTimeout(timer);
     };
