@@ -679,4 +679,31 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a job page whose re-read is refused once (429) reads the job again after the wait, with no further row to prompt it", async () => {
+    await running("flaky-2");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await page.goto(`${base()}/#/jobs/flaky-2`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      let refused = 0;
+      await page.route(/\/v1\/jobs\/flaky-2$/, async (route) => {
+        if (refused > 0) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      const seen = await observe("flaky-2", "working");
+      expect(seen.status, seen.text).toBeLessThan(300);
+      await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
+      expect(refused).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -1,5 +1,15 @@
 import { useEffect, useRef, useState } from "preact/hooks";
-import { type ChangeRow, can, fetchWithToken, type GateDryRun, type JobRecord, ok, type Schemas, type Verification } from "./api.ts";
+import {
+  ApiError,
+  type ChangeRow,
+  can,
+  fetchWithToken,
+  type GateDryRun,
+  type JobRecord,
+  ok,
+  type Schemas,
+  type Verification,
+} from "./api.ts";
 import { bytes, dataText, localTime, shortHash } from "./format.ts";
 import type { Session } from "./session.ts";
 import { ConfirmAction, Marks, Section, StatusBadge, Time, useTick } from "./ui.tsx";
@@ -34,16 +44,26 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
   useTick(15_000);
 
   const shown = useRef(false);
+  const retry = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
+  useEffect(() => () => clearTimeout(retry.current), []);
   const readJob = async () => {
     try {
       setJob(await ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: jobId } } })));
       shown.current = true;
     } catch (e) {
       const why = e instanceof Error ? e.message : String(e);
-      // Once the job is on screen, a read that fails (a 429, a restart) is said, and the page
-      // stays: the next feed row reads it again. Only a job never read is replaced by the error.
-      if (shown.current) session.say(`${jobId} could not be read again: ${why}`);
-      else setMissing(why);
+      // Once the job is on screen, a read that fails (a 429, a restart) is said, the page
+      // stays, and the read is tried again after the service's Retry-After (else 2 s): the
+      // row that moved the job may be its last. Only a job never read is replaced by the error.
+      if (!shown.current) {
+        setMissing(why);
+        return;
+      }
+      session.say(`${jobId} could not be read again: ${why}`);
+      if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+      clearTimeout(retry.current);
+      const wait = e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
+      retry.current = setTimeout(() => void readJob(), wait);
     }
   };
 
