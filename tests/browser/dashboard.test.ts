@@ -706,4 +706,33 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: by keyboard alone, an action's dialog opens, closes on Escape or No with focus back on its button, and after Yes focus lands on the answer, not the page's top", async () => {
+    await running("keys-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), op);
+      await page.goto(`${base()}/#/jobs/keys-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      const focused = () => page.evaluate("document.activeElement?.textContent ?? ''");
+      await page.getByRole("button", { name: "Cancel job" }).focus();
+      await page.keyboard.press("Enter");
+      await page.getByRole("dialog", { name: "Cancel job" }).waitFor();
+      await page.keyboard.press("Escape");
+      expect(await focused()).toBe("Cancel job");
+      await page.keyboard.press("Enter");
+      await page.getByRole("button", { name: "No" }).focus();
+      await page.keyboard.press("Enter");
+      expect(await focused()).toBe("Cancel job");
+      await page.keyboard.press("Enter");
+      await page.getByRole("button", { name: "Yes, cancel job" }).focus();
+      await page.keyboard.press("Enter");
+      await waitForText(page, "#action-answer", /^Cancelled: the job is now cancelled/);
+      await waitForText(page, "#job-title", /cancelled/);
+      expect(await page.evaluate("document.activeElement?.id")).toBe("action-answer");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -263,6 +263,12 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   const [answer, setAnswer] = useState<string | undefined>(undefined);
   // An answer belongs to the job it was given for.
   useEffect(() => setAnswer(undefined), [job.job_id]);
+  // Focus goes to the answer: the button it came from may be gone (a cancelled job offers no cancel),
+  // and a keyboard user would otherwise start again from the top of the page.
+  const answerRef = useRef<HTMLParagraphElement>(null);
+  useEffect(() => {
+    if (answer !== undefined) answerRef.current?.focus();
+  }, [answer]);
   const actions: preact.ComponentChildren[] = [];
   if (can(info, "write") && live)
     actions.push(
@@ -330,7 +336,7 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   return (
     <Section title="Actions" id="actions-title">
       <div class="row actions">{actions}</div>
-      <p class="answer" id="action-answer" role="status">
+      <p class="answer" id="action-answer" role="status" tabIndex={-1} ref={answerRef}>
         {answer}
       </p>
     </Section>
