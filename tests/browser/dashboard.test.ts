@@ -735,4 +735,31 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a refused read of the counts (429) keeps the counts shown, not 'This service does not count jobs by status'", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), reader);
+      await waitForFeedState(page, "caught-up");
+      await page.locator('[data-count="pending"]').waitFor();
+      await waitForText(page, '[data-count="pending"]', /\d/);
+      let refused = 0;
+      await page.route(/\/v1\/job-counts$/, async (route) => {
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "counted-1", prompt: "x", agent: "codex" }), 201);
+      await expect.poll(() => refused, { timeout: 20_000 }).toBeGreaterThan(0);
+      await waitForText(page, "main .said", /Counts: the read token's rate was passed/);
+      expect(await page.locator('[data-count="pending"]').count()).toBe(1);
+      expect(await page.getByText("This service does not count jobs by status.").count()).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

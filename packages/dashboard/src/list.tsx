@@ -76,9 +76,10 @@ export function ListView({
       const r = await fetchWithToken(session.token, "v1/job-counts");
       setCounts((await r.json()) as Counts);
     } catch (e) {
-      // A service without counts (404) shows none; anything else is said once.
-      if (!(e instanceof ApiError && e.status === 404)) session.say(`Counts: ${e instanceof Error ? e.message : String(e)}`);
-      setCounts(null);
+      // A service without counts (404) shows none; anything else (a 429, a restart) is said,
+      // and the counts last read stay: the service does count, it did not answer this time.
+      if (e instanceof ApiError && e.status === 404) setCounts(null);
+      else session.say(`Counts: ${e instanceof Error ? e.message : String(e)}`);
     }
   }, [session]);
 
