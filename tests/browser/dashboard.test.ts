@@ -60,6 +60,13 @@ describe("the dashboard in a real browser", () => {
     return JSON.parse(io.out.join("")).token as string;
   };
 
+  /**
+   * A read token of its own for a test: the rate (600 a minute per token) refills on the
+   * service's clock, which here moves only when read or advanced, so the suite's pages
+   * would otherwise share one budget of about 600 requests.
+   */
+  const ownReader = () => token("--scope", "read", "--ttl", "8h", "--name", "dashboard");
+
   const expectStatus = (answer: ServiceAnswer, status: number) => expect(answer.status, answer.text).toBe(status);
 
   /** Registers, dispatches and claims a job; answers the agent's token. */
@@ -409,7 +416,7 @@ describe("the dashboard in a real browser", () => {
   it("review: a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       await page.goto(`${base()}/#/jobs/%E0%A4%A`);
       await waitForText(page, "main h2", /%E0%A4%A/);
@@ -428,7 +435,7 @@ describe("the dashboard in a real browser", () => {
     await running("skip-1");
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/?status=running`);
       await waitForText(page, "#job-rows", /skip-1/);
       await page.locator(".skip").focus();
@@ -456,7 +463,7 @@ describe("the dashboard in a real browser", () => {
     expectStatus(await call("PUT", "/v1/jobs/nav-b/attempts/1/report", b, "# Report of B\n", "text/markdown"), 201);
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/nav-a`);
       await waitForText(page, ".attempt", /pane pane-of-a/);
       await page.getByRole("button", { name: "Read the report" }).click();
@@ -475,7 +482,7 @@ describe("the dashboard in a real browser", () => {
     await running("flaky-1");
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/flaky-1`);
       await waitForText(page, "#why-reason", /Not completing/);
       let refused = 0;
@@ -533,7 +540,7 @@ describe("the dashboard in a real browser", () => {
     // read the next row causes is the first to be refused, here answered 401 by the browser.
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       await page.route(/\/v1\/jobs\/after-expiry$/, (route) =>
         route.fulfill({
@@ -556,7 +563,7 @@ describe("the dashboard in a real browser", () => {
     await running("chatty-1");
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       const logReads: string[] = [];
       page.on("request", (r) => {
         if (new URL(r.url()).pathname === "/v1/jobs/chatty-1/events") logReads.push(r.url());
@@ -584,7 +591,7 @@ describe("the dashboard in a real browser", () => {
     await running("late-1");
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       let release: () => void = () => undefined;
       const held = new Promise<void>((r) => {
@@ -619,7 +626,7 @@ describe("the dashboard in a real browser", () => {
     expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-0", prompt: "x", agent: "codex" }), 201);
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       let release: () => void = () => undefined;
       const held = new Promise<void>((r) => {
@@ -659,7 +666,7 @@ describe("the dashboard in a real browser", () => {
   it("review: a job whose read is refused once (429 with Retry-After) still shows in the list: the read is tried again after the wait, not dropped", async () => {
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       let refused = 0;
       await page.route(/\/v1\/jobs\/limited-1$/, async (route) => {
@@ -684,7 +691,7 @@ describe("the dashboard in a real browser", () => {
     await running("flaky-2");
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/flaky-2`);
       await waitForText(page, "#why-reason", /Not completing/);
       let refused = 0;
@@ -739,7 +746,7 @@ describe("the dashboard in a real browser", () => {
   it("review: a refused read of the counts (429) keeps the counts shown, not 'This service does not count jobs by status'", async () => {
     const { context, page, errors } = await newPage();
     try {
-      await signIn(page, base(), reader);
+      await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       await page.locator('[data-count="pending"]').waitFor();
       await waitForText(page, '[data-count="pending"]', /\d/);
