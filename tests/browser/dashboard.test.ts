@@ -769,4 +769,43 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: the feed's waits between reconnections leave no listener behind on its abort signal (one per wait, for the page's life)", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      // Counts the abort listeners the page's own code adds and removes (CDP's init script: the CSP does not apply).
+      await page.addInitScript(() => {
+        const w = globalThis as unknown as { __abortListeners: number };
+        w.__abortListeners = 0;
+        const proto = AbortSignal.prototype;
+        const add = proto.addEventListener;
+        const remove = proto.removeEventListener;
+        proto.addEventListener = function (this: AbortSignal, type: string, ...rest: unknown[]) {
+          if (type === "abort") w.__abortListeners += 1;
+          return (add as (...a: unknown[]) => void).call(this, type, ...rest);
+        } as typeof proto.addEventListener;
+        proto.removeEventListener = function (this: AbortSignal, type: string, ...rest: unknown[]) {
+          if (type === "abort") w.__abortListeners -= 1;
+          return (remove as (...a: unknown[]) => void).call(this, type, ...rest);
+        } as typeof proto.removeEventListener;
+      });
+      let refused = 0;
+      await page.route(/\/v1\/events\/stream/, async (route) => {
+        if (refused >= 3) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 503,
+          headers: { "content-type": "application/problem+json" },
+          body: JSON.stringify({ title: "Service Unavailable" }),
+        });
+      });
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up", 30_000);
+      expect(refused).toBe(3);
+      expect(await page.evaluate("window.__abortListeners")).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });
