@@ -808,4 +808,29 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
+
+  it("review: a listed job whose evaluation falls due while the page is open (no write, so no feed row) joins 'Needs a person'", async () => {
+    await running("due-1");
+    const { context, page, errors } = await newPage();
+    try {
+      // The listing says due-1's evaluation falls due in 2 s (browser time): nothing is written then.
+      await page.route(
+        (url) => url.pathname === "/v1/jobs" && [...url.searchParams.keys()].every((k) => k === "limit"),
+        async (route) => {
+          const answer = await route.fetch();
+          const body = (await answer.json()) as { items: { job_id: string; candidate_at?: string }[] };
+          for (const j of body.items) if (j.job_id === "due-1") j.candidate_at = new Date(Date.now() + 2000).toISOString();
+          await route.fulfill({ response: answer, json: body });
+        },
+      );
+      await signIn(page, base(), await ownReader());
+      await waitForText(page, '#job-rows tr[data-job="due-1"]', /running/);
+      // The list redraws its times every 15 s: the mark shows within one redraw.
+      await waitForText(page, '#job-rows tr[data-job="due-1"]', /evaluation due/, 30_000);
+      await waitForText(page, "#attention-title ~ *", /due-1/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -258,7 +258,14 @@ export function ListView({
   };
 
   const now = Date.now();
-  const needy = [...attention.values()].filter((j) => needsAPerson(j, now));
+  // The attention listings, and any loaded job that needs a person by now: an evaluation
+  // falls due with no write (so no feed row), and a held candidate stays unwritten.
+  const candidates = new Map(attention);
+  for (const j of jobs.values()) {
+    const known = candidates.get(j.job_id);
+    if (known === undefined || known.updated_at < j.updated_at) candidates.set(j.job_id, j);
+  }
+  const needy = [...candidates.values()].filter((j) => needsAPerson(j, now));
   const shown = order
     .map((id) => jobs.get(id))
     .filter((j): j is JobRecord => j !== undefined)
