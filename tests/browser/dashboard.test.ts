@@ -60,6 +60,13 @@ describe("the dashboard in a real browser", () => {
     return JSON.parse(io.out.join("")).token as string;
   };
 
+  /**
+   * A read token of its own for a test: the rate (600 a minute per token) refills on the
+   * service's clock, which here moves only when read or advanced, so the suite's pages
+   * would otherwise share one budget of about 600 requests.
+   */
+  const ownReader = () => token("--scope", "read", "--ttl", "8h", "--name", "dashboard");
+
   const expectStatus = (answer: ServiceAnswer, status: number) => expect(answer.status, answer.text).toBe(status);
 
   /** Registers, dispatches and claims a job; answers the agent's token. */
@@ -402,6 +409,426 @@ describe("the dashboard in a real browser", () => {
       await waitForText(page, "#job-rows", /a11y-1/);
       expect(await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")).toBe(true);
       await check("list, narrow");
+    } finally {
+      await context.close();
+    }
+  });
+  it("review: a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up");
+      await page.goto(`${base()}/#/jobs/%E0%A4%A`);
+      await waitForText(page, "main h2", /%E0%A4%A/);
+      await waitForText(page, "main [role=alert]", /./);
+      await page.goto(`${base()}/#/jobs/%3Cimg%20src%3Dx%20onerror%3D%22window.__owned%3D1%22%3E`);
+      await waitForText(page, "main h2", /<img src=x onerror=/);
+      expect(await page.evaluate("window.__owned")).toBeUndefined();
+      expect(await page.locator("header .who").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: the skip link moves focus to the content and leaves the route (filters, job) as it was", async () => {
+    await running("skip-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await page.goto(`${base()}/#/?status=running`);
+      await waitForText(page, "#job-rows", /skip-1/);
+      await page.locator(".skip").focus();
+      expect(await page.evaluate("document.activeElement.textContent")).toBe("Skip to the content");
+      await page.keyboard.press("Enter");
+      await waitForText(page, "#job-rows", /skip-1/);
+      expect(await page.evaluate("location.hash")).toBe("#/?status=running");
+      expect(await page.evaluate("document.activeElement.id")).toBe("main");
+      await page.goto(`${base()}/#/jobs/skip-1`);
+      await waitForText(page, "#job-title", /skip-1/);
+      await page.locator(".skip").focus();
+      await page.keyboard.press("Enter");
+      expect(await page.evaluate("location.hash")).toBe("#/jobs/skip-1");
+      expect(await page.locator("#job-title").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: going from one job's page straight to another's shows the second job's dispatch and report, never the first's", async () => {
+    const a = await running("nav-a", {}, { pane_id: "pane-of-a" });
+    expectStatus(await call("PUT", "/v1/jobs/nav-a/attempts/1/report", a, "# Report of A\n", "text/markdown"), 201);
+    const b = await running("nav-b", {}, { pane_id: "pane-of-b" });
+    expectStatus(await call("PUT", "/v1/jobs/nav-b/attempts/1/report", b, "# Report of B\n", "text/markdown"), 201);
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await page.goto(`${base()}/#/jobs/nav-a`);
+      await waitForText(page, ".attempt", /pane pane-of-a/);
+      await page.getByRole("button", { name: "Read the report" }).click();
+      await waitForText(page, ".report-text pre", /Report of A/);
+      await page.goto(`${base()}/#/jobs/nav-b`);
+      await waitForText(page, "#job-title", /nav-b/);
+      await waitForText(page, ".attempt", /pane pane-of-b/);
+      expect(await page.locator(".attempt").textContent()).not.toMatch(/Report of A|pane-of-a/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a re-read of the job that fails once (429) leaves the job's page up, and it follows the next move", async () => {
+    await running("flaky-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await page.goto(`${base()}/#/jobs/flaky-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      let refused = 0;
+      await page.route(/\/v1\/jobs\/flaky-1$/, async (route) => {
+        if (refused > 0) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      expectStatus(await observe("flaky-1", "working"), 201);
+      await expect.poll(() => refused, { timeout: 20_000 }).toBe(1);
+      const seen = await observe("flaky-1", "idle");
+      expect(seen.status, seen.text).toBeLessThan(300);
+      await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
+      expect(await page.locator("#job-title").count()).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a sign-in the service could not check (503) offers to try again or sign out, not a dead end", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      let failed = 0;
+      await page.route(/\/v1\/token$/, async (route) => {
+        if (failed > 0) return route.continue();
+        failed += 1;
+        await route.fulfill({
+          status: 503,
+          headers: { "content-type": "application/problem+json" },
+          body: JSON.stringify({ title: "Service Unavailable" }),
+        });
+      });
+      await page.goto(`${base()}/`);
+      await page.getByLabel("Token").fill(reader);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await waitForText(page, "main", /could not say who this token is/);
+      await page.getByRole("button", { name: "Try again" }).click();
+      await waitForFeedState(page, "caught-up");
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.getByLabel("Token").waitFor();
+      expect(await page.evaluate("sessionStorage.length")).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a token refused mid-session (401: expired, or the service's key rotated) returns the page to sign-in at the first refused read, not a 'Live' page whose reads all fail", async () => {
+    // The stream opened before the refusal goes on (it is not ended when a token expires): the
+    // read the next row causes is the first to be refused, here answered 401 by the browser.
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up");
+      await page.route(/\/v1\/jobs\/after-expiry$/, (route) =>
+        route.fulfill({
+          status: 401,
+          headers: { "content-type": "application/problem+json" },
+          body: JSON.stringify({ code: "auth.invalid", title: "Unauthorized", detail: "the token expired at 2026-01-01T00:00:00.000Z" }),
+        }),
+      );
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "after-expiry", prompt: "x", agent: "codex" }), 201);
+      await page.getByLabel("Token").waitFor({ timeout: 20_000 });
+      await waitForText(page, "main [role=alert]", /expired or was refused/);
+      expect(await page.evaluate("sessionStorage.length")).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a job page following a busy job reads its event log again only when a notification is published or fails (what writes it), not once per observation", async () => {
+    await running("chatty-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      const logReads: string[] = [];
+      page.on("request", (r) => {
+        if (new URL(r.url()).pathname === "/v1/jobs/chatty-1/events") logReads.push(r.url());
+      });
+      await page.goto(`${base()}/#/jobs/chatty-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      for (let i = 0; i < 8; i += 1) {
+        const seen = await observe("chatty-1", i % 2 === 0 ? "working" : "idle");
+        expect(seen.status, seen.text).toBeLessThan(300);
+        await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
+      }
+      console.log(`event log reads while the job was observed 8 times: ${logReads.length}`);
+      expect(logReads.length).toBeLessThanOrEqual(2);
+      // A publish is what the log records: the page shows it.
+      expectStatus(await call("POST", "/v1/jobs/chatty-1/transitions", op, { action: "cancel", expected_seq: 1 }), 200);
+      await waitForText(page, ".timeline", /intent\.published/);
+      await waitForText(page, ".events", /published/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a row the feed brings while the job's history is still being read goes after that history in the timeline (oldest first)", async () => {
+    await running("late-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up");
+      let release: () => void = () => undefined;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let asked = false;
+      await page.route(
+        (url) => url.pathname === "/v1/events" && url.searchParams.get("job_id") === "late-1",
+        async (route) => {
+          asked = true;
+          await held;
+          await route.continue();
+        },
+      );
+      await page.goto(`${base()}/#/jobs/late-1`);
+      await expect.poll(() => asked, { timeout: 20_000 }).toBe(true);
+      const seen = await observe("late-1", "working");
+      expect(seen.status, seen.text).toBeLessThan(300);
+      await waitForText(page, ".timeline", /observation\.recorded/);
+      release();
+      await waitForText(page, ".timeline", /job\.registered/);
+      const kinds = await page.locator(".timeline li").evaluateAll((li) => li.map((l) => l.getAttribute("data-kind")));
+      expect(kinds[0]).toBe("job.registered");
+      expect(kinds.at(-1)).toBe("observation.recorded");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a job registered while the list's first page is being read is shown when the page arrives, not dropped by it", async () => {
+    expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-0", prompt: "x", agent: "codex" }), 201);
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up");
+      let release: () => void = () => undefined;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let asked = false;
+      // The listing for the filter about to be chosen: read now (before the registration), answered later.
+      await page.route(
+        (url) => url.pathname === "/v1/jobs" && url.searchParams.get("status") === "pending",
+        async (route) => {
+          const answer = await route.fetch();
+          asked = true;
+          await held;
+          await route.fulfill({ response: answer });
+        },
+      );
+      const reread = page.waitForResponse((r) => new URL(r.url()).pathname === "/v1/jobs/race-1");
+      await page.goto(`${base()}/#/?status=pending`);
+      await expect.poll(() => asked, { timeout: 20_000 }).toBe(true);
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-1", prompt: "x", agent: "codex" }), 201);
+      await reread;
+      await waitForText(page, "#job-rows", /race-1/);
+      release();
+      await page.waitForFunction(() => {
+        const doc = (globalThis as unknown as { document: { querySelector(s: string): { getAttribute(n: string): string | null } | null } })
+          .document;
+        return doc.querySelector('table[aria-labelledby="jobs-title"]')?.getAttribute("aria-busy") === "false";
+      });
+      await waitForText(page, "#job-rows", /race-0/);
+      await waitForText(page, "#job-rows", /race-1/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a job whose read is refused once (429 with Retry-After) still shows in the list: the read is tried again after the wait, not dropped", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up");
+      let refused = 0;
+      await page.route(/\/v1\/jobs\/limited-1$/, async (route) => {
+        if (refused > 0) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "limited-1", prompt: "x", agent: "codex" }), 201);
+      await expect.poll(() => refused, { timeout: 20_000 }).toBe(1);
+      await waitForText(page, '#job-rows tr[data-job="limited-1"]', /pending/);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a job page whose re-read is refused once (429) reads the job again after the wait, with no further row to prompt it", async () => {
+    await running("flaky-2");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await page.goto(`${base()}/#/jobs/flaky-2`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      let refused = 0;
+      await page.route(/\/v1\/jobs\/flaky-2$/, async (route) => {
+        if (refused > 0) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      const seen = await observe("flaky-2", "working");
+      expect(seen.status, seen.text).toBeLessThan(300);
+      await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
+      expect(refused).toBe(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: by keyboard alone, an action's dialog opens, closes on Escape or No with focus back on its button, and after Yes focus lands on the answer, not the page's top", async () => {
+    await running("keys-1");
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), op);
+      await page.goto(`${base()}/#/jobs/keys-1`);
+      await waitForText(page, "#why-reason", /Not completing/);
+      const focused = () => page.evaluate("document.activeElement?.textContent ?? ''");
+      await page.getByRole("button", { name: "Cancel job" }).focus();
+      await page.keyboard.press("Enter");
+      await page.getByRole("dialog", { name: "Cancel job" }).waitFor();
+      await page.keyboard.press("Escape");
+      expect(await focused()).toBe("Cancel job");
+      await page.keyboard.press("Enter");
+      await page.getByRole("button", { name: "No" }).focus();
+      await page.keyboard.press("Enter");
+      expect(await focused()).toBe("Cancel job");
+      await page.keyboard.press("Enter");
+      await page.getByRole("button", { name: "Yes, cancel job" }).focus();
+      await page.keyboard.press("Enter");
+      await waitForText(page, "#action-answer", /^Cancelled: the job is now cancelled/);
+      await waitForText(page, "#job-title", /cancelled/);
+      expect(await page.evaluate("document.activeElement?.id")).toBe("action-answer");
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a refused read of the counts (429) keeps the counts shown, not 'This service does not count jobs by status'", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up");
+      await page.locator('[data-count="pending"]').waitFor();
+      await waitForText(page, '[data-count="pending"]', /\d/);
+      let refused = 0;
+      await page.route(/\/v1\/job-counts$/, async (route) => {
+        refused += 1;
+        await route.fulfill({
+          status: 429,
+          headers: { "content-type": "application/problem+json", "retry-after": "1" },
+          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
+        });
+      });
+      expectStatus(await call("POST", "/v1/jobs", op, { job_id: "counted-1", prompt: "x", agent: "codex" }), 201);
+      await expect.poll(() => refused, { timeout: 20_000 }).toBeGreaterThan(0);
+      await waitForText(page, "main .said", /Counts: the read token's rate was passed/);
+      expect(await page.locator('[data-count="pending"]').count()).toBe(1);
+      expect(await page.getByText("This service does not count jobs by status.").count()).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: the feed's waits between reconnections leave no listener behind on its abort signal (one per wait, for the page's life)", async () => {
+    const { context, page, errors } = await newPage();
+    try {
+      // Counts the abort listeners the page's own code adds and removes (CDP's init script: the CSP does not apply).
+      await page.addInitScript(() => {
+        const w = globalThis as unknown as { __abortListeners: number };
+        w.__abortListeners = 0;
+        const proto = AbortSignal.prototype;
+        const add = proto.addEventListener;
+        const remove = proto.removeEventListener;
+        proto.addEventListener = function (this: AbortSignal, type: string, ...rest: unknown[]) {
+          if (type === "abort") w.__abortListeners += 1;
+          return (add as (...a: unknown[]) => void).call(this, type, ...rest);
+        } as typeof proto.addEventListener;
+        proto.removeEventListener = function (this: AbortSignal, type: string, ...rest: unknown[]) {
+          if (type === "abort") w.__abortListeners -= 1;
+          return (remove as (...a: unknown[]) => void).call(this, type, ...rest);
+        } as typeof proto.removeEventListener;
+      });
+      let refused = 0;
+      await page.route(/\/v1\/events\/stream/, async (route) => {
+        if (refused >= 3) return route.continue();
+        refused += 1;
+        await route.fulfill({
+          status: 503,
+          headers: { "content-type": "application/problem+json" },
+          body: JSON.stringify({ title: "Service Unavailable" }),
+        });
+      });
+      await signIn(page, base(), await ownReader());
+      await waitForFeedState(page, "caught-up", 30_000);
+      expect(refused).toBe(3);
+      expect(await page.evaluate("window.__abortListeners")).toBe(0);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it("review: a listed job whose evaluation falls due while the page is open (no write, so no feed row) joins 'Needs a person'", async () => {
+    await running("due-1");
+    const { context, page, errors } = await newPage();
+    try {
+      // The listing says due-1's evaluation falls due in 2 s (browser time): nothing is written then.
+      await page.route(
+        (url) => url.pathname === "/v1/jobs" && [...url.searchParams.keys()].every((k) => k === "limit"),
+        async (route) => {
+          const answer = await route.fetch();
+          const body = (await answer.json()) as { items: { job_id: string; candidate_at?: string }[] };
+          for (const j of body.items) if (j.job_id === "due-1") j.candidate_at = new Date(Date.now() + 2000).toISOString();
+          await route.fulfill({ response: answer, json: body });
+        },
+      );
+      await signIn(page, base(), await ownReader());
+      await waitForText(page, '#job-rows tr[data-job="due-1"]', /running/);
+      // The list redraws its times every 15 s: the mark shows within one redraw.
+      await waitForText(page, '#job-rows tr[data-job="due-1"]', /evaluation due/, 30_000);
+      await waitForText(page, "#attention-title ~ *", /due-1/);
+      expect(errors).toEqual([]);
     } finally {
       await context.close();
     }

@@ -45,9 +45,11 @@ async function errorOf(response: Response): Promise<ApiError> {
  * The typed client (openapi-fetch over the types generated from the served document),
  * with the token in the `Authorization` header on every request: never in a URL or a
  * cookie. A non-2xx answer rejects with an ApiError naming the problem's detail; an
- * unreachable service with status 0.
+ * unreachable service with status 0. A 401 (the token expired or was revoked while the
+ * page was open: the feed's stream, opened before, does not end for it) also calls
+ * `onUnauthorized`, so the page returns to sign-in at the first refused read.
  */
-export function apiOf(token: string): Client<paths> {
+export function apiOf(token: string, onUnauthorized: () => void = () => undefined): Client<paths> {
   const client = createClient<paths>({ baseUrl: new URL(".", location.href).href.replace(/\/$/, "") });
   client.use({
     onRequest({ request }) {
@@ -55,6 +57,7 @@ export function apiOf(token: string): Client<paths> {
       return request;
     },
     async onResponse({ response }) {
+      if (response.status === 401) onUnauthorized();
       if (!response.ok) throw await errorOf(response);
       return undefined;
     },

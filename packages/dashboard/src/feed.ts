@@ -81,14 +81,19 @@ export class LiveFeed {
     for (const l of this.#rows) l(row);
   }
 
-  /** Waits `ms` unless the feed stops first. */
+  /** Waits `ms` unless the feed stops first; leaves no listener behind (one per wait, for the page's life, on AWS every 10 s). */
   #wait(ms: number): Promise<void> {
+    const signal = this.#abort.signal;
     return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.#abort.signal.addEventListener("abort", () => {
+      const stopped = () => {
         clearTimeout(timer);
         resolve();
-      });
+      };
+      const timer = setTimeout(() => {
+        signal.removeEventListener("abort", stopped);
+        resolve();
+      }, ms);
+      signal.addEventListener("abort", stopped, { once: true });
     });
   }
 

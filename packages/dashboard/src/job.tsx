@@ -1,5 +1,15 @@
 import { useEffect, useRef, useState } from "preact/hooks";
-import { type ChangeRow, can, fetchWithToken, type GateDryRun, type JobRecord, ok, type Schemas, type Verification } from "./api.ts";
+import {
+  ApiError,
+  type ChangeRow,
+  can,
+  fetchWithToken,
+  type GateDryRun,
+  type JobRecord,
+  ok,
+  type Schemas,
+  type Verification,
+} from "./api.ts";
 import { bytes, dataText, localTime, shortHash } from "./format.ts";
 import type { Session } from "./session.ts";
 import { ConfirmAction, Marks, Section, StatusBadge, Time, useTick } from "./ui.tsx";
@@ -33,11 +43,27 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
   const heading = useRef<HTMLHeadingElement>(null);
   useTick(15_000);
 
+  const shown = useRef(false);
+  const retry = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
+  useEffect(() => () => clearTimeout(retry.current), []);
   const readJob = async () => {
     try {
       setJob(await ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: jobId } } })));
+      shown.current = true;
     } catch (e) {
-      setMissing(e instanceof Error ? e.message : String(e));
+      const why = e instanceof Error ? e.message : String(e);
+      // Once the job is on screen, a read that fails (a 429, a restart) is said, the page
+      // stays, and the read is tried again after the service's Retry-After (else 2 s): the
+      // row that moved the job may be its last. Only a job never read is replaced by the error.
+      if (!shown.current) {
+        setMissing(why);
+        return;
+      }
+      session.say(`${jobId} could not be read again: ${why}`);
+      if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+      clearTimeout(retry.current);
+      const wait = e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
+      retry.current = setTimeout(() => void readJob(), wait);
     }
   };
 
@@ -52,7 +78,9 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
     const add = (more: readonly ChangeRow[]) => {
       const fresh = more.filter((r) => !seen.has(rowKey(r)));
       for (const r of fresh) seen.add(rowKey(r));
-      if (fresh.length > 0 && !gone) setRows((old) => [...old, ...fresh]);
+      // Oldest first: a live row that came while the history was being read goes after it
+      // (a stable sort by time keeps the feed's order among rows of one instant).
+      if (fresh.length > 0 && !gone) setRows((old) => [...old, ...fresh].sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0)));
     };
     let timer: ReturnType<typeof setTimeout> | undefined;
     const off = session.feed.onRow((row) => {
@@ -152,7 +180,7 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
       <Attempts session={session} job={job} dispatches={dispatches} rows={rows} />
       <Notifications job={job} rows={rows} />
       <Timeline rows={rows} />
-      <EventLog session={session} job={job} />
+      <EventLog session={session} job={job} rows={rows} />
     </article>
   );
 }
@@ -235,6 +263,12 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   const [answer, setAnswer] = useState<string | undefined>(undefined);
   // An answer belongs to the job it was given for.
   useEffect(() => setAnswer(undefined), [job.job_id]);
+  // Focus goes to the answer: the button it came from may be gone (a cancelled job offers no cancel),
+  // and a keyboard user would otherwise start again from the top of the page.
+  const answerRef = useRef<HTMLParagraphElement>(null);
+  useEffect(() => {
+    if (answer !== undefined) answerRef.current?.focus();
+  }, [answer]);
   const actions: preact.ComponentChildren[] = [];
   if (can(info, "write") && live)
     actions.push(
@@ -302,7 +336,7 @@ function Actions({ session, job, onDone }: { session: Session; job: JobRecord; o
   return (
     <Section title="Actions" id="actions-title">
       <div class="row actions">{actions}</div>
-      <p class="answer" id="action-answer" role="status">
+      <p class="answer" id="action-answer" role="status" tabIndex={-1} ref={answerRef}>
         {answer}
       </p>
     </Section>
@@ -559,10 +593,17 @@ function Timeline({ rows }: { rows: readonly ChangeRow[] }) {
 
 type EventLogEntry = Schemas["EventLogEntry"];
 
-/** The job's event log (what agents published, with their data), newest page first; read again when the record moves. */
-function EventLog({ session, job }: { session: Session; job: JobRecord }) {
+/** What writes the event log: a notification's publish, delivered or failed (core's notifier); nothing else does. */
+const LOGGED = new Set<ChangeRow["kind"]>(["intent.published", "intent.failed"]);
+
+/**
+ * The job's event log (what was published for it, with its data), newest page first;
+ * read again when the feed shows a publish or a failed one, never once per observation
+ * (a busy job's page read it again on every evidence row).
+ */
+function EventLog({ session, job, rows }: { session: Session; job: JobRecord; rows: readonly ChangeRow[] }) {
   const [entries, setEntries] = useState<readonly EventLogEntry[] | undefined>(undefined);
-  const moved = `${job.job_id}|${job.transition_seq}|${job.evidence_seq}`;
+  const moved = `${job.job_id}|${rows.filter((r) => LOGGED.has(r.kind)).length}`;
   useEffect(() => {
     let gone = false;
     ok(session.api.GET("/v1/jobs/{job_id}/events", { params: { path: { job_id: job.job_id } } }))

@@ -76,9 +76,10 @@ export function ListView({
       const r = await fetchWithToken(session.token, "v1/job-counts");
       setCounts((await r.json()) as Counts);
     } catch (e) {
-      // A service without counts (404) shows none; anything else is said once.
-      if (!(e instanceof ApiError && e.status === 404)) session.say(`Counts: ${e instanceof Error ? e.message : String(e)}`);
-      setCounts(null);
+      // A service without counts (404) shows none; anything else (a 429, a restart) is said,
+      // and the counts last read stay: the service does count, it did not answer this time.
+      if (e instanceof ApiError && e.status === 404) setCounts(null);
+      else session.say(`Counts: ${e instanceof Error ? e.message : String(e)}`);
     }
   }, [session]);
 
@@ -91,21 +92,43 @@ export function ListView({
     setAttention(found);
   }, [api]);
 
+  /** Records the live updates read while the first page was being read (see below). */
+  const readDuringLoad = useRef<Map<string, JobRecord> | undefined>(undefined);
+
   // The first page of the listing, the counts and the attention listings, whenever the filter changes.
   useEffect(() => {
     let gone = false;
     setLoading(true);
     setError(undefined);
+    const during = new Map<string, JobRecord>();
+    readDuringLoad.current = during;
     (async () => {
       try {
         const page = await ok(api.GET("/v1/jobs", { params: { query: { ...query, limit: PAGE } } }));
         if (gone) return;
-        setOrder(page.items.map((j) => j.job_id));
-        setJobs(new Map(page.items.map((j) => [j.job_id, j])));
+        // A job that moved (or registered) while the page was being read may be missing from
+        // it, or older there: the record the live update read wins, placed as it belongs.
+        const at = Date.now();
+        const listed = new Map(page.items.map((j) => [j.job_id, j]));
+        const newer = [...during.values()].filter((r) => {
+          const l = listed.get(r.job_id);
+          return l === undefined || l.updated_at < r.updated_at;
+        });
+        for (const r of newer) {
+          if (matches(r, statusFilter, markFilter, at)) listed.set(r.job_id, r);
+          else listed.delete(r.job_id);
+        }
+        const first = newer
+          .filter((r) => listed.get(r.job_id) === r)
+          .sort((a, b) => b.updated_at.localeCompare(a.updated_at))
+          .map((r) => r.job_id);
+        setOrder([...first, ...page.items.map((j) => j.job_id).filter((id) => listed.has(id) && !first.includes(id))]);
+        setJobs(listed);
         setNext(page.next_cursor ?? undefined);
       } catch (e) {
         if (!gone) setError(e instanceof Error ? e.message : String(e));
       } finally {
+        if (readDuringLoad.current === during) readDuringLoad.current = undefined;
         if (!gone) setLoading(false);
       }
     })();
@@ -133,8 +156,9 @@ export function ListView({
     let timer: ReturnType<typeof setTimeout> | undefined;
     let countsDue = false;
     let lastCounts = 0;
+    let stopped = false;
     const schedule = () => {
-      if (timer !== undefined) return;
+      if (timer !== undefined || stopped) return;
       const next = Math.min(...waiting.values(), countsDue ? lastCounts + COUNTS_GAP_MS : Number.POSITIVE_INFINITY);
       if (next === Number.POSITIVE_INFINITY) return;
       timer = setTimeout(flush, Math.max(REFRESH_GATHER_MS, next - Date.now()));
@@ -154,9 +178,26 @@ export function ListView({
       }
       schedule();
       if (ids.length === 0) return;
+      // A read refused for now (429, a restart, a 5xx) is tried again after the service's
+      // Retry-After (else 2 s), never dropped: the row that moved the job may be its last.
+      const again = (id: string, e: unknown) => {
+        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+        const wait = e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
+        waiting.set(id, Math.min(waiting.get(id) ?? Number.POSITIVE_INFINITY, Date.now() + wait));
+        schedule();
+      };
       const fresh = (
-        await Promise.all(ids.map((id) => ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch(() => undefined)))
+        await Promise.all(
+          ids.map((id) =>
+            ok(api.GET("/v1/jobs/{job_id}", { params: { path: { job_id: id } } })).catch((e: unknown) => {
+              again(id, e);
+              return undefined;
+            }),
+          ),
+        )
       ).filter((r): r is JobRecord => r !== undefined);
+      if (stopped) return;
+      for (const r of fresh) readDuringLoad.current?.set(r.job_id, r);
       const at = Date.now();
       const { statusFilter: s, markFilter: m } = latest.current;
       const before = jobsNow.current;
@@ -193,6 +234,7 @@ export function ListView({
       schedule();
     });
     return () => {
+      stopped = true;
       off();
       if (timer !== undefined) clearTimeout(timer);
     };
@@ -216,7 +258,14 @@ export function ListView({
   };
 
   const now = Date.now();
-  const needy = [...attention.values()].filter((j) => needsAPerson(j, now));
+  // The attention listings, and any loaded job that needs a person by now: an evaluation
+  // falls due with no write (so no feed row), and a held candidate stays unwritten.
+  const candidates = new Map(attention);
+  for (const j of jobs.values()) {
+    const known = candidates.get(j.job_id);
+    if (known === undefined || known.updated_at < j.updated_at) candidates.set(j.job_id, j);
+  }
+  const needy = [...candidates.values()].filter((j) => needsAPerson(j, now));
   const shown = order
     .map((id) => jobs.get(id))
     .filter((j): j is JobRecord => j !== undefined)

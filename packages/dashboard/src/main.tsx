@@ -24,7 +24,7 @@ type Route = { view: "list"; status: Status | ""; mark: Mark | "" } | { view: "j
 
 function routeOf(hash: string): Route {
   const job = /^#\/jobs\/([^?]+)/.exec(hash);
-  if (job?.[1] !== undefined) return { view: "job", jobId: decodeURIComponent(job[1]) };
+  if (job?.[1] !== undefined) return { view: "job", jobId: decoded(job[1]) };
   const params = new URLSearchParams(hash.split("?")[1] ?? "");
   const status = params.get("status") ?? "";
   const mark = params.get("mark") ?? "";
@@ -33,6 +33,15 @@ function routeOf(hash: string): Route {
     status: (STATUSES as readonly string[]).includes(status) ? (status as Status) : "",
     mark: (MARKS as readonly string[]).includes(mark) ? (mark as Mark) : "",
   };
+}
+
+/** A hash's part decoded; one whose percent-encoding is malformed stays as typed (the page shows it, the API refuses it). */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
 }
 
 function useRoute(): Route {
@@ -50,6 +59,8 @@ function App() {
   const [info, setInfo] = useState<TokenInfo | undefined>(undefined);
   const [notice, setNotice] = useState<string>("");
   const [said, setSaid] = useState("");
+  /** Bumped by "Try again": asks the service again who the token is. */
+  const [asked, setAsked] = useState(0);
 
   const signOut = (why: string) => {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -58,7 +69,10 @@ function App() {
     setNotice(why);
   };
 
-  const api = useMemo<Api | undefined>(() => (token === null ? undefined : apiOf(token)), [token]);
+  const api = useMemo<Api | undefined>(
+    () => (token === null ? undefined : apiOf(token, () => signOut("The token expired or was refused: sign in again."))),
+    [token],
+  );
 
   // Who the token is: its scopes decide which actions the page offers.
   useEffect(() => {
@@ -79,7 +93,7 @@ function App() {
     return () => {
       gone = true;
     };
-  }, [api]);
+  }, [api, asked]);
 
   const session = useMemo<Session | undefined>(() => {
     if (api === undefined || token === null || info === undefined) return undefined;
@@ -96,9 +110,10 @@ function App() {
 
   return (
     <>
-      <a class="skip" href="#main">
+      {/* A button, not a link to "#main": the hash is the route, and following it would leave a job's page or drop the filters. */}
+      <button type="button" class="skip" onClick={() => document.getElementById("main")?.focus()}>
         Skip to the content
-      </a>
+      </button>
       <header>
         <h1>
           <a href="#/">mam</a> <span class="muted">jobs</span>
@@ -119,7 +134,7 @@ function App() {
           </p>
         ) : null}
       </header>
-      <main id="main">
+      <main id="main" tabIndex={-1}>
         {token === null ? (
           <SignIn
             notice={notice}
@@ -130,7 +145,29 @@ function App() {
             }}
           />
         ) : session === undefined ? (
-          <p aria-busy="true">{notice === "" ? "Signing in…" : notice}</p>
+          notice === "" ? (
+            <p aria-busy="true">Signing in…</p>
+          ) : (
+            <div class="signin">
+              <p class="error" role="alert">
+                {notice}
+              </p>
+              <div class="row">
+                <button
+                  type="button"
+                  onClick={() => {
+                    setNotice("");
+                    setAsked((n) => n + 1);
+                  }}
+                >
+                  Try again
+                </button>
+                <button type="button" onClick={() => signOut("")}>
+                  Sign out
+                </button>
+              </div>
+            </div>
+          )
         ) : (
           <Routed session={session} />
         )}
@@ -145,7 +182,8 @@ function App() {
 function Routed({ session }: { session: Session }) {
   const route = useRoute();
   return route.view === "job" ? (
-    <JobView session={session} jobId={route.jobId} />
+    // Keyed by the job: nothing one job's page read (dispatches, a report's text, a verification) is shown for another.
+    <JobView key={route.jobId} session={session} jobId={route.jobId} />
   ) : (
     <ListView session={session} statusFilter={route.status} markFilter={route.mark} />
   );
