@@ -413,7 +413,7 @@ describe("the dashboard in a real browser", () => {
       await context.close();
     }
   });
-  it("review: a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
+  it("a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
     const { context, page, errors } = await newPage();
     try {
       await signIn(page, base(), await ownReader());
@@ -431,7 +431,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: the skip link moves focus to the content and leaves the route (filters, job) as it was", async () => {
+  it("the skip link moves focus to the content and leaves the route (filters, job) as it was", async () => {
     await running("skip-1");
     const { context, page, errors } = await newPage();
     try {
@@ -456,7 +456,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: going from one job's page straight to another's shows the second job's dispatch and report, never the first's", async () => {
+  it("going from one job's page straight to another's shows the second job's dispatch and report, never the first's", async () => {
     const a = await running("nav-a", {}, { pane_id: "pane-of-a" });
     expectStatus(await call("PUT", "/v1/jobs/nav-a/attempts/1/report", a, "# Report of A\n", "text/markdown"), 201);
     const b = await running("nav-b", {}, { pane_id: "pane-of-b" });
@@ -478,7 +478,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a re-read of the job that fails once (429) leaves the job's page up, and it follows the next move", async () => {
+  it("a re-read of the job that fails once (429) leaves the job's page up, and it follows the next move", async () => {
     await running("flaky-1");
     const { context, page, errors } = await newPage();
     try {
@@ -507,7 +507,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a sign-in the service could not check (503) offers to try again or sign out, not a dead end", async () => {
+  it("a sign-in the service could not check (503) offers to try again or sign out, not a dead end", async () => {
     const { context, page, errors } = await newPage();
     try {
       let failed = 0;
@@ -535,7 +535,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a token refused mid-session (401: expired, or the service's key rotated) returns the page to sign-in at the first refused read, not a 'Live' page whose reads all fail", async () => {
+  it("a token refused mid-session (401: expired, or the service's key rotated) returns the page to sign-in at the first refused read, not a 'Live' page whose reads all fail", async () => {
     // The stream opened before the refusal goes on (it is not ended when a token expires): the
     // read the next row causes is the first to be refused, here answered 401 by the browser.
     const { context, page, errors } = await newPage();
@@ -559,7 +559,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a job page following a busy job reads its event log again only when a notification is published or fails (what writes it), not once per observation", async () => {
+  it("a job page following a busy job reads its event log again only when a notification is published or fails (what writes it), not once per observation", async () => {
     await running("chatty-1");
     const { context, page, errors } = await newPage();
     try {
@@ -587,7 +587,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a row the feed brings while the job's history is still being read goes after that history in the timeline (oldest first)", async () => {
+  it("a row the feed brings while the job's history is still being read goes after that history in the timeline (oldest first)", async () => {
     await running("late-1");
     const { context, page, errors } = await newPage();
     try {
@@ -622,7 +622,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a job registered while the list's first page is being read is shown when the page arrives, not dropped by it", async () => {
+  it("a job registered while the list's first page is being read is shown when the page arrives, not dropped by it", async () => {
     expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-0", prompt: "x", agent: "codex" }), 201);
     const { context, page, errors } = await newPage();
     try {
@@ -663,7 +663,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a job whose read is refused once (429 with Retry-After) still shows in the list: the read is tried again after the wait, not dropped", async () => {
+  it("a job whose read is refused once (429 with Retry-After) still shows in the list: the read is tried again after the wait, not dropped", async () => {
     const { context, page, errors } = await newPage();
     try {
       await signIn(page, base(), await ownReader());
@@ -687,7 +687,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a job page whose re-read is refused once (429) reads the job again after the wait, with no further row to prompt it", async () => {
+  it("a job page whose re-read is refused once (429) reads the job again after the wait, with no further row to prompt it", async () => {
     await running("flaky-2");
     const { context, page, errors } = await newPage();
     try {
@@ -714,7 +714,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: by keyboard alone, an action's dialog opens, closes on Escape or No with focus back on its button, and after Yes focus lands on the answer, not the page's top", async () => {
+  it("by keyboard alone, an action's dialog opens, closes on Escape or No with focus back on its button, and after Yes focus lands on the answer, not the page's top", async () => {
     await running("keys-1");
     const { context, page, errors } = await newPage();
     try {
@@ -743,7 +743,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a refused read of the counts (429) keeps the counts shown, not 'This service does not count jobs by status'", async () => {
+  it("a refused read of the counts (429) keeps the counts shown, not 'This service does not count jobs by status'", async () => {
     const { context, page, errors } = await newPage();
     try {
       await signIn(page, base(), await ownReader());
@@ -770,7 +770,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: the feed's waits between reconnections leave no listener behind on its abort signal (one per wait, for the page's life)", async () => {
+  it("the feed's waits between reconnections leave no listener behind on its abort signal (one per wait, for the page's life)", async () => {
     const { context, page, errors } = await newPage();
     try {
       // Counts the abort listeners the page's own code adds and removes (CDP's init script: the CSP does not apply).
@@ -809,7 +809,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
 
-  it("review: a listed job whose evaluation falls due while the page is open (no write, so no feed row) joins 'Needs a person'", async () => {
+  it("a listed job whose evaluation falls due while the page is open (no write, so no feed row) joins 'Needs a person'", async () => {
     await running("due-1");
     const { context, page, errors } = await newPage();
     try {
