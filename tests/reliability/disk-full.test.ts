@@ -279,12 +279,16 @@ describe("reliability: one agent fills the data dir's disk (a tmpfs the test mou
       p2.add("another agent's transition", t);
       expectOneOfTheAnswers(t, "another agent's transition", [200, 503]);
       expectOneOfTheAnswers(await event(p2, "another agent's event", jobId, token, "progress"), "another agent's event", [200, 503]);
-      expectOneOfTheAnswers(
-        await putReport(p2, "another agent's report", jobId, token, new TextEncoder().encode("# done\n")),
-        "another agent's report",
-        [200, 503],
-      );
-      expectOneOfTheAnswers(await declare(p2, "another agent's declaration", jobId, token), "another agent's declaration", [200, 503]);
+      const put = await putReport(p2, "another agent's report", jobId, token, new TextEncoder().encode("# done\n"));
+      expectOneOfTheAnswers(put, "another agent's report", [200, 503]);
+      // A PUT refused 503 after its reservation was written keeps the reservation (by
+      // design: it expires, or the agent's next PUT takes it over; tests/api/disk-floor
+      // "a report PUT answers 503 … writes nothing on the job record but the agent's
+      // reservation"): a declaration then is refused 409 report.uploadInFlight, naming it.
+      // Whether the reservation found room depends on where the disk filled.
+      const declared = await declare(p2, "another agent's declaration", jobId, token);
+      expectOneOfTheAnswers(declared, "another agent's declaration", put.status === 503 ? [200, 409, 503] : [200, 503]);
+      if (declared.status === 409) expect(declared.body.code, "another agent's declaration").toBe("report.uploadInFlight");
     }
     for (let i = 0; i < 5; i++) expectOneOfTheAnswers(await register(p2), "an operator's registration", [200, 503]);
     // Without the floor the service's own records have no room either: an operator's cancel commits or is refused 503; nothing settles a commit that could not be written.
