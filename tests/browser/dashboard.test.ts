@@ -813,13 +813,21 @@ describe("the dashboard in a real browser", () => {
     await running("due-1");
     const { context, page, errors } = await newPage();
     try {
-      // The listing says due-1's evaluation falls due in 2 s (browser time): nothing is written then.
+      // The listing, and every read of due-1, say its evaluation falls due 2 s after the
+      // page opens (browser time): nothing is written then. (A live re-read must say the
+      // same: the sweep's hold may clear the real mark, and that write is a feed row.)
+      const dueAt = new Date(Date.now() + 2000).toISOString();
       await page.route(
-        (url) => url.pathname === "/v1/jobs" && [...url.searchParams.keys()].every((k) => k === "limit"),
+        (url) =>
+          (url.pathname === "/v1/jobs" && [...url.searchParams.keys()].every((k) => k === "limit")) || url.pathname === "/v1/jobs/due-1",
         async (route) => {
           const answer = await route.fetch();
-          const body = (await answer.json()) as { items: { job_id: string; candidate_at?: string }[] };
-          for (const j of body.items) if (j.job_id === "due-1") j.candidate_at = new Date(Date.now() + 2000).toISOString();
+          const body = (await answer.json()) as {
+            items?: { job_id: string; candidate_at?: string }[];
+            job_id?: string;
+            candidate_at?: string;
+          };
+          for (const j of body.items ?? [body]) if (j.job_id === "due-1") j.candidate_at = dueAt;
           await route.fulfill({ response: answer, json: body });
         },
       );

@@ -89,8 +89,13 @@ export function ListView({
       ATTENTION.map((a) => ok(api.GET("/v1/jobs", { params: { query: { ...a.query, limit: PAGE } } })).catch(() => undefined)),
     );
     for (const page of pages) for (const job of page?.items ?? []) found.set(job.job_id, job);
+    // The service's word on what is due (its clock), whatever this browser's clock says.
+    const dueIndex = ATTENTION.findIndex((a) => a.key === "due");
+    serverDue.current = new Map((pages[dueIndex]?.items ?? []).map((j) => [j.job_id, j.candidate_at ?? ""]));
     setAttention(found);
   }, [api]);
+  /** Due candidates by the service's own listing (`candidate=due`), with the mark it read: still due while the record carries that mark. */
+  const serverDue = useRef<ReadonlyMap<string, string>>(new Map());
 
   /** Records the live updates read while the first page was being read (see below). */
   const readDuringLoad = useRef<Map<string, JobRecord> | undefined>(undefined);
@@ -265,7 +270,11 @@ export function ListView({
     const known = candidates.get(j.job_id);
     if (known === undefined || known.updated_at < j.updated_at) candidates.set(j.job_id, j);
   }
-  const needy = [...candidates.values()].filter((j) => needsAPerson(j, now));
+  const needy = [...candidates.values()].filter(
+    (j) =>
+      needsAPerson(j, now) ||
+      (j.status === "running" && j.candidate_at !== undefined && serverDue.current.get(j.job_id) === j.candidate_at),
+  );
   const shown = order
     .map((id) => jobs.get(id))
     .filter((j): j is JobRecord => j !== undefined)
