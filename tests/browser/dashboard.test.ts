@@ -11,7 +11,7 @@ import { runCli, startService } from "@mam/cli";
 import { parseConfig } from "@mam/core";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { launchChromium, pageErrors, screenshot, signIn, waitForFeedState, waitForText } from "../support/browser.ts";
+import { launchChromium, pageErrors, RATE_LIMITED, refuse, screenshot, signIn, waitForFeedState, waitForText } from "../support/browser.ts";
 import { captureIo } from "../support/cli-io.ts";
 import { TestClock } from "../support/clock.ts";
 import { deadPort } from "../support/dead-port.ts";
@@ -485,18 +485,9 @@ describe("the dashboard in a real browser", () => {
       await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/flaky-1`);
       await waitForText(page, "#why-reason", /Not completing/);
-      let refused = 0;
-      await page.route(/\/v1\/jobs\/flaky-1$/, async (route) => {
-        if (refused > 0) return route.continue();
-        refused += 1;
-        await route.fulfill({
-          status: 429,
-          headers: { "content-type": "application/problem+json", "retry-after": "1" },
-          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
-        });
-      });
+      const refused = await refuse(page, /\/v1\/jobs\/flaky-1$/, RATE_LIMITED, 1);
       expectStatus(await observe("flaky-1", "working"), 201);
-      await expect.poll(() => refused, { timeout: 20_000 }).toBe(1);
+      await expect.poll(refused, { timeout: 20_000 }).toBe(1);
       const seen = await observe("flaky-1", "idle");
       expect(seen.status, seen.text).toBeLessThan(300);
       await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
@@ -510,16 +501,7 @@ describe("the dashboard in a real browser", () => {
   it("a sign-in the service could not check (503) offers to try again or sign out, not a dead end", async () => {
     const { context, page, errors } = await newPage();
     try {
-      let failed = 0;
-      await page.route(/\/v1\/token$/, async (route) => {
-        if (failed > 0) return route.continue();
-        failed += 1;
-        await route.fulfill({
-          status: 503,
-          headers: { "content-type": "application/problem+json" },
-          body: JSON.stringify({ title: "Service Unavailable" }),
-        });
-      });
+      await refuse(page, /\/v1\/token$/, { status: 503, title: "Service Unavailable" }, 1);
       await page.goto(`${base()}/`);
       await page.getByLabel("Token").fill(reader);
       await page.getByRole("button", { name: "Sign in" }).click();
@@ -542,13 +524,12 @@ describe("the dashboard in a real browser", () => {
     try {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
-      await page.route(/\/v1\/jobs\/after-expiry$/, (route) =>
-        route.fulfill({
-          status: 401,
-          headers: { "content-type": "application/problem+json" },
-          body: JSON.stringify({ code: "auth.invalid", title: "Unauthorized", detail: "the token expired at 2026-01-01T00:00:00.000Z" }),
-        }),
-      );
+      await refuse(page, /\/v1\/jobs\/after-expiry$/, {
+        status: 401,
+        code: "auth.invalid",
+        title: "Unauthorized",
+        detail: "the token expired at 2026-01-01T00:00:00.000Z",
+      });
       expectStatus(await call("POST", "/v1/jobs", op, { job_id: "after-expiry", prompt: "x", agent: "codex" }), 201);
       await page.getByLabel("Token").waitFor({ timeout: 20_000 });
       await waitForText(page, "main [role=alert]", /expired or was refused/);
@@ -668,18 +649,9 @@ describe("the dashboard in a real browser", () => {
     try {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
-      let refused = 0;
-      await page.route(/\/v1\/jobs\/limited-1$/, async (route) => {
-        if (refused > 0) return route.continue();
-        refused += 1;
-        await route.fulfill({
-          status: 429,
-          headers: { "content-type": "application/problem+json", "retry-after": "1" },
-          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
-        });
-      });
+      const refused = await refuse(page, /\/v1\/jobs\/limited-1$/, RATE_LIMITED, 1);
       expectStatus(await call("POST", "/v1/jobs", op, { job_id: "limited-1", prompt: "x", agent: "codex" }), 201);
-      await expect.poll(() => refused, { timeout: 20_000 }).toBe(1);
+      await expect.poll(refused, { timeout: 20_000 }).toBe(1);
       await waitForText(page, '#job-rows tr[data-job="limited-1"]', /pending/);
       expect(errors).toEqual([]);
     } finally {
@@ -694,20 +666,11 @@ describe("the dashboard in a real browser", () => {
       await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/flaky-2`);
       await waitForText(page, "#why-reason", /Not completing/);
-      let refused = 0;
-      await page.route(/\/v1\/jobs\/flaky-2$/, async (route) => {
-        if (refused > 0) return route.continue();
-        refused += 1;
-        await route.fulfill({
-          status: 429,
-          headers: { "content-type": "application/problem+json", "retry-after": "1" },
-          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
-        });
-      });
+      const refused = await refuse(page, /\/v1\/jobs\/flaky-2$/, RATE_LIMITED, 1);
       const seen = await observe("flaky-2", "working");
       expect(seen.status, seen.text).toBeLessThan(300);
       await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
-      expect(refused).toBe(1);
+      expect(refused()).toBe(1);
       expect(errors).toEqual([]);
     } finally {
       await context.close();
@@ -750,17 +713,9 @@ describe("the dashboard in a real browser", () => {
       await waitForFeedState(page, "caught-up");
       await page.locator('[data-count="pending"]').waitFor();
       await waitForText(page, '[data-count="pending"]', /\d/);
-      let refused = 0;
-      await page.route(/\/v1\/job-counts$/, async (route) => {
-        refused += 1;
-        await route.fulfill({
-          status: 429,
-          headers: { "content-type": "application/problem+json", "retry-after": "1" },
-          body: JSON.stringify({ code: "rate.limited", title: "Too Many Requests", detail: "the read token's rate was passed" }),
-        });
-      });
+      const refused = await refuse(page, /\/v1\/job-counts$/, RATE_LIMITED);
       expectStatus(await call("POST", "/v1/jobs", op, { job_id: "counted-1", prompt: "x", agent: "codex" }), 201);
-      await expect.poll(() => refused, { timeout: 20_000 }).toBeGreaterThan(0);
+      await expect.poll(refused, { timeout: 20_000 }).toBeGreaterThan(0);
       await waitForText(page, "main .said", /Counts: the read token's rate was passed/);
       expect(await page.locator('[data-count="pending"]').count()).toBe(1);
       expect(await page.getByText("This service does not count jobs by status.").count()).toBe(0);
@@ -789,19 +744,10 @@ describe("the dashboard in a real browser", () => {
           return (remove as (...a: unknown[]) => void).call(this, type, ...rest);
         } as typeof proto.removeEventListener;
       });
-      let refused = 0;
-      await page.route(/\/v1\/events\/stream/, async (route) => {
-        if (refused >= 3) return route.continue();
-        refused += 1;
-        await route.fulfill({
-          status: 503,
-          headers: { "content-type": "application/problem+json" },
-          body: JSON.stringify({ title: "Service Unavailable" }),
-        });
-      });
+      const refused = await refuse(page, /\/v1\/events\/stream/, { status: 503, title: "Service Unavailable" }, 3);
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up", 30_000);
-      expect(refused).toBe(3);
+      expect(refused()).toBe(3);
       expect(await page.evaluate("window.__abortListeners")).toBe(0);
       expect(errors).toEqual([]);
     } finally {

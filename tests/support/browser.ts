@@ -102,3 +102,41 @@ export async function screenshot(page: Page, name: string): Promise<string> {
   await page.screenshot({ path: file, fullPage: true });
   return file;
 }
+
+/** A refusal the browser answers itself (`refuse`), as the service would word it. */
+export interface Refusal {
+  readonly status: number;
+  readonly title: string;
+  readonly code?: string;
+  readonly detail?: string;
+  readonly retryAfter?: string;
+}
+
+/** The read token's rate passed, as the service answers it (retry after 1 s). */
+export const RATE_LIMITED: Refusal = {
+  status: 429,
+  code: "rate.limited",
+  title: "Too Many Requests",
+  detail: "the read token's rate was passed",
+  retryAfter: "1",
+};
+
+/**
+ * Requests matching `url` are answered with `refusal` (problem+json) the first `times`
+ * times (every time when `times` is absent), then go to the service; answers how many
+ * were refused so far.
+ */
+export async function refuse(page: Page, url: RegExp, refusal: Refusal, times?: number): Promise<() => number> {
+  let refused = 0;
+  await page.route(url, async (route) => {
+    if (times !== undefined && refused >= times) return route.continue();
+    refused += 1;
+    const { status, retryAfter, ...problem } = refusal;
+    await route.fulfill({
+      status,
+      headers: { "content-type": "application/problem+json", ...(retryAfter === undefined ? {} : { "retry-after": retryAfter }) },
+      body: JSON.stringify(problem),
+    });
+  });
+  return () => refused;
+}
