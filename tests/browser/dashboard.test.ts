@@ -105,6 +105,17 @@ describe("the dashboard in a real browser", () => {
     return { context, page, errors: pageErrors(page) };
   };
 
+  /** A fresh page (its own context) for `body`: no error thrown in the page and no dialog opened by it, then closed. */
+  const withPage = async (body: (page: Page) => Promise<void>): Promise<void> => {
+    const { context, page, errors } = await newPage();
+    try {
+      await body(page);
+      expect(errors).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  };
+
   beforeAll(async () => {
     tmp = await tempDir("browser");
     dataDir = path.join(tmp.dir, "data");
@@ -123,8 +134,7 @@ describe("the dashboard in a real browser", () => {
   });
 
   it("signs in with a read token; a job registered and moved over the API appears and changes status without a reload; the indicator shows a restart and 'caught up' after it", async () => {
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), reader);
       await waitForFeedState(page, "caught-up");
       await waitForText(page, "header .who", /dashboard · read/);
@@ -151,10 +161,7 @@ describe("the dashboard in a real browser", () => {
       await waitForText(page, '#job-rows tr[data-job="live-2"]', /pending/);
       console.log(`restart: caught up ${back.toFixed(0)} ms after the service came back`);
       expect(navigations).toEqual([]);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("one job's story: its dispatch, observations, report, completion and notification; a held job shows the dry run's reason at the top; a stale job is listed first", async () => {
@@ -165,8 +172,7 @@ describe("the dashboard in a real browser", () => {
     expectStatus(await call("PUT", "/v1/jobs/held-1/attempts/1/report", heldAgent, "# Report\n", "text/markdown"), 201);
     expectStatus(await call("POST", "/v1/jobs/held-1/attempts/1/finalize", heldAgent, { side_effects: [] }), 200);
 
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), reader);
       // The held job: why, at the top, labelled "now".
       await page.goto(`${base()}/#/jobs/held-1`);
@@ -215,10 +221,7 @@ describe("the dashboard in a real browser", () => {
       const firstSection = await page.locator("main section h2").allInnerTexts();
       expect(firstSection.indexOf("Needs a person")).toBeLessThan(firstSection.indexOf("Jobs"));
       await screenshot(page, "list");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a read-only token sees no action; an operator's cancel, re-evaluation and send-now from the page commit and show their answers", async () => {
@@ -235,8 +238,7 @@ describe("the dashboard in a real browser", () => {
       await ro.context.close();
     }
 
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), op);
       await page.goto(`${base()}/#/jobs/act-1`);
       await waitForText(page, "#why-reason", /Not completing/);
@@ -254,10 +256,7 @@ describe("the dashboard in a real browser", () => {
       expect((await call("GET", "/v1/jobs/act-1", op)).body.status).toBe("cancelled");
 
       await screenshot(page, "actions");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
 
     // Send now, on a service whose broker is down: the cancel's intent stays owed, the
     // page offers to send it, and shows the service's answer (the send failed; still owed).
@@ -301,8 +300,7 @@ describe("the dashboard in a real browser", () => {
       const id = `page-${String(i).padStart(2, "0")}`;
       expectStatus(await call("POST", "/v1/jobs", op, { job_id: id, prompt: id, agent: "codex" }), 201);
     }
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), reader);
       await waitForText(page, "#job-rows", /page-55/);
       // page-03 is not on the first page; it moves (cancelled now): the live update shows it first.
@@ -339,10 +337,7 @@ describe("the dashboard in a real browser", () => {
       expect(more).toBeGreaterThanOrEqual(1);
       expect(more).toBeLessThanOrEqual(Math.ceil(seconds / 2) + 1);
       expect(more).toBeLessThan(10);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a prompt, report, observation or event holding <script>, an onerror attribute or a javascript: URL is shown as text and runs nothing", async () => {
@@ -358,8 +353,7 @@ describe("the dashboard in a real browser", () => {
     );
     expectStatus(await call("PUT", "/v1/jobs/xss-1/attempts/1/report", agent, `# ${HOSTILE}\n`, "text/markdown"), 201);
     expectStatus(await call("POST", "/v1/jobs/xss-1/events", agent, { event: "progress", data: { note: HOSTILE } }), 200);
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), reader);
       await page.goto(`${base()}/#/jobs/xss-1`);
       await waitForText(page, "pre.prompt", /<script>window\.__owned=1<\/script>/);
@@ -375,10 +369,7 @@ describe("the dashboard in a real browser", () => {
         links: Array.from(document.querySelectorAll("main a")).filter((a) => (a.getAttribute("href") ?? "").startsWith("javascript:")).length,
       })`);
       expect(owned).toEqual({ flag: undefined, scripts: 0, images: 0, links: 0 });
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("an accessibility check (axe-core, WCAG 2.1 A/AA) of the list and a job page reports no serious or critical violation", async () => {
@@ -414,8 +405,7 @@ describe("the dashboard in a real browser", () => {
     }
   });
   it("a hash whose percent-encoding is malformed or hostile shows as text: the page does not crash", async () => {
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       await page.goto(`${base()}/#/jobs/%E0%A4%A`);
@@ -425,16 +415,12 @@ describe("the dashboard in a real browser", () => {
       await waitForText(page, "main h2", /<img src=x onerror=/);
       expect(await page.evaluate("window.__owned")).toBeUndefined();
       expect(await page.locator("header .who").count()).toBe(1);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("the skip link moves focus to the content and leaves the route (filters, job) as it was", async () => {
     await running("skip-1");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/?status=running`);
       await waitForText(page, "#job-rows", /skip-1/);
@@ -450,10 +436,7 @@ describe("the dashboard in a real browser", () => {
       await page.keyboard.press("Enter");
       expect(await page.evaluate("location.hash")).toBe("#/jobs/skip-1");
       expect(await page.locator("#job-title").count()).toBe(1);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("going from one job's page straight to another's shows the second job's dispatch and report, never the first's", async () => {
@@ -461,8 +444,7 @@ describe("the dashboard in a real browser", () => {
     expectStatus(await call("PUT", "/v1/jobs/nav-a/attempts/1/report", a, "# Report of A\n", "text/markdown"), 201);
     const b = await running("nav-b", {}, { pane_id: "pane-of-b" });
     expectStatus(await call("PUT", "/v1/jobs/nav-b/attempts/1/report", b, "# Report of B\n", "text/markdown"), 201);
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/nav-a`);
       await waitForText(page, ".attempt", /pane pane-of-a/);
@@ -472,16 +454,12 @@ describe("the dashboard in a real browser", () => {
       await waitForText(page, "#job-title", /nav-b/);
       await waitForText(page, ".attempt", /pane pane-of-b/);
       expect(await page.locator(".attempt").textContent()).not.toMatch(/Report of A|pane-of-a/);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a re-read of the job that fails once (429) leaves the job's page up, and it follows the next move", async () => {
     await running("flaky-1");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/flaky-1`);
       await waitForText(page, "#why-reason", /Not completing/);
@@ -492,15 +470,11 @@ describe("the dashboard in a real browser", () => {
       expect(seen.status, seen.text).toBeLessThan(300);
       await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
       expect(await page.locator("#job-title").count()).toBe(1);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a sign-in the service could not check (503) offers to try again or sign out, not a dead end", async () => {
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await refuse(page, /\/v1\/token$/, { status: 503, title: "Service Unavailable" }, 1);
       await page.goto(`${base()}/`);
       await page.getByLabel("Token").fill(reader);
@@ -511,17 +485,13 @@ describe("the dashboard in a real browser", () => {
       await page.getByRole("button", { name: "Sign out" }).click();
       await page.getByLabel("Token").waitFor();
       expect(await page.evaluate("sessionStorage.length")).toBe(0);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a token refused mid-session (401: expired, or the service's key rotated) returns the page to sign-in at the first refused read, not a 'Live' page whose reads all fail", async () => {
     // The stream opened before the refusal goes on (it is not ended when a token expires): the
     // read the next row causes is the first to be refused, here answered 401 by the browser.
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       await refuse(page, /\/v1\/jobs\/after-expiry$/, {
@@ -534,16 +504,12 @@ describe("the dashboard in a real browser", () => {
       await page.getByLabel("Token").waitFor({ timeout: 20_000 });
       await waitForText(page, "main [role=alert]", /expired or was refused/);
       expect(await page.evaluate("sessionStorage.length")).toBe(0);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a job page following a busy job reads its event log again only when a notification is published or fails (what writes it), not once per observation", async () => {
     await running("chatty-1");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       const logReads: string[] = [];
       page.on("request", (r) => {
@@ -562,16 +528,12 @@ describe("the dashboard in a real browser", () => {
       expectStatus(await call("POST", "/v1/jobs/chatty-1/transitions", op, { action: "cancel", expected_seq: 1 }), 200);
       await waitForText(page, ".timeline", /intent\.published/);
       await waitForText(page, ".events", /published/);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a row the feed brings while the job's history is still being read goes after that history in the timeline (oldest first)", async () => {
     await running("late-1");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       let release: () => void = () => undefined;
@@ -597,16 +559,12 @@ describe("the dashboard in a real browser", () => {
       const kinds = await page.locator(".timeline li").evaluateAll((li) => li.map((l) => l.getAttribute("data-kind")));
       expect(kinds[0]).toBe("job.registered");
       expect(kinds.at(-1)).toBe("observation.recorded");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a job registered while the list's first page is being read is shown when the page arrives, not dropped by it", async () => {
     expectStatus(await call("POST", "/v1/jobs", op, { job_id: "race-0", prompt: "x", agent: "codex" }), 201);
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       let release: () => void = () => undefined;
@@ -638,31 +596,23 @@ describe("the dashboard in a real browser", () => {
       });
       await waitForText(page, "#job-rows", /race-0/);
       await waitForText(page, "#job-rows", /race-1/);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a job whose read is refused once (429 with Retry-After) still shows in the list: the read is tried again after the wait, not dropped", async () => {
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       const refused = await refuse(page, /\/v1\/jobs\/limited-1$/, RATE_LIMITED, 1);
       expectStatus(await call("POST", "/v1/jobs", op, { job_id: "limited-1", prompt: "x", agent: "codex" }), 201);
       await expect.poll(refused, { timeout: 20_000 }).toBe(1);
       await waitForText(page, '#job-rows tr[data-job="limited-1"]', /pending/);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a job page whose re-read is refused once (429) reads the job again after the wait, with no further row to prompt it", async () => {
     await running("flaky-2");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await page.goto(`${base()}/#/jobs/flaky-2`);
       await waitForText(page, "#why-reason", /Not completing/);
@@ -671,16 +621,12 @@ describe("the dashboard in a real browser", () => {
       expect(seen.status, seen.text).toBeLessThan(300);
       await waitForText(page, ".record", new RegExp(`Evidence seq\\s*${seen.body.evidence_seq as number}(?!\\d)`));
       expect(refused()).toBe(1);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("by keyboard alone, an action's dialog opens, closes on Escape or No with focus back on its button, and after Yes focus lands on the answer, not the page's top", async () => {
     await running("keys-1");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), op);
       await page.goto(`${base()}/#/jobs/keys-1`);
       await waitForText(page, "#why-reason", /Not completing/);
@@ -700,15 +646,11 @@ describe("the dashboard in a real browser", () => {
       await waitForText(page, "#action-answer", /^Cancelled: the job is now cancelled/);
       await waitForText(page, "#job-title", /cancelled/);
       expect(await page.evaluate("document.activeElement?.id")).toBe("action-answer");
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a refused read of the counts (429) keeps the counts shown, not 'This service does not count jobs by status'", async () => {
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       await signIn(page, base(), await ownReader());
       await waitForFeedState(page, "caught-up");
       await page.locator('[data-count="pending"]').waitFor();
@@ -719,15 +661,11 @@ describe("the dashboard in a real browser", () => {
       await waitForText(page, "main .said", /Counts: the read token's rate was passed/);
       expect(await page.locator('[data-count="pending"]').count()).toBe(1);
       expect(await page.getByText("This service does not count jobs by status.").count()).toBe(0);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("the feed's waits between reconnections leave no listener behind on its abort signal (one per wait, for the page's life)", async () => {
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       // Counts the abort listeners the page's own code adds and removes (CDP's init script: the CSP does not apply).
       await page.addInitScript(() => {
         const w = globalThis as unknown as { __abortListeners: number };
@@ -749,16 +687,12 @@ describe("the dashboard in a real browser", () => {
       await waitForFeedState(page, "caught-up", 30_000);
       expect(refused()).toBe(3);
       expect(await page.evaluate("window.__abortListeners")).toBe(0);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it("a listed job whose evaluation falls due while the page is open (no write, so no feed row) joins 'Needs a person'", async () => {
     await running("due-1");
-    const { context, page, errors } = await newPage();
-    try {
+    await withPage(async (page) => {
       // The listing, and every read of due-1, say its evaluation falls due 2 s after the
       // page opens (browser time): nothing is written then. (A live re-read must say the
       // same: the sweep's hold may clear the real mark, and that write is a feed row.)
@@ -782,9 +716,6 @@ describe("the dashboard in a real browser", () => {
       // The list redraws its times every 15 s: the mark shows within one redraw.
       await waitForText(page, '#job-rows tr[data-job="due-1"]', /evaluation due/, 30_000);
       await waitForText(page, "#attention-title ~ *", /due-1/);
-      expect(errors).toEqual([]);
-    } finally {
-      await context.close();
-    }
+    });
   });
 });
