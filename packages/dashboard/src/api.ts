@@ -97,6 +97,15 @@ export async function fetchWithToken(token: string, path: string, init: RequestI
   return response;
 }
 
+/**
+ * How long to wait before reading again after `e`: the service's Retry-After, else
+ * 2 s; undefined where reading again cannot help (401, 403, 404).
+ */
+export function retryWaitMs(e: unknown): number | undefined {
+  if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return undefined;
+  return e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
+}
+
 /** What a token may do, from `GET /v1/token`'s scopes. */
 export function can(info: TokenInfo | undefined, scope: Scope): boolean {
   return info !== undefined && info.kind === "operator" && info.scopes.includes(scope);

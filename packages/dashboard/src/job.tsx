@@ -1,17 +1,17 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import {
-  ApiError,
   type ChangeRow,
   can,
   fetchWithToken,
   type GateDryRun,
   type JobRecord,
   ok,
+  retryWaitMs,
   type Schemas,
   type Verification,
 } from "./api.ts";
 import { bytes, dataText, localTime, shortHash } from "./format.ts";
-import type { Session } from "./session.ts";
+import { DRY_RUN_MAX_AGE_MS, DryRuns, type Session } from "./session.ts";
 import { ConfirmAction, Marks, Section, StatusBadge, Time, useTick } from "./ui.tsx";
 
 type Dispatch = Schemas["DispatchRecord"];
@@ -60,9 +60,9 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
         return;
       }
       session.say(`${jobId} could not be read again: ${why}`);
-      if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+      const wait = retryWaitMs(e);
+      if (wait === undefined) return;
       clearTimeout(retry.current);
-      const wait = e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
       retry.current = setTimeout(() => void readJob(), wait);
     }
   };
@@ -113,7 +113,7 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
   }, [jobId]);
 
   // The dry run "now", for a job that is not terminal: kept by its sequences (DryRuns).
-  const key = job === undefined ? "" : `${job.evidence_seq}|${job.transition_seq}|${job.status}`;
+  const key = job === undefined ? "" : DryRuns.keyOf(job);
   useEffect(() => {
     if (job === undefined || !(job.status === "running" || job.status === "pending")) return;
     let gone = false;
@@ -127,8 +127,8 @@ export function JobView({ session, jobId }: { session: Session; jobId: string })
         })
         .catch((e) => !gone && setDryRunError(e instanceof Error ? e.message : String(e)));
     void ask();
-    // the kept answer lasts at most 10 s while the job is on screen
-    const again = setInterval(ask, 10_000);
+    // the kept answer lasts at most DRY_RUN_MAX_AGE_MS while the job is on screen
+    const again = setInterval(ask, DRY_RUN_MAX_AGE_MS);
     return () => {
       gone = true;
       clearInterval(again);

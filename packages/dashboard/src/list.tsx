@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { ApiError, type ChangeRow, fetchWithToken, type JobRecord, ok, STATUSES, type Status } from "./api.ts";
-import type { Session } from "./session.ts";
-import { Marks, marksOf, Section, StatusBadge, Time, useTick } from "./ui.tsx";
+import { ApiError, type ChangeRow, fetchWithToken, type JobRecord, ok, retryWaitMs, STATUSES, type Status } from "./api.ts";
+import { DryRuns, type Session } from "./session.ts";
+import { isDue, Marks, marksOf, Section, StatusBadge, Time, useTick } from "./ui.tsx";
 
 /** The store's listings for the jobs that need a person, and what each is called on screen. */
 const ATTENTION = [
@@ -38,7 +38,7 @@ function matches(job: JobRecord, status: Status | "", mark: AttentionKey | "", n
     case "quarantined":
       return job.pending_notification?.quarantined_at !== undefined;
     case "due":
-      return job.status === "running" && job.candidate_at !== undefined && Date.parse(job.candidate_at) <= now;
+      return isDue(job, now);
     default:
       return mark satisfies never;
   }
@@ -186,8 +186,8 @@ export function ListView({
       // A read refused for now (429, a restart, a 5xx) is tried again after the service's
       // Retry-After (else 2 s), never dropped: the row that moved the job may be its last.
       const again = (id: string, e: unknown) => {
-        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
-        const wait = e instanceof ApiError && e.retryAfterSeconds !== undefined ? e.retryAfterSeconds * 1000 : 2000;
+        const wait = retryWaitMs(e);
+        if (wait === undefined) return;
         waiting.set(id, Math.min(waiting.get(id) ?? Number.POSITIVE_INFINITY, Date.now() + wait));
         schedule();
       };
@@ -407,9 +407,9 @@ export function ListView({
 
 /** For a due candidate: the gate's dry-run answer (kept, see DryRuns). */
 function DueReason({ session, job }: { session: Session; job: JobRecord }) {
-  const due = job.status === "running" && job.candidate_at !== undefined && Date.parse(job.candidate_at) <= Date.now();
+  const due = isDue(job);
   const [reason, setReason] = useState<string | undefined>(undefined);
-  const key = `${job.job_id}|${job.evidence_seq}|${job.transition_seq}`;
+  const key = DryRuns.keyOf(job);
   useEffect(() => {
     if (!due) return;
     let gone = false;

@@ -7,6 +7,11 @@ export function StatusBadge({ status }: { status: Status }) {
   return <span class={`status status-${status}`}>{status}</span>;
 }
 
+/** A running job whose candidate mark has fallen due by this browser's clock. */
+export function isDue(job: JobRecord, now = Date.now()): boolean {
+  return job.status === "running" && job.candidate_at !== undefined && Date.parse(job.candidate_at) <= now;
+}
+
 /** What a job carries that a person may need to act on, as short labels. */
 export function marksOf(job: JobRecord, now = Date.now()): { label: string; tone: "warn" | "bad" | "info" }[] {
   const marks: { label: string; tone: "warn" | "bad" | "info" }[] = [];
@@ -15,8 +20,7 @@ export function marksOf(job: JobRecord, now = Date.now()): { label: string; tone
   const owed = job.pending_notification;
   if (owed?.quarantined_at !== undefined) marks.push({ label: "notification quarantined", tone: "bad" });
   else if (owed !== undefined) marks.push({ label: `notification owed (${owed.event})`, tone: "info" });
-  if (job.status === "running" && job.candidate_at !== undefined && Date.parse(job.candidate_at) <= now)
-    marks.push({ label: "evaluation due", tone: "info" });
+  if (isDue(job, now)) marks.push({ label: "evaluation due", tone: "info" });
   return marks;
 }
 
