@@ -40,19 +40,24 @@ export async function readDashboardFile(
 ): Promise<{ body: Uint8Array<ArrayBuffer>; contentType: string } | undefined> {
   const contentType = Object.hasOwn(DASHBOARD_FILES, name) ? DASHBOARD_FILES[name] : undefined;
   if (contentType === undefined) return undefined;
-  let kept = read.get(name);
+  // The page as served where responses cannot stream is kept as such: rewritten once, not per request.
+  const poll = name === "index.html" && !options.streaming;
+  const key = poll ? "index.html (poll)" : name;
+  let kept = read.get(key);
   if (kept === undefined) {
-    kept = readFileOnce(name);
-    read.set(name, kept);
+    kept = poll
+      ? readFileOnce(name).then((bytes) =>
+          bytes === undefined
+            ? undefined
+            : new TextEncoder().encode(new TextDecoder().decode(bytes).replace(FEED_MODE_META, '<meta name="mam-feed" content="poll">')),
+        )
+      : readFileOnce(name);
+    read.set(key, kept);
   }
   const body = await kept;
   if (body === undefined) {
-    read.delete(name);
+    read.delete(key);
     return undefined;
-  }
-  if (name === "index.html" && !options.streaming) {
-    const text = new TextDecoder().decode(body).replace(FEED_MODE_META, '<meta name="mam-feed" content="poll">');
-    return { body: new TextEncoder().encode(text), contentType };
   }
   return { body, contentType };
 }
