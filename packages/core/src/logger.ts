@@ -50,8 +50,10 @@ export function jsonLogger(write: (line: string) => void, options: { readonly le
   const least = logLevelRank(options.least ?? "info");
   const log = (level: LogLevel, msg: string, fields: LogFields = {}): void => {
     if (logLevelRank(level) < least) return;
-    const { level: _level, msg: _msg, ...rest } = fields;
-    write(JSON.stringify({ level, msg, ...rest }));
+    // A loop, not rest and spread: the relay writes a line per publish.
+    const line: Record<string, unknown> = { level, msg };
+    for (const key in fields) if (key !== "level" && key !== "msg") line[key] = fields[key];
+    write(JSON.stringify(line));
   };
   return {
     log,

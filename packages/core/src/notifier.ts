@@ -22,7 +22,8 @@ export type NotifierDeps = Using<OwedNotifications & JobEventLog & Pick<JobRecor
 export const jobTopic = (jobId: string): string => `mam/jobs/${jobId}/events`;
 export const FAN_IN_TOPIC = "mam/events";
 
-export interface NotificationPayload {
+/** A type, not an interface: it is a JSON value as it stands (the published line keeps it). */
+export type NotificationPayload = {
   readonly event: string;
   readonly job_id: string;
   readonly seq: number;
@@ -38,9 +39,9 @@ export interface NotificationPayload {
     readonly quiescence?: string;
     /** A completion on recorded evidence: the policy's rule and the sources it rested on (`watcher:herdr-1`). */
     readonly rule?: string;
-    readonly sources?: readonly string[];
+    readonly sources?: string[];
   };
-}
+};
 
 /** Identifiers and status only, never report contents: it always fits IoT Core's 128 KB. */
 export function notificationPayload(record: JobRecord, intent: NotificationIntent): NotificationPayload {
@@ -110,7 +111,8 @@ export async function flushRecord(deps: NotifierDeps, record: JobRecord): Promis
     id: deps.ids.uuid(),
     event: "published",
     data: {
-      payload: JSON.parse(body),
+      // What was sent: `body` is this payload's JSON, and a store keeps the line as JSON.
+      payload,
       outcome: error ? "failed" : "acknowledged",
       ...(error ? { error: error.message, code: error.code } : {}),
     },

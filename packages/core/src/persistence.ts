@@ -1156,7 +1156,8 @@ class RecordCache {
   }
 
   forget(): void {
-    this.#records.clear();
+    // Asked twice a write: most find nothing kept (\`clear\` allocates even then).
+    if (this.#records.size > 0) this.#records.clear();
     this.#generation += 1;
   }
 }

@@ -17,7 +17,7 @@ import {
   type JobRecord,
   JobStoreBase,
   type JobStoreOptions,
-  KeptByKey,
+  KeptByParts,
   MamError,
   movesStatusCount,
   type NotificationIntent,
@@ -446,46 +446,52 @@ const NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 /** A guard row after an atomic part: `changes()` is what the part before it changed, and the CHECK wants exactly one. */
 const GUARD = sql("INSERT INTO atomic_guard (held) VALUES (changes())");
 
-/** One condition, as a WHERE term over the stored row (the record in `doc`, its mirrored columns). */
-function conditionSql(c: RecordCondition): { sql: string; params: SqlValue[] } {
+/** One condition, as a WHERE term over the stored row (the record in `doc`, its mirrored columns); its values pushed to `params`, in the term's order. */
+function conditionSql(c: RecordCondition, params: SqlValue[]): string {
   switch (c.kind) {
     case "transitionSeqIs":
-      return { sql: "transition_seq = ?", params: [c.seq] };
+      params.push(c.seq);
+      return "transition_seq = ?";
     case "statusIn":
-      return c.statuses.length === 0
-        ? { sql: "0", params: [] }
-        : { sql: `status IN (${c.statuses.map(() => "?").join(", ")})`, params: [...c.statuses] };
+      if (c.statuses.length === 0) return "0";
+      for (const status of c.statuses) params.push(status);
+      return `status IN (${c.statuses.map(() => "?").join(", ")})`;
     case "evidenceSeqIs":
-      return { sql: "coalesce(json_extract(doc, '$.evidence_seq'), 0) = ?", params: [c.seq] };
+      params.push(c.seq);
+      return "coalesce(json_extract(doc, '$.evidence_seq'), 0) = ?";
     case "latestAttemptIs":
-      return { sql: "json_extract(doc, '$.latest_attempt') = ?", params: [c.attempt] };
+      params.push(c.attempt);
+      return "json_extract(doc, '$.latest_attempt') = ?";
     case "latestAttemptAbsentOrIs":
-      return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), ?) = ?", params: [c.attempt, c.attempt] };
+      params.push(c.attempt, c.attempt);
+      return "coalesce(json_extract(doc, '$.latest_attempt'), ?) = ?";
     case "latestAttemptBelow":
-      return { sql: "coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?", params: [c.attempt] };
+      params.push(c.attempt);
+      return "coalesce(json_extract(doc, '$.latest_attempt'), 0) < ?";
     case "observationsRevIs":
-      return { sql: "coalesce(json_extract(doc, '$.observations.rev'), 0) = ?", params: [c.rev] };
+      params.push(c.rev);
+      return "coalesce(json_extract(doc, '$.observations.rev'), 0) = ?";
     case "candidateIs":
-      return { sql: "json_extract(doc, '$.candidate_at') = ?", params: [c.at] };
+      params.push(c.at);
+      return "json_extract(doc, '$.candidate_at') = ?";
     case "attentionIs":
-      return { sql: "json_extract(doc, '$.attention_at') = ?", params: [c.at] };
+      params.push(c.at);
+      return "json_extract(doc, '$.attention_at') = ?";
     case "intentIs":
-      return { sql: "owed_intent_id = ?", params: [c.id] };
+      params.push(c.id);
+      return "owed_intent_id = ?";
     case "noIntent":
-      return { sql: "owed_intent_id IS NULL", params: [] };
+      return "owed_intent_id IS NULL";
     case "usageIs":
-      return {
-        sql: "coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?",
-        params: [c.events, c.bytes],
-      };
+      params.push(c.events, c.bytes);
+      return "coalesce(json_extract(doc, '$.agent_usage.events'), 0) = ? AND coalesce(json_extract(doc, '$.agent_usage.bytes'), 0) = ?";
     case "leaseHeldBy":
-      return { sql: `json_extract(doc, '$.${leasePath(c.field)}.id') = ?`, params: [c.id] };
+      params.push(c.id);
+      return `json_extract(doc, '$.${leasePath(c.field)}.id') = ?`;
     case "leaseFree": {
       const path = leasePath(c.field);
-      return {
-        sql: `(json_extract(doc, '$.${path}.id') IS NULL OR json_extract(doc, '$.${path}.expires_at') <= ? OR json_extract(doc, '$.${path}.attempt_id') < ?)`,
-        params: [c.at, c.attempt],
-      };
+      params.push(c.at, c.attempt);
+      return `(json_extract(doc, '$.${path}.id') IS NULL OR json_extract(doc, '$.${path}.expires_at') <= ? OR json_extract(doc, '$.${path}.attempt_id') < ?)`;
     }
     default:
       return c satisfies never;
@@ -539,15 +545,27 @@ interface WritePlan {
   readonly shape: FeedWriteShape | undefined;
 }
 
-const PLANS = new KeptByKey<string, WritePlan>();
+const PLANS = new KeptByParts<WritePlan>();
+const END = KeptByParts.END;
 
 function planOf(write: RecordWrite): WritePlan {
   const setFields = Object.keys(write.set);
   const keys = write.keys;
   const status = write.set.status;
-  let form = `${write.unset.join(",")}|${setFields.join(",")}|${typeof status === "string" ? status : ""}|${write.bump.join(",")}|${keys.status === undefined ? "" : "s"}${keys.recency === undefined ? "" : "r"}${keys.owed === undefined ? "" : "o"}${keys.candidate === undefined ? "" : "c"}${keys.attention === undefined ? "" : "a"}|${write.feed === undefined ? "-" : write.feed.marked === undefined ? "f" : "m"}|`;
+  const form: unknown[] = [...write.unset, END, ...setFields, END, typeof status === "string" ? status : END, ...write.bump, END];
+  form.push(
+    (keys.status === undefined ? 0 : 1) |
+      (keys.recency === undefined ? 0 : 2) |
+      (keys.owed === undefined ? 0 : 4) |
+      (keys.candidate === undefined ? 0 : 8) |
+      (keys.attention === undefined ? 0 : 16) |
+      (write.feed === undefined ? 0 : write.feed.marked === undefined ? 32 : 64),
+  );
+  // Each condition's parts: its kind, then the one value its text depends on, if any.
   for (const c of write.conditions) {
-    form += `${c.kind}${c.kind === "statusIn" ? (c.statuses.length === 1 ? `=${c.statuses[0]}` : c.statuses.length) : c.kind === "leaseHeldBy" || c.kind === "leaseFree" ? c.field : ""},`;
+    form.push(c.kind);
+    if (c.kind === "statusIn") form.push(c.statuses.length === 1 ? c.statuses[0] : c.statuses.length);
+    else if (c.kind === "leaseHeldBy" || c.kind === "leaseFree") form.push(c.field);
   }
   return PLANS.get(form, () => {
     const shape = write.feed === undefined ? undefined : feedShapeOf(write);
@@ -572,7 +590,7 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
   if (keys.attention !== undefined) params.push(keys.attention);
   if (token !== undefined) params.push(token);
   params.push(write.jobId);
-  for (const condition of write.conditions) for (const value of conditionSql(condition).params) params.push(value);
+  for (const condition of write.conditions) conditionSql(condition, params);
   return params;
 }
 
@@ -603,7 +621,8 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   if (movesStatusCount(write)) assignments.push("status_before = status");
   if (stampsToken(write, shape)) assignments.push("write_token = ?");
   let where = "job_id = ?";
-  for (const condition of write.conditions) where += ` AND ${conditionSql(condition).sql}`;
+  // The text only: the values are bound each time (`updateParams`).
+  for (const condition of write.conditions) where += ` AND ${conditionSql(condition, [])}`;
   // A revise also runs where the doc can be rewritten only: one past SQLite's JSON
   // depth takes its revision beside it (`#reviseBeside`).
   if (isOwedRevision(write)) where += " AND json_valid(doc)";
