@@ -1,7 +1,7 @@
 import type { AttributeValue } from "@aws-sdk/client-dynamodb";
 import { marshall } from "@aws-sdk/util-dynamodb";
 import { countShardOf, feedWriteOfStreamRecord, jobItem } from "@mam/aws";
-import { type ChangeNote, type JobRecord, statusCountMove } from "@mam/core";
+import { type ChangeNote, type JobRecord, movesStatusCount, type RecordWrite, type Status, statusCountMove } from "@mam/core";
 import type { DynamoDBRecord } from "aws-lambda";
 import { describe, expect, it } from "vitest";
 import { jobRecord as job } from "../support/records.ts";
@@ -157,5 +157,22 @@ describe("the counts' move of a stream record (issue 22: the feed writer counts 
     expect(statusCountMove("pending", "running")).toEqual({ leave: "pending", enter: "running" });
     expect(statusCountMove("running", "running")).toEqual({});
     expect(statusCountMove(undefined, undefined)).toEqual({});
+  });
+
+  it("movesStatusCount: a write that sets the status may move a count, unless its condition pins the status it sets", () => {
+    const write = (status: Status | undefined, from: readonly Status[]): RecordWrite => ({
+      jobId: "m-1",
+      conditions: [{ kind: "statusIn", statuses: from }],
+      set: status === undefined ? {} : { status },
+      unset: [],
+      bump: [],
+      keys: status === undefined ? {} : { status },
+    });
+    expect(movesStatusCount(write("running", ["pending"]))).toBe(true);
+    expect(movesStatusCount(write("cancelled", ["pending", "running"]))).toBe(true);
+    expect(movesStatusCount(write("running", ["pending", "running"]))).toBe(true);
+    // progress: from running to running, pinned by its condition.
+    expect(movesStatusCount(write("running", ["running"]))).toBe(false);
+    expect(movesStatusCount(write(undefined, ["running"]))).toBe(false);
   });
 });

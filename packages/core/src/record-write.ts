@@ -129,8 +129,18 @@ export function statusCountMove(before: Status | undefined, after: Status | unde
   return { ...(before === undefined ? {} : { leave: before }), ...(after === undefined ? {} : { enter: after }) };
 }
 
-/** Whether a write may move the counts: only a write that moves the status key (the store compares old and new). */
-export const movesStatusCount = (write: RecordWrite): boolean => write.keys.status !== undefined;
+/**
+ * Whether a write may move the counts: one that sets the status key (the store
+ * compares old and new), unless its condition pins the status it sets (a `statusIn`
+ * of that status alone, as `progress` from running to running): then old and new are
+ * the same, and the store asks nothing.
+ */
+export function movesStatusCount(write: RecordWrite): boolean {
+  const status = write.keys.status;
+  if (status === undefined) return false;
+  for (const c of write.conditions) if (c.kind === "statusIn" && c.statuses.length === 1 && c.statuses[0] === status) return false;
+  return true;
+}
 
 /** How many jobs each status holds. */
 export type StatusCountsOf = Readonly<Record<Status, number>>;
