@@ -1156,7 +1156,7 @@ class RecordCache {
   }
 
   forget(): void {
-    // Asked twice a write: most find nothing kept (\`clear\` allocates even then).
+    // Asked twice a write: most find nothing kept (`clear` allocates even then).
     if (this.#records.size > 0) this.#records.clear();
     this.#generation += 1;
   }
