@@ -6,6 +6,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
+import { holdPackagingLock } from "../packaging/package.ts";
 
 export const ROOT = path.resolve(import.meta.dirname, "..", "..");
 /** The stack bundles three functions and starts a JVM and serverless-offline: on a busy 2-core machine, up to a minute or two. */
@@ -19,7 +20,15 @@ export interface Offline {
   readonly exited: Promise<number | null>;
 }
 
+/**
+ * `npm run offline` bundles into the checkout's one `.build/` and serves the http
+ * function from it for its whole life, so it holds the packaging lock until it exits:
+ * a test file packaging meanwhile (tests/engine/cfn-lint, tests/functions/metrics:
+ * `npm run package` starts by deleting `.build/`) waits instead of deleting the bundle
+ * under it (seen in CI: "Cannot find module .build/http/http").
+ */
 export async function startOffline(dir: string, ports: { api: number; lambda: number; mqtt: number }): Promise<Offline> {
+  const release = await holdPackagingLock();
   const child = spawn("npm", ["run", "offline"], {
     cwd: ROOT,
     env: {
@@ -34,6 +43,7 @@ export async function startOffline(dir: string, ports: { api: number; lambda: nu
   });
   let out = "";
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  void exited.then(release);
   const up = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`npm run offline did not come up:\n${out}`)), START_TIMEOUT_MS);
     const onData = (d: Buffer): void => {
