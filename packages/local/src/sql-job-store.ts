@@ -133,9 +133,9 @@ export class SqlJobStore extends JobStoreBase {
     const plan = planOf(write);
     const update = {
       sql: returning ? plan.text : plan.countedText,
-      params: updateParams(write, plan.setFields, stampsToken(write, plan.shape) ? token : undefined),
+      params: updateParams(write, plan.setFields, plan.stampsToken ? token : undefined),
     };
-    const counts = movesStatusCount(write) ? countStatements(write.jobId, token) : undefined;
+    const counts = plan.movesCount ? countStatements(write.jobId, token) : undefined;
     if (plan.shape === undefined || write.feed === undefined) return counts === undefined ? [update] : [update, ...counts];
     const statements = feedRowStatements(write.jobId, token, write.feed, plan.shape, feedPinsOf(write));
     // In front, without a spread: this runs on the relay's settle, on bench/notify's critical path.
@@ -532,10 +532,12 @@ function fieldPath(field: string): string {
 
 /**
  * What a write's form decides, kept by form (a store's writes have a few dozen): its
- * UPDATE's text and its feed shape. The form is what the text and the shape depend
- * on: the fields it sets (and the status it sets), unsets and bumps, the keys it
- * moves, whether the feed tells it, and its conditions (the status a `statusIn` of
- * one pins). The values are bound each time (`updateParams`).
+ * UPDATE's text, its feed shape, whether it moves the counts and stamps its token (so
+ * the text and the statements beside it are decided once, together). The form is
+ * what these depend on: the fields it sets (and the status it sets), unsets and bumps,
+ * the keys it moves (and the status key's value), whether the feed tells it, and its
+ * conditions (the status a `statusIn` of one pins). The values are bound each time
+ * (`updateParams`).
  */
 interface WritePlan {
   readonly text: string;
@@ -543,6 +545,10 @@ interface WritePlan {
   readonly countedText: string;
   readonly setFields: readonly string[];
   readonly shape: FeedWriteShape | undefined;
+  /** Core's `movesStatusCount`: the count statements follow the UPDATE, which keeps `status_before`. */
+  readonly movesCount: boolean;
+  /** The UPDATE stamps the write's token: the feed or count statements select on it. */
+  readonly stampsToken: boolean;
 }
 
 const PLANS = new KeptByParts<WritePlan>();
@@ -554,8 +560,8 @@ function planOf(write: RecordWrite): WritePlan {
   const status = write.set.status;
   const form: unknown[] = [...write.unset, END, ...setFields, END, typeof status === "string" ? status : END, ...write.bump, END];
   form.push(
-    (keys.status === undefined ? 0 : 1) |
-      (keys.recency === undefined ? 0 : 2) |
+    keys.status ?? END,
+    (keys.recency === undefined ? 0 : 2) |
       (keys.owed === undefined ? 0 : 4) |
       (keys.candidate === undefined ? 0 : 8) |
       (keys.attention === undefined ? 0 : 16) |
@@ -569,8 +575,11 @@ function planOf(write: RecordWrite): WritePlan {
   }
   return PLANS.get(form, () => {
     const shape = write.feed === undefined ? undefined : feedShapeOf(write);
-    const counted = updateText(write, setFields, shape);
-    return { text: `${counted} RETURNING doc`, countedText: counted, setFields, shape };
+    const movesCount = movesStatusCount(write);
+    // The feed's rows select on the token, and so do the count statements.
+    const stampsToken = shape !== undefined || movesCount;
+    const counted = updateText(write, setFields, { shape, movesCount, stampsToken });
+    return { text: `${counted} RETURNING doc`, countedText: counted, setFields, shape, movesCount, stampsToken };
   });
 }
 
@@ -594,7 +603,12 @@ function updateParams(write: RecordWrite, setFields: readonly string[], token: s
   return params;
 }
 
-function updateText(write: RecordWrite, setFields: readonly string[], shape: FeedWriteShape | undefined): string {
+function updateText(
+  write: RecordWrite,
+  setFields: readonly string[],
+  plan: Pick<WritePlan, "shape" | "movesCount" | "stampsToken">,
+): string {
+  const shape = plan.shape;
   let doc = "doc";
   if (write.unset.length > 0) doc = `json_remove(doc${write.unset.map((field) => `, '${fieldPath(field)}'`).join("")})`;
   const counters = write.bump.map((counter) =>
@@ -618,8 +632,8 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
     if (capture !== undefined) assignments.push(`feed_before = ${capture}`);
   }
   // The right side reads the old row: the status this write leaves, for its count statements.
-  if (movesStatusCount(write)) assignments.push("status_before = status");
-  if (stampsToken(write, shape)) assignments.push("write_token = ?");
+  if (plan.movesCount) assignments.push("status_before = status");
+  if (plan.stampsToken) assignments.push("write_token = ?");
   let where = "job_id = ?";
   // The text only: the values are bound each time (`updateParams`).
   for (const condition of write.conditions) where += ` AND ${conditionSql(condition, [])}`;
@@ -627,11 +641,6 @@ function updateText(write: RecordWrite, setFields: readonly string[], shape: Fee
   // depth takes its revision beside it (`#reviseBeside`).
   if (isOwedRevision(write)) where += " AND json_valid(doc)";
   return `UPDATE jobs SET ${assignments.join(", ")} WHERE ${where}`;
-}
-
-/** Whether a write stamps its token: one the feed tells (its rows select on it), or one that moves a count (so do its count statements). */
-function stampsToken(write: RecordWrite, shape: FeedWriteShape | undefined): boolean {
-  return shape !== undefined || movesStatusCount(write);
 }
 
 /**
