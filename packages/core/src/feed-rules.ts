@@ -1,6 +1,6 @@
 import { type ChangeActor, type ChangeDraft, type ChangeKind, type ChangeNote, SERVICE_ACTOR } from "./feed.ts";
 import { KeptByKey } from "./kept-by-key.ts";
-import type { RecordWrite } from "./record-write.ts";
+import { pinnedStatusOf, type RecordWrite } from "./record-write.ts";
 import type { JobRecord } from "./schemas.ts";
 
 /**
@@ -386,20 +386,15 @@ export function feedShapeOf(write: RecordWrite): FeedWriteShape {
     if (write.unset.includes(field)) fields += "r";
     else fields += field in write.set || bump.includes(field) ? "t" : "u";
   }
-  let statusBefore: string | undefined;
-  let pinned = 0;
+  const statusBefore = pinnedStatusOf(write);
   let intentBefore: "owed" | "none" | undefined;
   let intentPins = 0;
   for (const c of write.conditions) {
-    if (c.kind === "statusIn" && c.statuses.length === 1) {
-      statusBefore = c.statuses[0];
-      pinned++;
-    } else if (c.kind === "intentIs" || c.kind === "noIntent") {
+    if (c.kind === "intentIs" || c.kind === "noIntent") {
       intentBefore = c.kind === "intentIs" ? "owed" : "none";
       intentPins++;
     }
   }
-  if (pinned !== 1) statusBefore = undefined;
   // Two intent conditions (never both hold, or the same twice): nothing is pinned.
   if (intentPins !== 1) intentBefore = undefined;
   const setStatus = write.set.status;

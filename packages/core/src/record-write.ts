@@ -130,16 +130,31 @@ export function statusCountMove(before: Status | undefined, after: Status | unde
 }
 
 /**
+ * The status a write's conditions pin the record to before it: the one status of its
+ * single one-status `statusIn`; undefined where none does, or where two do (such a
+ * write pins nothing it could rely on). Read by the feed's shape and by the counts.
+ */
+export function pinnedStatusOf(write: RecordWrite): Status | undefined {
+  let pinned: Status | undefined;
+  let pins = 0;
+  for (const c of write.conditions) {
+    if (c.kind === "statusIn" && c.statuses.length === 1) {
+      pinned = c.statuses[0];
+      pins++;
+    }
+  }
+  return pins === 1 ? pinned : undefined;
+}
+
+/**
  * Whether a write may move the counts: one that sets the status key (the store
- * compares old and new), unless its condition pins the status it sets (a `statusIn`
- * of that status alone, as `progress` from running to running): then old and new are
+ * compares old and new), unless its condition pins the status it sets
+ * (`pinnedStatusOf`, as `progress` from running to running): then old and new are
  * the same, and the store asks nothing.
  */
 export function movesStatusCount(write: RecordWrite): boolean {
   const status = write.keys.status;
-  if (status === undefined) return false;
-  for (const c of write.conditions) if (c.kind === "statusIn" && c.statuses.length === 1 && c.statuses[0] === status) return false;
-  return true;
+  return status !== undefined && pinnedStatusOf(write) !== status;
 }
 
 /** How many jobs each status holds. */
